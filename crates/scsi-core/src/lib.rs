@@ -1,0 +1,20 @@
+//! unifab's SCSI core: one transport-neutral task model, the logical-unit
+//! interface every transport hands tasks to, and SPC-4/SBC-3 emulation over
+//! block backends.
+//!
+//! - [`task`]: [`Task`], [`TaskResult`], [`Lun`], [`ItNexus`], [`Status`].
+//! - [`lu`]: the [`LogicalUnit`] trait and task management.
+//! - [`sense`]: sense data.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
+
+pub mod lu;
+pub mod sense;
+pub mod task;
+
+pub use lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
+pub use sense::{Asc, Sense, SenseKey};
+pub use task::{
+    Cdb, DataDirection, ItNexus, Lun, Residual, Status, TargetPort, Task, TaskAttr, TaskResult,
+    TransportId,
+};

@@ -1,6 +1,8 @@
 //! The iSCSI target: full-feature-phase sessions (sans-IO) and, with the
 //! `io` feature, the tokio driver that serves them over TCP.
 
+#[cfg(feature = "io")]
+pub mod io;
 pub mod session;
 
 pub use session::{

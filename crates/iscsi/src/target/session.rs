@@ -561,6 +561,87 @@ impl Session {
         Ok(())
     }
 
+    /// A PDU arrived whose data digest did not match (the framer consumed
+    /// it; `bhs` is its header). RFC 7143 §7.8 at ERL 0: Reject it with
+    /// "Data Digest Error"; a command or Data-Out it belonged to ends with
+    /// CHECK CONDITION (ABORTED COMMAND, PROTOCOL SERVICE CRC ERROR), and
+    /// the CmdSN it carried is consumed so the window does not stall.
+    pub fn handle_digest_error(&mut self, now: Instant, bhs: Bytes) -> HandleResult {
+        if self.state == State::Closed {
+            return Err(SessionError::Closed);
+        }
+        self.last_activity = now;
+        let parsed = crate::wire::Bhs::new_checked(&bhs[..])
+            .ok()
+            .and_then(|h| Pdu::parse(&h).ok());
+        self.reject(RejectReason::DATA_DIGEST_ERROR, &bhs);
+        let crc_error = || {
+            TaskResult::check_condition(Sense::new(
+                SenseKey::ABORTED_COMMAND,
+                unifab_scsi_core::Asc(0x47, 0x05),
+            ))
+        };
+        match parsed {
+            Some(Pdu::DataOut(d)) => {
+                if self.tasks.contains_key(&d.itt) {
+                    self.fail_task(d.itt, crc_error());
+                }
+            }
+            Some(Pdu::ScsiCommand(c)) => {
+                if !c.immediate && c.cmd_sn == self.exp_cmd_sn {
+                    self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+                    self.update_max_cmd_sn();
+                }
+                if !self.tasks.contains_key(&c.itt) {
+                    let result = crc_error();
+                    let (read_len, write_len) = (
+                        if c.read {
+                            c.expected_data_transfer_length
+                        } else {
+                            0
+                        },
+                        if c.write {
+                            c.expected_data_transfer_length
+                        } else {
+                            0
+                        },
+                    );
+                    let entry = TaskEntry {
+                        cmd_sn: c.cmd_sn,
+                        immediate: c.immediate,
+                        lun: c.lun,
+                        attr: TaskAttr::Simple,
+                        cdb: Cdb::new(Bytes::new()),
+                        read_len,
+                        write_len,
+                        phase: Phase::Ready,
+                        next_r2t_sn: 0,
+                        abort_pending: false,
+                        data_out: Vec::new(),
+                        budget_held: 0,
+                    };
+                    self.note_ended(c.itt);
+                    self.send_result(c.itt, &entry, result);
+                }
+                self.drain_ahead();
+            }
+            Some(Pdu::NopOut(n)) if !n.immediate && n.itt != RESERVED_TAG => {
+                if n.cmd_sn == self.exp_cmd_sn {
+                    self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+                    self.update_max_cmd_sn();
+                }
+            }
+            Some(Pdu::TextRequest(t)) if !t.immediate => {
+                if t.cmd_sn == self.exp_cmd_sn {
+                    self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+                    self.update_max_cmd_sn();
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Handles the result of a task run for [`Event::Execute`].
     pub fn complete_task(&mut self, itt: u32, result: TaskResult) {
         let Some(entry) = self.tasks.remove(&itt) else {

@@ -1,1 +1,3 @@
 //! iSCSI.
+
+pub mod text;

@@ -1,3 +1,4 @@
 //! iSCSI.
 
+pub mod negotiate;
 pub mod text;

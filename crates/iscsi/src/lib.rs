@@ -1,4 +1,5 @@
 //! iSCSI.
 
+pub mod chap;
 pub mod negotiate;
 pub mod text;

@@ -1,4 +1,10 @@
-//! iSCSI.
+//! unifab's iSCSI (RFC 7143).
+//!
+//! - [`wire`]: PDU views and representations, digests, framing.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![warn(missing_docs)]
+
+pub mod wire;
 
 pub mod chap;
 pub mod negotiate;

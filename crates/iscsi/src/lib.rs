@@ -7,5 +7,6 @@
 pub mod wire;
 
 pub mod chap;
+pub mod login;
 pub mod negotiate;
 pub mod text;

@@ -6,3 +6,8 @@
 
 pub mod target;
 pub mod wire;
+
+pub mod chap;
+pub mod login;
+pub mod negotiate;
+pub mod text;

@@ -115,6 +115,10 @@ impl Shared {
     }
 }
 
+/// Answers a full-feature-phase Text Request (its whole text) with the
+/// response text.
+pub(crate) type TextHandler = Box<dyn FnMut(&Bytes) -> Result<Bytes, ()> + Send>;
+
 /// Everything the full-feature-phase loop needs to run one session.
 pub(crate) struct FfpSetup {
     pub(crate) nexus: ItNexus,
@@ -130,7 +134,7 @@ pub(crate) struct FfpSetup {
     pub(crate) info: Arc<Mutex<SessionInfo>>,
     /// Answers Text Requests in full-feature phase (SendTargets, key
     /// renegotiation).
-    pub(crate) text: Box<dyn FnMut(&Bytes) -> Result<Bytes, ()> + Send>,
+    pub(crate) text: TextHandler,
     /// Reaction to a TARGET COLD RESET.
     pub(crate) cold_reset: Box<dyn Fn() + Send>,
 }

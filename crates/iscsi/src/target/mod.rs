@@ -3,6 +3,8 @@
 
 #[cfg(feature = "io")]
 pub mod io;
+#[cfg(feature = "io")]
+pub mod server;
 pub mod session;
 
 pub use session::{

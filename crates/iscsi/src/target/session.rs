@@ -582,10 +582,8 @@ impl Session {
             ))
         };
         match parsed {
-            Some(Pdu::DataOut(d)) => {
-                if self.tasks.contains_key(&d.itt) {
-                    self.fail_task(d.itt, crc_error());
-                }
+            Some(Pdu::DataOut(d)) if self.tasks.contains_key(&d.itt) => {
+                self.fail_task(d.itt, crc_error());
             }
             Some(Pdu::ScsiCommand(c)) => {
                 if !c.immediate && c.cmd_sn == self.exp_cmd_sn {
@@ -625,17 +623,15 @@ impl Session {
                 }
                 self.drain_ahead();
             }
-            Some(Pdu::NopOut(n)) if !n.immediate && n.itt != RESERVED_TAG => {
-                if n.cmd_sn == self.exp_cmd_sn {
-                    self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
-                    self.update_max_cmd_sn();
-                }
+            Some(Pdu::NopOut(n))
+                if !n.immediate && n.itt != RESERVED_TAG && n.cmd_sn == self.exp_cmd_sn =>
+            {
+                self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+                self.update_max_cmd_sn();
             }
-            Some(Pdu::TextRequest(t)) if !t.immediate => {
-                if t.cmd_sn == self.exp_cmd_sn {
-                    self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
-                    self.update_max_cmd_sn();
-                }
+            Some(Pdu::TextRequest(t)) if !t.immediate && t.cmd_sn == self.exp_cmd_sn => {
+                self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+                self.update_max_cmd_sn();
             }
             _ => {}
         }

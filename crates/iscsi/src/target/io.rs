@@ -117,7 +117,7 @@ impl Shared {
 
 /// Answers a full-feature-phase Text Request (its whole text) with the
 /// response text.
-pub(crate) type TextHandler = Box<dyn FnMut(&Bytes) -> Result<Bytes, ()> + Send>;
+pub(crate) type TextHandler = Box<dyn FnMut(&Bytes) -> Option<Bytes> + Send>;
 
 /// Everything the full-feature-phase loop needs to run one session.
 pub(crate) struct FfpSetup {
@@ -296,27 +296,9 @@ pub(crate) async fn run_ffp(
                     let fut = router.task_management(request);
                     tmfs.push(Box::pin(async move { (itt, fut.await) }));
                 }
-                Event::Text {
-                    itt,
-                    ttt: _,
-                    data,
-                    continues,
-                } => {
-                    if continues {
-                        // Multi-PDU text requests are answered empty until
-                        // the final one (RFC 7143 §10.11.2).
-                        let ttt = session.text_ttt();
-                        session.text_response(itt, ttt, Bytes::new(), true);
-                    } else {
-                        match (setup.text)(&data) {
-                            Ok(answer) => {
-                                session.text_response(itt, 0, answer, false);
-                            }
-                            Err(()) => {
-                                session.text_response(itt, 0, Bytes::new(), false);
-                            }
-                        }
-                    }
+                Event::Text { itt, data } => {
+                    let answer = (setup.text)(&data).unwrap_or_default();
+                    session.text_response(itt, answer);
                 }
                 Event::TargetColdReset => {
                     (setup.cold_reset)();

@@ -228,8 +228,15 @@ impl TargetServer {
         match outcome.session_type {
             SessionType::Discovery => self.discovery(stream, rbuf, outcome, stat_sn, local).await,
             _ => {
-                self.normal(stream, rbuf, outcome, stat_sn, peer, shutdown)
-                    .await
+                let conn = LoggedIn {
+                    stream,
+                    rbuf,
+                    outcome,
+                    stat_sn,
+                    peer,
+                    local,
+                };
+                self.normal(conn, shutdown).await
             }
         }
     }
@@ -311,7 +318,7 @@ impl TargetServer {
         // only Text (SendTargets), NOP and Logout: its router refuses SCSI
         // commands.
         let me = self.clone();
-        let text = Box::new(move |data: &Bytes| Ok(me.send_targets(data, local, None)));
+        let text = Box::new(move |data: &Bytes| Some(me.send_targets(data, local, None)));
         let nexus = ItNexus::new(
             TransportId::Iscsi {
                 name: outcome.initiator_name.clone(),
@@ -358,15 +365,15 @@ impl TargetServer {
         run_ffp(stream, rbuf, setup).await
     }
 
-    async fn normal(
-        &self,
-        stream: TcpStream,
-        rbuf: BytesMut,
-        outcome: crate::login::LoginOutcome,
-        stat_sn: u32,
-        peer: SocketAddr,
-        shutdown: watch::Receiver<bool>,
-    ) -> io::Result<()> {
+    async fn normal(&self, conn: LoggedIn, shutdown: watch::Receiver<bool>) -> io::Result<()> {
+        let LoggedIn {
+            stream,
+            rbuf,
+            outcome,
+            stat_sn,
+            peer,
+            local,
+        } = conn;
         let target_name = outcome.target_name.clone().unwrap_or_default();
         let Some(node) = self.node(&target_name) else {
             return Ok(());
@@ -427,7 +434,7 @@ impl TargetServer {
         );
         let me = self.clone();
         let text =
-            Box::new(move |data: &Bytes| Ok(me.send_targets(data, peer, Some(&target_name))));
+            Box::new(move |data: &Bytes| Some(me.send_targets(data, local, Some(&target_name))));
         let me2 = self.clone();
         let cold_target = node.name.clone();
         let setup = FfpSetup {
@@ -537,6 +544,16 @@ impl TargetServer {
         }
         Bytes::from(w.into_bytes())
     }
+}
+
+/// A connection that has just completed a normal-session login.
+struct LoggedIn {
+    stream: TcpStream,
+    rbuf: BytesMut,
+    outcome: crate::login::LoginOutcome,
+    stat_sn: u32,
+    peer: SocketAddr,
+    local: SocketAddr,
 }
 
 async fn wait_done(mut done: watch::Receiver<bool>) {

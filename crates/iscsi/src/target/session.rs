@@ -209,17 +209,13 @@ pub enum Event {
         /// The request.
         request: TmfRequest,
     },
-    /// A Text Request arrived in full-feature phase; answer with
-    /// [`Session::text_response`].
+    /// A whole Text Request (continuations already gathered) arrived in
+    /// full-feature phase; answer with [`Session::text_response`].
     Text {
         /// The request's ITT.
         itt: u32,
-        /// The request's TTT (continuation).
-        ttt: u32,
-        /// The text data.
+        /// The complete text.
         data: Bytes,
-        /// C bit: the text continues in the next request.
-        continues: bool,
     },
     /// The initiator asked a target cold reset: after the response is sent,
     /// drop every session of the target.
@@ -353,6 +349,11 @@ pub struct Session {
 
     tmfs: HashMap<u32, PendingTmf>,
 
+    /// A Text Request arriving in pieces (C bit): its ITT and text so far.
+    text_in: Option<(u32, BytesMut)>,
+    /// A Text Response too long for one PDU: ITT, TTT and what is left.
+    text_out: Option<(u32, u32, Bytes)>,
+
     last_activity: Instant,
     ping: Option<(u32, Instant)>,
 
@@ -416,6 +417,8 @@ impl Session {
             r2t_waiters: VecDeque::new(),
             recently_ended: VecDeque::new(),
             tmfs: HashMap::new(),
+            text_in: None,
+            text_out: None,
             last_activity: now,
             ping: None,
             outbox: VecDeque::new(),
@@ -678,31 +681,44 @@ impl Session {
         }
     }
 
-    /// Sends a Text Response answering an [`Event::Text`].
-    pub fn text_response(&mut self, itt: u32, ttt: u32, data: Bytes, continues: bool) {
+    /// Answers an [`Event::Text`]. A response longer than the initiator's
+    /// MaxRecvDataSegmentLength goes out in pieces (C bit, a TTT the
+    /// initiator returns in empty Text Requests to get the next piece).
+    pub fn text_response(&mut self, itt: u32, data: Bytes) {
+        self.text_out = None;
+        self.send_text_piece(itt, data);
+    }
+
+    fn send_text_piece(&mut self, itt: u32, mut data: Bytes) {
+        let max = self.params.max_xmit_data_segment_length.max(512) as usize;
+        let (piece, more) = if data.len() > max {
+            let piece = data.split_to(max);
+            (piece, true)
+        } else {
+            (data.split_to(data.len()), false)
+        };
+        let ttt = if more { self.alloc_ttt() } else { RESERVED_TAG };
+        if more {
+            self.text_out = Some((itt, ttt, data));
+        }
         let pdu = Pdu::TextResponse(crate::wire::TextResponse {
-            final_flag: !continues,
-            continue_flag: false,
+            final_flag: !more,
+            continue_flag: more,
             lun: 0,
             itt,
-            ttt: if continues { ttt } else { RESERVED_TAG },
+            ttt,
             stat_sn: self.next_stat_sn(),
             exp_cmd_sn: self.exp_cmd_sn,
             max_cmd_sn: self.max_cmd_sn,
         });
         self.outbox.push_back(OutPdu {
             pdu,
-            data: if data.is_empty() {
+            data: if piece.is_empty() {
                 DataSegment::None
             } else {
-                DataSegment::One(data)
+                DataSegment::One(piece)
             },
         });
-    }
-
-    /// Allocates a target transfer tag for a multi-PDU text response.
-    pub fn text_ttt(&mut self) -> u32 {
-        self.alloc_ttt()
     }
 
     /// Queues an Asynchronous Message asking the initiator to log out
@@ -1456,15 +1472,56 @@ impl Session {
     }
 
     fn process_text(&mut self, t: crate::wire::TextRequest, frame: PduFrame) {
+        const MAX_TEXT: usize = 64 * 1024;
         if t.itt == RESERVED_TAG {
             self.reject(RejectReason::INVALID_PDU_FIELD, &frame.bhs);
             return;
         }
+        // The initiator asks for the next piece of a long response.
+        if t.ttt != RESERVED_TAG {
+            match self.text_out.take() {
+                Some((itt, ttt, rest)) if itt == t.itt && ttt == t.ttt => {
+                    self.send_text_piece(itt, rest);
+                }
+                _ => self.reject(RejectReason::INVALID_PDU_FIELD, &frame.bhs),
+            }
+            return;
+        }
+        // A new request ends any response still being paged out.
+        self.text_out = None;
+        let mut text = match self.text_in.take() {
+            Some((itt, buf)) if itt == t.itt => buf,
+            _ => BytesMut::new(),
+        };
+        if text.len() + frame.data.len() > MAX_TEXT {
+            debug!(itt = t.itt, "text request over {MAX_TEXT} bytes");
+            self.reject(RejectReason::PROTOCOL_ERROR, &frame.bhs);
+            return;
+        }
+        text.extend_from_slice(&frame.data);
+        if t.continue_flag {
+            // Acknowledge the piece with an empty, non-final response.
+            self.text_in = Some((t.itt, text));
+            let ttt = self.alloc_ttt();
+            let pdu = Pdu::TextResponse(crate::wire::TextResponse {
+                final_flag: false,
+                continue_flag: false,
+                lun: 0,
+                itt: t.itt,
+                ttt,
+                stat_sn: self.next_stat_sn(),
+                exp_cmd_sn: self.exp_cmd_sn,
+                max_cmd_sn: self.max_cmd_sn,
+            });
+            self.outbox.push_back(OutPdu {
+                pdu,
+                data: DataSegment::None,
+            });
+            return;
+        }
         self.events.push_back(Event::Text {
             itt: t.itt,
-            ttt: t.ttt,
-            data: frame.data,
-            continues: t.continue_flag,
+            data: text.freeze(),
         });
     }
 

@@ -865,3 +865,93 @@ fn serial_arithmetic() {
     assert!(sn_le(5, 5));
     assert!(!sn_lt(5, 5));
 }
+
+#[test]
+fn text_requests_gather_continuations_and_page_long_answers() {
+    let mut h = Harness::new(
+        FfpParams {
+            max_xmit_data_segment_length: 512,
+            ..FfpParams::default()
+        },
+        SessionLimits::default(),
+    );
+    let cmd_sn = h.next_cmd_sn();
+    h.feed(
+        Pdu::TextRequest(TextRequest {
+            final_flag: false,
+            continue_flag: true,
+            itt: 5,
+            ttt: RESERVED_TAG,
+            cmd_sn,
+            ..TextRequest::default()
+        }),
+        b"SendTar",
+    );
+    let out = h.out();
+    let Pdu::TextResponse(r) = out[0].pdu else {
+        panic!()
+    };
+    assert!(!r.final_flag && out[0].data.is_empty());
+    assert!(h.events().is_empty());
+    let cmd_sn = h.next_cmd_sn();
+    h.feed(
+        Pdu::TextRequest(TextRequest {
+            final_flag: true,
+            continue_flag: false,
+            itt: 5,
+            ttt: RESERVED_TAG,
+            cmd_sn,
+            ..TextRequest::default()
+        }),
+        b"gets=All\0",
+    );
+    let ev = h.events();
+    let Event::Text { itt, data } = &ev[0] else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((*itt, &data[..]), (5, &b"SendTargets=All\0"[..]));
+    // A 1300-byte answer goes out in three pieces of at most 512.
+    let answer: Vec<u8> = (0..1300u32).map(|i| b'a' + (i % 26) as u8).collect();
+    h.s.text_response(5, Bytes::from(answer.clone()));
+    let mut got = Vec::new();
+    loop {
+        let out = h.out();
+        assert_eq!(out.len(), 1);
+        let Pdu::TextResponse(r) = out[0].pdu else {
+            panic!()
+        };
+        assert!(out[0].data.len() <= 512);
+        got.extend(flatten(out[0].data.slices()));
+        if r.final_flag {
+            assert_eq!(r.ttt, RESERVED_TAG);
+            assert!(!r.continue_flag);
+            break;
+        }
+        assert!(r.continue_flag && r.ttt != RESERVED_TAG);
+        let cmd_sn = h.next_cmd_sn();
+        h.feed(
+            Pdu::TextRequest(TextRequest {
+                final_flag: true,
+                itt: 5,
+                ttt: r.ttt,
+                cmd_sn,
+                ..TextRequest::default()
+            }),
+            &[],
+        );
+    }
+    assert_eq!(got, answer);
+    // A stale TTT is refused.
+    let cmd_sn = h.next_cmd_sn();
+    h.feed(
+        Pdu::TextRequest(TextRequest {
+            final_flag: true,
+            itt: 5,
+            ttt: 77,
+            cmd_sn,
+            ..TextRequest::default()
+        }),
+        &[],
+    );
+    assert!(matches!(h.out()[0].pdu, Pdu::Reject(_)));
+}

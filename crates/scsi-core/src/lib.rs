@@ -6,11 +6,17 @@
 //! - [`lu`]: the [`LogicalUnit`] trait and task management.
 //! - [`sense`]: sense data.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
+
+pub mod backend;
+pub mod cdb;
 
 pub mod lu;
 pub mod sense;
 pub mod task;
+
+pub mod task_set;
 
 pub use lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 pub use sense::{Asc, Sense, SenseKey};

@@ -721,7 +721,8 @@ mod tests {
             }
         );
         let data = Bytes::from(vec![0xa5u8; 1024 * 1024]);
-        f.write_at(1024 * 1024, std::slice::from_ref(&data), false).unwrap();
+        f.write_at(1024 * 1024, std::slice::from_ref(&data), false)
+            .unwrap();
         let run = f.allocation(1024 * 1024, size).unwrap();
         assert!(run.mapped);
         assert!(run.len >= 1024 * 1024);

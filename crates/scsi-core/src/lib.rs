@@ -13,6 +13,7 @@ pub mod backend;
 pub mod cdb;
 
 pub mod lu;
+pub mod pr;
 pub mod sense;
 pub mod task;
 

@@ -5,16 +5,35 @@
 //! - [`task`]: [`Task`], [`TaskResult`], [`Lun`], [`ItNexus`], [`Status`].
 //! - [`lu`]: the [`LogicalUnit`] trait and task management.
 //! - [`sense`]: sense data.
+//! - [`cdb`]: typed CDB parse/emit ([`Command`]).
+//! - [`backend`]: [`BlockBackend`], [`MemoryBackend`], [`FileBackend`].
+//! - [`emulated`]: [`EmulatedLu`], the SPC-4/SBC-3 device server.
+//! - [`pr`]: persistent reservations.
+//! - [`task_set`]: [`TaskSet`], ordering and task management.
+//! - [`target`]: [`ScsiTarget`], the LUN map transports dispatch through.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
-pub mod lu;
-pub mod sense;
-pub mod task;
+pub mod backend;
+pub mod cdb;
+pub mod emulated;
 
+pub mod lu;
+pub mod pr;
+pub mod sense;
+pub mod target;
+pub mod task;
+pub mod task_set;
+
+pub use backend::{BackendError, BlockBackend, FileBackend, FileOptions, MemoryBackend};
+pub use cdb::{CdbError, Command};
+pub use emulated::{EmulatedLu, EmulatedLuConfig, IoMode, LuError};
 pub use lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 pub use sense::{Asc, Sense, SenseKey};
+pub use target::ScsiTarget;
 pub use task::{
     Cdb, DataDirection, ItNexus, Lun, Residual, Status, TargetPort, Task, TaskAttr, TaskResult,
     TransportId,
 };
+pub use task_set::TaskSet;

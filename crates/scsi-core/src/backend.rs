@@ -1,0 +1,829 @@
+//! Block backends: where an emulated logical unit keeps its bytes.
+//!
+//! A [`BlockBackend`] is byte-addressed and synchronous (blocking); the
+//! emulated LU calls it inline or from tokio's blocking pool. Two
+//! implementations ship: [`MemoryBackend`] (sparse, chunked RAM) and
+//! [`FileBackend`] (a sparse regular file with positioned I/O, `fdatasync`
+//! durability, hole punching and `SEEK_DATA`/`SEEK_HOLE` allocation status).
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+/// Errors of a block backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The byte range is not inside the backend.
+    #[error("range {offset}+{len} outside backend of {size} bytes")]
+    OutOfRange {
+        /// Start offset.
+        offset: u64,
+        /// Length.
+        len: u64,
+        /// Backend size.
+        size: u64,
+    },
+    /// Another process (or open) already serves this file.
+    #[error("{0} is locked by another user")]
+    Locked(PathBuf),
+    /// The file is missing and no size was given to create it.
+    #[error("{0} does not exist and no size was given")]
+    NoSize(PathBuf),
+    /// The existing file is smaller than the configured size and cannot
+    /// be used without losing the configured capacity.
+    #[error("{path} holds {actual} bytes, larger than the configured {configured}")]
+    SizeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        actual: u64,
+        /// The configured size.
+        configured: u64,
+    },
+    /// The backend was opened read-only.
+    #[error("backend is read-only")]
+    ReadOnly,
+    /// An operating-system error.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// What a backend can do beyond reading and writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BackendCaps {
+    /// `discard` deallocates storage.
+    pub discard: bool,
+    /// Discarded ranges read back as zeroes (LBPRZ).
+    pub discard_zeroes: bool,
+    /// `allocation` reports real mapped/deallocated state.
+    pub allocation_status: bool,
+    /// Writes are volatile until `flush` (a write cache exists).
+    pub volatile_cache: bool,
+    /// The backend refuses writes.
+    pub read_only: bool,
+}
+
+/// A run of equal allocation state starting at the queried offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AllocationRun {
+    /// True if storage is allocated (mapped), false for a hole.
+    pub mapped: bool,
+    /// Bytes from the queried offset with this state (at least 1 when the
+    /// offset is inside the backend, clamped to the queried length).
+    pub len: u64,
+}
+
+/// Byte-addressed block storage.
+pub trait BlockBackend: Send + Sync + fmt::Debug {
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    /// Reads `buf.len()` bytes at `offset` into `buf`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+    /// Writes the slices, in order, starting at `offset`. With `fua` the
+    /// data is durable when this returns.
+    fn write_at(&self, offset: u64, data: &[Bytes], fua: bool) -> Result<(), BackendError>;
+    /// Makes every completed write durable (`fdatasync`).
+    fn flush(&self) -> Result<(), BackendError>;
+    /// Deallocates a range; it reads back as zeroes if
+    /// [`BackendCaps::discard_zeroes`].
+    fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError>;
+    /// Writes zeroes over a range.
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError>;
+    /// Allocation state of the run starting at `offset` (inside the
+    /// backend), at most `len` long (clamped to the end).
+    fn allocation(&self, offset: u64, len: u64) -> Result<AllocationRun, BackendError>;
+    /// Capabilities.
+    fn caps(&self) -> BackendCaps;
+    /// `"memory"` or `"file:/path"`, for operators.
+    fn describe(&self) -> String;
+}
+
+fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(BackendError::OutOfRange { offset, len, size }),
+    }
+}
+
+fn total_len(data: &[Bytes]) -> u64 {
+    data.iter().map(|b| b.len() as u64).sum()
+}
+
+/// Chunk size of [`MemoryBackend`].
+const CHUNK: usize = 64 * 1024;
+
+/// Sparse in-memory storage in 64 KiB chunks: a chunk is allocated on
+/// first write and freed when a discard covers it whole.
+pub struct MemoryBackend {
+    size: u64,
+    chunks: Vec<RwLock<Option<Box<[u8]>>>>,
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl MemoryBackend {
+    /// An all-zero (all-deallocated) backend of `size` bytes.
+    pub fn new(size: u64) -> MemoryBackend {
+        let n = size.div_ceil(CHUNK as u64) as usize;
+        let mut chunks = Vec::with_capacity(n);
+        chunks.resize_with(n, || RwLock::new(None));
+        MemoryBackend { size, chunks }
+    }
+
+    /// Calls `f(chunk_index, offset_in_chunk, len)` for each chunk piece of
+    /// the range, which the caller has checked.
+    fn pieces(
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(usize, usize, usize) -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let mut pos = offset;
+        let end = offset + len;
+        while pos < end {
+            let idx = (pos / CHUNK as u64) as usize;
+            let within = (pos % CHUNK as u64) as usize;
+            let n = ((CHUNK - within) as u64).min(end - pos) as usize;
+            f(idx, within, n)?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    fn chunk(&self, idx: usize) -> Result<&RwLock<Option<Box<[u8]>>>, BackendError> {
+        self.chunks.get(idx).ok_or(BackendError::OutOfRange {
+            offset: idx as u64 * CHUNK as u64,
+            len: 0,
+            size: self.size,
+        })
+    }
+
+    fn fill(&self, offset: u64, len: u64, zero_and_free: bool) -> Result<(), BackendError> {
+        check_range(offset, len, self.size)?;
+        Self::pieces(offset, len, |idx, within, n| {
+            let mut guard = self.chunk(idx)?.write().unwrap_or_else(|p| p.into_inner());
+            if zero_and_free && within == 0 && n == CHUNK {
+                *guard = None;
+            } else if let Some(c) = guard.as_mut() {
+                if let Some(dst) = c.get_mut(within..within + n) {
+                    dst.fill(0);
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl BlockBackend for MemoryBackend {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        check_range(offset, buf.len() as u64, self.size)?;
+        let mut done = 0usize;
+        Self::pieces(offset, buf.len() as u64, |idx, within, n| {
+            let guard = self.chunk(idx)?.read().unwrap_or_else(|p| p.into_inner());
+            let dst = buf
+                .get_mut(done..done + n)
+                .ok_or(BackendError::OutOfRange {
+                    offset,
+                    len: n as u64,
+                    size: self.size,
+                })?;
+            match guard.as_ref().and_then(|c| c.get(within..within + n)) {
+                Some(src) => dst.copy_from_slice(src),
+                None => dst.fill(0),
+            }
+            done += n;
+            Ok(())
+        })
+    }
+
+    fn write_at(&self, offset: u64, data: &[Bytes], _fua: bool) -> Result<(), BackendError> {
+        check_range(offset, total_len(data), self.size)?;
+        let mut pos = offset;
+        for slice in data {
+            let mut consumed = 0usize;
+            Self::pieces(pos, slice.len() as u64, |idx, within, n| {
+                let mut guard = self.chunk(idx)?.write().unwrap_or_else(|p| p.into_inner());
+                let chunk = guard.get_or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
+                if let (Some(dst), Some(src)) = (
+                    chunk.get_mut(within..within + n),
+                    slice.get(consumed..consumed + n),
+                ) {
+                    dst.copy_from_slice(src);
+                }
+                consumed += n;
+                Ok(())
+            })?;
+            pos += slice.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.fill(offset, len, true)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.fill(offset, len, false)
+    }
+
+    fn allocation(&self, offset: u64, len: u64) -> Result<AllocationRun, BackendError> {
+        check_range(offset, 1, self.size)?;
+        let len = len.max(1).min(self.size - offset);
+        let mut mapped = None;
+        let mut run = 0u64;
+        let _ = Self::pieces(offset, len, |idx, _within, n| {
+            let here = self
+                .chunk(idx)?
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
+            match mapped {
+                None => mapped = Some(here),
+                Some(m) if m != here => {
+                    return Err(BackendError::OutOfRange {
+                        offset: 0,
+                        len: 0,
+                        size: 0,
+                    });
+                }
+                Some(_) => {}
+            }
+            run += n as u64;
+            Ok(())
+        });
+        Ok(AllocationRun {
+            mapped: mapped.unwrap_or(false),
+            len: run,
+        })
+    }
+
+    fn caps(&self) -> BackendCaps {
+        BackendCaps {
+            discard: true,
+            discard_zeroes: true,
+            allocation_status: true,
+            volatile_cache: false,
+            read_only: false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        "memory".to_string()
+    }
+}
+
+/// Options of [`FileBackend::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileOptions {
+    /// Open read-only (writes fail with [`BackendError::ReadOnly`]).
+    pub read_only: bool,
+}
+
+/// A sparse regular file.
+///
+/// Reads and writes are positioned (`pread`, `pwritev`); a FUA write uses
+/// `pwritev2(RWF_DSYNC)` (falling back to `pwritev` + `fdatasync`);
+/// `flush` is `fdatasync`; `discard` punches a hole
+/// (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`); allocation status comes
+/// from `SEEK_DATA`/`SEEK_HOLE`. The file is held with an exclusive
+/// `flock`, so a second opener (another process, or another open in this
+/// one) gets [`BackendError::Locked`].
+pub struct FileBackend {
+    file: File,
+    path: PathBuf,
+    size: u64,
+    read_only: bool,
+    syncs: AtomicU64,
+}
+
+impl fmt::Debug for FileBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileBackend")
+            .field("path", &self.path)
+            .field("size", &self.size)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+/// Most iovecs handed to one `pwritev` call.
+const IOV_BATCH: usize = 64;
+
+impl FileBackend {
+    /// Opens (or with `size`, creates as a sparse file) the backing file.
+    ///
+    /// With `size` and an existing smaller file, the file is extended
+    /// sparsely; an existing larger file is refused
+    /// ([`BackendError::SizeMismatch`]) rather than truncated. Without
+    /// `size`, the file's own length is the LU's size.
+    pub fn open(
+        path: impl AsRef<Path>,
+        size: Option<u64>,
+        options: FileOptions,
+    ) -> Result<FileBackend, BackendError> {
+        let path = path.as_ref().to_path_buf();
+        let exists = path.exists();
+        if !exists && size.is_none() {
+            return Err(BackendError::NoSize(path));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!options.read_only)
+            .create(!options.read_only && size.is_some())
+            .truncate(false)
+            .open(&path)?;
+        // SAFETY: flock on a valid, owned file descriptor.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(BackendError::Locked(path));
+            }
+            return Err(err.into());
+        }
+        let actual = file.metadata()?.len();
+        let size = match size {
+            Some(want) if actual < want => {
+                if options.read_only {
+                    return Err(BackendError::SizeMismatch {
+                        path,
+                        actual,
+                        configured: want,
+                    });
+                }
+                file.set_len(want)?;
+                want
+            }
+            Some(want) if actual > want => {
+                return Err(BackendError::SizeMismatch {
+                    path,
+                    actual,
+                    configured: want,
+                });
+            }
+            Some(want) => want,
+            None => actual,
+        };
+        Ok(FileBackend {
+            file,
+            path,
+            size,
+            read_only: options.read_only,
+            syncs: AtomicU64::new(0),
+        })
+    }
+
+    /// How many durability operations (`fdatasync`, or a `RWF_DSYNC`
+    /// write) have completed: the proof that FUA and SYNCHRONIZE CACHE
+    /// reached stable storage.
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn fdatasync(&self) -> Result<(), BackendError> {
+        self.file.sync_data()?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One `pwritev`/`pwritev2` call over up to [`IOV_BATCH`] slices
+    /// starting at slice `first`, byte `skip` of it.
+    fn write_batch(
+        &self,
+        offset: u64,
+        data: &[Bytes],
+        first: usize,
+        skip: usize,
+        dsync: bool,
+    ) -> io::Result<usize> {
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut iov = [empty; IOV_BATCH];
+        let mut n = 0;
+        for (i, slice) in data.iter().skip(first).take(IOV_BATCH).enumerate() {
+            let s = if i == 0 {
+                slice.get(skip..).unwrap_or(&[])
+            } else {
+                &slice[..]
+            };
+            if let Some(v) = iov.get_mut(i) {
+                v.iov_base = s.as_ptr() as *mut libc::c_void;
+                v.iov_len = s.len();
+                n = i + 1;
+            }
+        }
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        let fd = self.file.as_raw_fd();
+        // SAFETY: the iovecs point into `data`, which outlives the call;
+        // the kernel only reads them.
+        let rc = unsafe {
+            if dsync {
+                libc::pwritev2(fd, iov.as_ptr(), n as libc::c_int, off, libc::RWF_DSYNC)
+            } else {
+                libc::pwritev(fd, iov.as_ptr(), n as libc::c_int, off)
+            }
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(rc as usize)
+    }
+
+    fn write_all(&self, offset: u64, data: &[Bytes], dsync: bool) -> io::Result<()> {
+        let mut first = 0usize;
+        let mut skip = 0usize;
+        let mut pos = offset;
+        while first < data.len() {
+            // Skip exhausted or empty slices.
+            if data.get(first).is_some_and(|s| skip >= s.len()) {
+                first += 1;
+                skip = 0;
+                continue;
+            }
+            let mut written = match self.write_batch(pos, data, first, skip, dsync) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(w) => w,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            pos += written as u64;
+            while written > 0 {
+                let left = data.get(first).map_or(0, |s| s.len() - skip);
+                if written >= left {
+                    written -= left;
+                    first += 1;
+                    skip = 0;
+                } else {
+                    skip += written;
+                    written = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        let l = libc::off_t::try_from(len)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: fallocate on an owned descriptor with checked arguments.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, off, l) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn seek(&self, offset: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: lseek on an owned descriptor; positioned I/O elsewhere
+        // never depends on the file offset.
+        let rc = unsafe { libc::lseek(self.file.as_raw_fd(), off, whence) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                return Ok(None);
+            }
+            return Err(e);
+        }
+        Ok(Some(rc as u64))
+    }
+
+    fn zero_by_writing(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        const Z: usize = 256 * 1024;
+        let zeros = Bytes::from(vec![0u8; Z.min(len as usize).max(1)]);
+        let mut pos = offset;
+        let end = offset + len;
+        while pos < end {
+            let n = (end - pos).min(zeros.len() as u64) as usize;
+            self.write_all(pos, &[zeros.slice(..n)], false)?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+}
+
+impl BlockBackend for FileBackend {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        check_range(offset, buf.len() as u64, self.size)?;
+        self.file.read_exact_at(buf, offset)?;
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, data: &[Bytes], fua: bool) -> Result<(), BackendError> {
+        if self.read_only {
+            return Err(BackendError::ReadOnly);
+        }
+        check_range(offset, total_len(data), self.size)?;
+        if fua {
+            match self.write_all(offset, data, true) {
+                Ok(()) => {
+                    self.syncs.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                    ) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.write_all(offset, data, false)?;
+            return self.fdatasync();
+        }
+        self.write_all(offset, data, false)?;
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), BackendError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.fdatasync()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        if self.read_only {
+            return Err(BackendError::ReadOnly);
+        }
+        check_range(offset, len, self.size)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.fallocate(
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                self.zero_by_writing(offset, len)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        if self.read_only {
+            return Err(BackendError::ReadOnly);
+        }
+        check_range(offset, len, self.size)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.fallocate(
+            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                ) =>
+            {
+                self.zero_by_writing(offset, len)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn allocation(&self, offset: u64, len: u64) -> Result<AllocationRun, BackendError> {
+        check_range(offset, 1, self.size)?;
+        let len = len.max(1).min(self.size - offset);
+        let end = offset + len;
+        let (mapped, run_end) = match self.seek(offset, libc::SEEK_DATA)? {
+            None => (false, end),
+            Some(data) if data > offset => (false, data.min(end)),
+            Some(_) => {
+                let hole = self.seek(offset, libc::SEEK_HOLE)?.unwrap_or(self.size);
+                (true, hole.min(end))
+            }
+        };
+        Ok(AllocationRun {
+            mapped,
+            len: run_end.saturating_sub(offset).max(1),
+        })
+    }
+
+    fn caps(&self) -> BackendCaps {
+        BackendCaps {
+            discard: !self.read_only,
+            discard_zeroes: true,
+            allocation_status: true,
+            volatile_cache: true,
+            read_only: self.read_only,
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("file:{}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(v: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(v)
+    }
+
+    #[test]
+    fn memory_read_write_discard() {
+        let m = MemoryBackend::new(3 * CHUNK as u64 + 100);
+        let mut buf = vec![0xffu8; 10];
+        m.read_at(5, &mut buf).unwrap();
+        assert_eq!(buf, vec![0; 10]);
+        assert!(!m.allocation(0, 10).unwrap().mapped);
+        // A write straddling two chunks, in two slices.
+        let off = CHUNK as u64 - 3;
+        m.write_at(off, &[b(&[1, 2]), b(&[3, 4, 5, 6])], false)
+            .unwrap();
+        let mut buf = [0u8; 6];
+        m.read_at(off, &mut buf).unwrap();
+        assert_eq!(buf, [1, 2, 3, 4, 5, 6]);
+        assert!(m.allocation(0, 1).unwrap().mapped);
+        assert_eq!(
+            m.allocation(2 * CHUNK as u64, 10).unwrap(),
+            AllocationRun {
+                mapped: false,
+                len: 10
+            }
+        );
+        // A partial discard zeroes but keeps the chunk.
+        m.discard(off, 2).unwrap();
+        m.read_at(off, &mut buf).unwrap();
+        assert_eq!(buf, [0, 0, 3, 4, 5, 6]);
+        assert!(m.allocation(off, 1).unwrap().mapped);
+        // A whole-chunk discard frees it.
+        m.discard(0, CHUNK as u64).unwrap();
+        assert!(!m.allocation(0, 1).unwrap().mapped);
+        assert_eq!(m.allocation(0, 3 * CHUNK as u64).unwrap().len, CHUNK as u64);
+        // Out of range.
+        assert!(matches!(
+            m.read_at(m.size() - 1, &mut [0u8; 2]),
+            Err(BackendError::OutOfRange { .. })
+        ));
+        assert!(m.write_at(u64::MAX, &[b(&[1])], false).is_err());
+    }
+
+    #[test]
+    fn file_create_sparse_punch_and_seek() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lu.img");
+        let size = 16 * 1024 * 1024;
+        let f = FileBackend::open(&path, Some(size), FileOptions::default()).unwrap();
+        assert_eq!(f.size(), size);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+        // Fresh file: one hole.
+        assert_eq!(
+            f.allocation(0, size).unwrap(),
+            AllocationRun {
+                mapped: false,
+                len: size
+            }
+        );
+        let data = Bytes::from(vec![0xa5u8; 1024 * 1024]);
+        f.write_at(1024 * 1024, std::slice::from_ref(&data), false)
+            .unwrap();
+        let run = f.allocation(1024 * 1024, size).unwrap();
+        assert!(run.mapped);
+        assert!(run.len >= 1024 * 1024);
+        let before = f.allocation(0, size).unwrap();
+        assert_eq!(
+            before,
+            AllocationRun {
+                mapped: false,
+                len: 1024 * 1024
+            }
+        );
+        // Punch the middle 256 KiB: it reads back zero and is a hole.
+        f.discard(1024 * 1024 + 256 * 1024, 256 * 1024).unwrap();
+        let mut buf = vec![1u8; 256 * 1024];
+        f.read_at(1024 * 1024 + 256 * 1024, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 0));
+        let hole = f.allocation(1024 * 1024 + 256 * 1024, 1024 * 1024).unwrap();
+        assert!(!hole.mapped);
+        assert_eq!(hole.len, 256 * 1024);
+        // write_zeroes reads back zero.
+        f.write_zeroes(1024 * 1024, 4096).unwrap();
+        let mut z = vec![1u8; 4096];
+        f.read_at(1024 * 1024, &mut z).unwrap();
+        assert!(z.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn file_fua_and_flush_reach_fdatasync() {
+        let dir = tempfile::tempdir().unwrap();
+        let f =
+            FileBackend::open(dir.path().join("x"), Some(1 << 20), FileOptions::default()).unwrap();
+        assert_eq!(f.sync_count(), 0);
+        f.write_at(0, &[b(&[1; 512])], false).unwrap();
+        assert_eq!(f.sync_count(), 0);
+        f.write_at(512, &[b(&[2; 512]), b(&[3; 512])], true)
+            .unwrap();
+        assert_eq!(f.sync_count(), 1);
+        f.flush().unwrap();
+        assert_eq!(f.sync_count(), 2);
+        let mut buf = [0u8; 1536];
+        f.read_at(0, &mut buf).unwrap();
+        assert_eq!(&buf[..512], &[1; 512]);
+        assert_eq!(&buf[512..1024], &[2; 512]);
+        assert_eq!(&buf[1024..], &[3; 512]);
+    }
+
+    #[test]
+    fn file_lock_and_size_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("y");
+        assert!(matches!(
+            FileBackend::open(&path, None, FileOptions::default()),
+            Err(BackendError::NoSize(_))
+        ));
+        let f = FileBackend::open(&path, Some(1 << 20), FileOptions::default()).unwrap();
+        assert!(matches!(
+            FileBackend::open(&path, Some(1 << 20), FileOptions::default()),
+            Err(BackendError::Locked(_))
+        ));
+        drop(f);
+        // Reopen without a size: the file's own size; larger size grows it.
+        let f = FileBackend::open(&path, None, FileOptions::default()).unwrap();
+        assert_eq!(f.size(), 1 << 20);
+        drop(f);
+        let f = FileBackend::open(&path, Some(2 << 20), FileOptions::default()).unwrap();
+        assert_eq!(f.size(), 2 << 20);
+        drop(f);
+        assert!(matches!(
+            FileBackend::open(&path, Some(1 << 20), FileOptions::default()),
+            Err(BackendError::SizeMismatch { .. })
+        ));
+        let ro = FileBackend::open(&path, None, FileOptions { read_only: true }).unwrap();
+        assert!(matches!(
+            ro.write_at(0, &[b(&[1])], false),
+            Err(BackendError::ReadOnly)
+        ));
+        assert!(ro.caps().read_only);
+    }
+
+    #[test]
+    fn file_many_slices_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let f =
+            FileBackend::open(dir.path().join("z"), Some(1 << 20), FileOptions::default()).unwrap();
+        // More slices than one pwritev batch, some empty.
+        let slices: Vec<Bytes> = (0..200u32)
+            .map(|i| {
+                if i % 7 == 0 {
+                    Bytes::new()
+                } else {
+                    Bytes::from(vec![(i % 251) as u8; 100])
+                }
+            })
+            .collect();
+        f.write_at(10, &slices, true).unwrap();
+        let mut want = Vec::new();
+        for s in &slices {
+            want.extend_from_slice(s);
+        }
+        let mut got = vec![0u8; want.len()];
+        f.read_at(10, &mut got).unwrap();
+        assert_eq!(got, want);
+    }
+}

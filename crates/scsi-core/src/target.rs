@@ -1,0 +1,287 @@
+//! The SCSI target device: a LUN map every transport front end dispatches
+//! through.
+//!
+//! [`ScsiTarget::dispatch`] answers REPORT LUNS itself (every SELECT
+//! REPORT, REPORT LUNS well-known LUN included), INQUIRY and REQUEST SENSE
+//! to a LUN that does not exist, and LOGICAL UNIT NOT SUPPORTED for any
+//! other command to one; everything else goes to the LU. When the map
+//! changes, every I_T nexus that has used the target gets REPORTED LUNS
+//! DATA HAS CHANGED (cleared by REPORT LUNS, reported by REQUEST SENSE,
+//! not by INQUIRY).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use bytes::Bytes;
+
+use crate::cdb::{Command, opcode};
+use crate::lu::{BoxFuture, LogicalUnit, TmfFunction, TmfRequest, TmfResponse};
+use crate::sense::{Sense, SenseKey, asc};
+use crate::task::{ItNexus, Lun, Task, TaskResult};
+
+/// The REPORT LUNS well-known logical unit (SPC-4 §8.2).
+pub const REPORT_LUNS_WLUN: Lun = Lun(0xc101_0000_0000_0000);
+
+/// A LUN map with the target-level commands and task management routing.
+#[derive(Debug, Clone, Default)]
+pub struct ScsiTarget {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    luns: RwLock<BTreeMap<Lun, Arc<dyn LogicalUnit>>>,
+    /// Nexus id -> "REPORTED LUNS DATA HAS CHANGED" pending.
+    nexuses: Mutex<HashMap<u64, bool>>,
+}
+
+fn fixed_sense(key: SenseKey, code: crate::sense::Asc) -> Bytes {
+    Sense::new(key, code).to_fixed_bytes()
+}
+
+impl ScsiTarget {
+    /// An empty target.
+    pub fn new() -> ScsiTarget {
+        ScsiTarget::default()
+    }
+
+    fn nexuses(&self) -> MutexGuard<'_, HashMap<u64, bool>> {
+        self.inner.nexuses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn map_changed(&self) {
+        for pending in self.nexuses().values_mut() {
+            *pending = true;
+        }
+    }
+
+    /// Maps `lu` at `lun`, returning the LU it replaces.
+    pub fn insert(&self, lun: Lun, lu: Arc<dyn LogicalUnit>) -> Option<Arc<dyn LogicalUnit>> {
+        let old = self
+            .inner
+            .luns
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(lun, lu);
+        self.map_changed();
+        old
+    }
+
+    /// Unmaps `lun`.
+    pub fn remove(&self, lun: Lun) -> Option<Arc<dyn LogicalUnit>> {
+        let old = self
+            .inner
+            .luns
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&lun);
+        if old.is_some() {
+            self.map_changed();
+        }
+        old
+    }
+
+    /// The LU at `lun`.
+    pub fn get(&self, lun: Lun) -> Option<Arc<dyn LogicalUnit>> {
+        self.inner
+            .luns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&lun)
+            .cloned()
+    }
+
+    /// Mapped LUNs in order.
+    pub fn luns(&self) -> Vec<Lun> {
+        self.inner
+            .luns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Runs a task: target-level commands here, the rest on its LU. The
+    /// LU's `execute` is called before this returns (ordering contract).
+    pub fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        let op = task.cdb.opcode();
+        let changed = {
+            let mut n = self.nexuses();
+            let pending = n.entry(task.nexus.id()).or_insert(false);
+            let was = *pending;
+            match op {
+                Some(opcode::REPORT_LUNS) | Some(opcode::REQUEST_SENSE) => *pending = false,
+                Some(opcode::INQUIRY) => {}
+                _ => *pending = false,
+            }
+            was
+        };
+        if op == Some(opcode::REPORT_LUNS) {
+            return Box::pin(std::future::ready(self.report_luns(&task)));
+        }
+        let lu = if task.lun == REPORT_LUNS_WLUN {
+            None
+        } else {
+            self.get(task.lun)
+        };
+        if changed && op == Some(opcode::REQUEST_SENSE) {
+            let alloc = match Command::parse(task.cdb.as_bytes()) {
+                Ok(Command::RequestSense { alloc_len, .. }) => usize::from(alloc_len),
+                _ => 0,
+            };
+            let s = fixed_sense(
+                SenseKey::UNIT_ATTENTION,
+                asc::REPORTED_LUNS_DATA_HAS_CHANGED,
+            );
+            return Box::pin(std::future::ready(TaskResult::with_data(
+                s.slice(..alloc.min(s.len())),
+            )));
+        }
+        if changed && op != Some(opcode::INQUIRY) {
+            return Box::pin(std::future::ready(TaskResult::check_condition(Sense::new(
+                SenseKey::UNIT_ATTENTION,
+                asc::REPORTED_LUNS_DATA_HAS_CHANGED,
+            ))));
+        }
+        match lu {
+            Some(lu) => lu.execute(task),
+            None => Box::pin(std::future::ready(self.missing_lun(&task))),
+        }
+    }
+
+    fn missing_lun(&self, task: &Task) -> TaskResult {
+        match Command::parse(task.cdb.as_bytes()) {
+            Ok(Command::Inquiry {
+                evpd: false,
+                page_code: 0,
+                alloc_len,
+                ..
+            }) => {
+                let mut v = vec![0u8; 36];
+                v[0] = 0x7f; // peripheral qualifier 011b, device type 1Fh
+                v[2] = 0x06;
+                v[3] = 0x02;
+                v[4] = 31;
+                v.truncate(usize::from(alloc_len));
+                TaskResult::with_data(Bytes::from(v))
+            }
+            Ok(Command::RequestSense { alloc_len, .. }) => {
+                let s = fixed_sense(SenseKey::ILLEGAL_REQUEST, asc::LOGICAL_UNIT_NOT_SUPPORTED);
+                TaskResult::with_data(s.slice(..usize::from(alloc_len).min(s.len())))
+            }
+            _ => TaskResult::check_condition(Sense::new(
+                SenseKey::ILLEGAL_REQUEST,
+                asc::LOGICAL_UNIT_NOT_SUPPORTED,
+            )),
+        }
+    }
+
+    fn report_luns(&self, task: &Task) -> TaskResult {
+        let (select, alloc) = match Command::parse(task.cdb.as_bytes()) {
+            Ok(Command::ReportLuns {
+                select_report,
+                alloc_len,
+                ..
+            }) => (select_report, alloc_len),
+            Ok(_) => {
+                return TaskResult::check_condition(Sense::new(
+                    SenseKey::ILLEGAL_REQUEST,
+                    asc::INVALID_COMMAND_OPERATION_CODE,
+                ));
+            }
+            Err(e) => return TaskResult::check_condition(Sense::from(e)),
+        };
+        if alloc < 16 {
+            return TaskResult::check_condition(Sense::illegal_field(
+                asc::INVALID_FIELD_IN_CDB,
+                true,
+                6,
+                None,
+            ));
+        }
+        let luns = self.luns();
+        let list: Vec<Lun> = match select {
+            // Logical units (no well-known LUNs).
+            0x00 | 0x11 => luns,
+            // Well-known LUNs only.
+            0x01 => vec![REPORT_LUNS_WLUN],
+            // Everything.
+            0x02 => {
+                let mut l = luns;
+                l.push(REPORT_LUNS_WLUN);
+                l
+            }
+            // Administrative LUNs / subsidiary of a LUN: none here.
+            0x10 | 0x12 => Vec::new(),
+            _ => {
+                return TaskResult::check_condition(Sense::illegal_field(
+                    asc::INVALID_FIELD_IN_CDB,
+                    true,
+                    2,
+                    None,
+                ));
+            }
+        };
+        let mut v = Vec::with_capacity(8 + 8 * list.len());
+        v.extend_from_slice(&((list.len() * 8) as u32).to_be_bytes());
+        v.extend_from_slice(&[0; 4]);
+        for l in list {
+            v.extend_from_slice(&l.to_bytes());
+        }
+        v.truncate(alloc as usize);
+        TaskResult::with_data(Bytes::from(v))
+    }
+
+    /// Routes a task management function: LU-addressed functions to their
+    /// LU (INCORRECT LOGICAL UNIT NUMBER if unmapped), TARGET RESET and
+    /// I_T NEXUS RESET to every LU. Resolves when all affected tasks ended.
+    pub fn task_management(&self, req: TmfRequest) -> BoxFuture<'static, TmfResponse> {
+        match req.function {
+            TmfFunction::TargetReset | TmfFunction::ItNexusReset => {
+                let lus: Vec<Arc<dyn LogicalUnit>> = self
+                    .inner
+                    .luns
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .cloned()
+                    .collect();
+                let futures: Vec<_> = lus
+                    .iter()
+                    .map(|lu| lu.task_management(req.clone()))
+                    .collect();
+                Box::pin(async move {
+                    let mut worst = TmfResponse::FunctionComplete;
+                    for f in futures {
+                        let r = f.await;
+                        if r != TmfResponse::FunctionComplete {
+                            worst = r;
+                        }
+                    }
+                    worst
+                })
+            }
+            _ => match self.get(req.lun) {
+                Some(lu) => lu.task_management(req),
+                None => Box::pin(std::future::ready(TmfResponse::IncorrectLun)),
+            },
+        }
+    }
+
+    /// The nexus is gone: every LU hears of it.
+    pub fn nexus_loss(&self, nexus: &ItNexus) {
+        self.nexuses().remove(&nexus.id());
+        let lus: Vec<Arc<dyn LogicalUnit>> = self
+            .inner
+            .luns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for lu in lus {
+            lu.nexus_loss(nexus);
+        }
+    }
+}

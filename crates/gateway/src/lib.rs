@@ -3,3 +3,5 @@
 
 pub mod admin;
 pub mod config;
+pub mod run;
+pub mod show;

@@ -1,1 +1,89 @@
-fn main() {}
+//! `unifab`: the storage gateway's command line.
+//!
+//! - `unifab run [--config FILE]`: serve (the embedded default without a file).
+//! - `unifab show sessions|luns|metrics [--admin ADDR]`: the operator's view of a
+//!   running gateway.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use unifab::config::{self, Config};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "unifab",
+    version,
+    about = "unifab storage gateway (iSCSI, FC, FCoE, FCIP)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the gateway. Without --config: a sparse 1 GiB file LU in
+    /// ./unifab-data/, LUN 0 of iqn.2026-11.io.unifab:default on 127.0.0.1:3260.
+    Run {
+        /// TOML configuration file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Show the state of a running gateway.
+    Show {
+        /// sessions | luns | metrics
+        what: String,
+        /// The running gateway's admin endpoint.
+        #[arg(long, default_value = config::DEFAULT_ADMIN)]
+        admin: SocketAddr,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("unifab: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Run { config } => {
+                let cfg = match config {
+                    Some(path) => Config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?,
+                    None => Config::embedded_default(),
+                };
+                unifab::run::run(cfg).await
+            }
+            Command::Show { what, admin, json } => unifab::show::show(&what, admin, json).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("unifab: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1239,35 +1239,23 @@ impl Session {
         let produced: u64 = data_in.iter().map(|b| b.len() as u64).sum();
         let sendable = produced.min(u64::from(read_len)) as u32;
 
-        let read_residual = if read_len > 0 || produced > 0 {
-            match result.residual {
-                Some(r) if entry.write_len == 0 => Some(r),
-                _ => {
-                    let p = u32::try_from(produced).unwrap_or(u32::MAX);
-                    match p.cmp(&read_len) {
-                        std::cmp::Ordering::Equal => None,
-                        std::cmp::Ordering::Greater => Some(Residual::Overflow(p - read_len)),
-                        std::cmp::Ordering::Less => Some(Residual::Underflow(read_len - p)),
-                    }
-                }
+        let derived_read = {
+            let p = u32::try_from(produced).unwrap_or(u32::MAX);
+            match p.cmp(&read_len) {
+                std::cmp::Ordering::Equal => None,
+                std::cmp::Ordering::Greater => Some(Residual::Overflow(p - read_len)),
+                std::cmp::Ordering::Less => Some(Residual::Underflow(read_len - p)),
             }
-        } else {
-            None
         };
-        let write_residual = if entry.write_len > 0 {
-            result.residual
-        } else {
-            None
-        };
-        // For a bidirectional command the read residual goes in the
-        // bidirectional fields and the write residual in the main ones.
+        // The device server's own residual wins (it knows what a write
+        // needed; a pass-through LU reports the remote target's). For a
+        // bidirectional command it is the write residual and the read
+        // residual is derived from the data.
         let bidi = entry.read_len > 0 && entry.write_len > 0;
         let (main_residual, bidi_residual) = if bidi {
-            (write_residual, read_residual)
-        } else if entry.write_len > 0 {
-            (write_residual, None)
+            (result.residual, derived_read)
         } else {
-            (read_residual, None)
+            (result.residual.or(derived_read), None)
         };
 
         let good = result.status == Status::GOOD && result.sense.is_none();

@@ -1,0 +1,311 @@
+//! `unifab run`: builds the logical units, the SCSI targets and the iSCSI
+//! portal from a [`Config`], serves until SIGINT/SIGTERM, then shuts down
+//! gracefully (every initiator is asked to log out; in-flight tasks finish).
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use unifab_iscsi::negotiate::Digest;
+use unifab_iscsi::target::io::TaskRouter;
+use unifab_iscsi::target::server::{ChapSettings, ServerConfig, TargetNode, TargetServer};
+use unifab_scsi_core::backend::{BlockBackend, FileBackend, FileOptions, MemoryBackend};
+use unifab_scsi_core::emulated::{EmulatedLu, EmulatedLuConfig};
+use unifab_scsi_core::target::ScsiTarget;
+use unifab_scsi_core::{
+    BoxFuture, ItNexus, LogicalUnit, Lun, Task, TaskResult, TmfRequest, TmfResponse,
+};
+
+use crate::admin::{self, AdminView, Metrics};
+use crate::config::{Backend, Config, LuConfig};
+
+/// A SCSI target as the iSCSI front end sees it.
+#[derive(Debug)]
+pub struct Router(pub Arc<ScsiTarget>);
+
+impl TaskRouter for Router {
+    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        self.0.dispatch(task)
+    }
+    fn task_management(&self, request: TmfRequest) -> BoxFuture<'static, TmfResponse> {
+        self.0.task_management(request)
+    }
+    fn nexus_loss(&self, nexus: &ItNexus) {
+        self.0.nexus_loss(nexus);
+    }
+}
+
+/// Opens a LU's backend and builds the emulated LU.
+pub fn build_lu(
+    lu: &LuConfig,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(Arc<EmulatedLu>, Arc<dyn BlockBackend>)> {
+    let backend: Arc<dyn BlockBackend> = match lu.parsed_backend().map_err(anyhow::Error::msg)? {
+        Backend::Memory => {
+            let size = lu.size.map(|s| s.0).context("a memory LU needs a size")?;
+            Arc::new(MemoryBackend::new(size))
+        }
+        Backend::File(path) => {
+            if let Some(dir) = path.parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                }
+            }
+            let b = FileBackend::open(
+                &path,
+                lu.size.map(|s| s.0),
+                FileOptions {
+                    read_only: lu.read_only,
+                    ..FileOptions::default()
+                },
+            )
+            .with_context(|| format!("lu {:?}: opening {}", lu.name, path.display()))?;
+            Arc::new(b)
+        }
+    };
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    let defaults = EmulatedLuConfig::default();
+    let cfg = EmulatedLuConfig {
+        name: lu.name.clone(),
+        block_size: lu.block_size.unwrap_or(512),
+        serial: lu.serial.clone().unwrap_or_default(),
+        identity: lu.name.clone(),
+        pr_path: Some(data_dir.join(format!("{}.pr", sanitize(&lu.name)))),
+        write_cache: lu.write_cache.unwrap_or(defaults.write_cache),
+        read_only: lu.read_only,
+        ..defaults
+    };
+    let emulated = EmulatedLu::new(cfg, backend.clone())
+        .with_context(|| format!("lu {:?}: cannot build the logical unit", lu.name))?;
+    Ok((Arc::new(emulated), backend))
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The running gateway's state as the admin endpoint shows it.
+struct View {
+    server: Option<TargetServer>,
+    luns: Vec<(String, Arc<EmulatedLu>)>,
+    metrics: Arc<Metrics>,
+}
+
+impl AdminView for View {
+    fn show(&self, what: &str) -> Option<String> {
+        match what {
+            "sessions" => {
+                let v: Vec<serde_json::Value> = self
+                    .server
+                    .iter()
+                    .flat_map(|s| s.sessions())
+                    .map(|s| {
+                        serde_json::json!({
+                            "target": s.target, "initiator": s.initiator, "isid": s.isid,
+                            "tsih": s.tsih, "peer": s.peer, "digests": s.digests,
+                            "commands": s.commands,
+                        })
+                    })
+                    .collect();
+                Some(serde_json::Value::Array(v).to_string())
+            }
+            "luns" => {
+                let v: Vec<serde_json::Value> = self
+                    .luns
+                    .iter()
+                    .map(|(name, lu)| {
+                        let d = lu.describe();
+                        serde_json::json!({
+                            "name": name, "backend": d.backend, "block_size": d.block_size,
+                            "blocks": d.blocks, "bytes": u64::from(d.block_size) * d.blocks,
+                            "naa": format!("{:016x}", lu.naa()),
+                        })
+                    })
+                    .collect();
+                Some(serde_json::Value::Array(v).to_string())
+            }
+            _ => None,
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let sessions = self.server.as_ref().map_or(0, |s| s.sessions().len());
+        if let Some(s) = &self.server {
+            self.metrics
+                .scsi_commands
+                .store(s.commands(), std::sync::atomic::Ordering::Relaxed);
+        }
+        self.metrics.render(sessions)
+    }
+}
+
+/// Serves `cfg` until a termination signal.
+pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
+    let data_dir = cfg.admin.data_dir.clone();
+    let mut lus: HashMap<String, Arc<EmulatedLu>> = HashMap::new();
+    let mut lu_list = Vec::new();
+    let mut backends = Vec::new();
+    for lu in &cfg.lu {
+        let (built, backend) = build_lu(lu, &data_dir)?;
+        backends.push(backend);
+        let d = built.describe();
+        info!(
+            lu = %lu.name,
+            backend = %d.backend,
+            bytes = u64::from(d.block_size) * d.blocks,
+            block_size = d.block_size,
+            "logical unit ready"
+        );
+        lus.insert(lu.name.clone(), built.clone());
+        lu_list.push((lu.name.clone(), built));
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let metrics = Arc::new(Metrics::default());
+    let mut server_handle = None;
+    let mut tasks = Vec::new();
+
+    if let Some(iscsi) = &cfg.iscsi {
+        let mut nodes = Vec::new();
+        for t in &iscsi.target {
+            let scsi = Arc::new(ScsiTarget::new());
+            for (i, name) in t.luns.iter().enumerate() {
+                let lu = lus
+                    .get(name)
+                    .with_context(|| format!("lun {name:?} is not defined"))?;
+                let index = u16::try_from(i).ok().and_then(Lun::from_index);
+                let Some(lun) = index else {
+                    bail!("target {}: too many LUNs", t.iqn);
+                };
+                scsi.insert(lun, lu.clone() as Arc<dyn LogicalUnit>);
+            }
+            nodes.push(TargetNode {
+                name: t.iqn.clone(),
+                alias: t.alias.clone(),
+                router: Arc::new(Router(scsi)),
+                allow: t.allow.clone(),
+                chap: t.chap.as_ref().map(|c| ChapSettings {
+                    user: c.user.clone(),
+                    secret: c.secret.clone().into_bytes(),
+                    mutual: match (&c.mutual_user, &c.mutual_secret) {
+                        (Some(u), Some(s)) => Some((u.clone(), s.clone().into_bytes())),
+                        _ => None,
+                    },
+                }),
+            });
+        }
+        let mut sc = ServerConfig::default();
+        if let Some(n) = iscsi.max_connections {
+            sc.max_connections = n;
+        }
+        if let Some(q) = iscsi.queue_depth {
+            sc.limits.queue_depth = q.max(1);
+        }
+        if let Some(v) = iscsi.max_recv_data_segment_length {
+            sc.negotiation.max_recv_data_segment_length = v.clamp(512, 16_777_215);
+        }
+        if let Some(v) = iscsi.max_burst_length {
+            sc.negotiation.max_burst_length = v.clamp(512, 16_777_215);
+        }
+        if let Some(v) = iscsi.first_burst_length {
+            sc.negotiation.first_burst_length = v.clamp(512, 16_777_215);
+        }
+        if let Some(v) = iscsi.immediate_data {
+            sc.negotiation.immediate_data = v;
+        }
+        if let Some(v) = iscsi.initial_r2t {
+            sc.negotiation.initial_r2t = v;
+        }
+        if let Some(d) = &iscsi.digests {
+            let list: Vec<Digest> = d.iter().filter_map(|s| Digest::from_name(s)).collect();
+            sc.negotiation.header_digests = list.clone();
+            sc.negotiation.data_digests = list;
+        }
+        if let Some(s) = iscsi.nop_in_interval {
+            sc.limits.nop_in_interval = (s > 0).then(|| Duration::from_secs(s));
+        }
+        if let Some(s) = iscsi.login_timeout {
+            sc.login_timeout = Duration::from_secs(s.max(1));
+        }
+        let (server, listeners) = TargetServer::bind(&iscsi.listen, sc, nodes).await?;
+        for addr in server.local_addrs() {
+            for t in &iscsi.target {
+                // The operator's first line: what to connect to.
+                println!("iSCSI target {} on {addr}", t.iqn);
+                for i in 0..t.luns.len() {
+                    println!("  iscsi://{addr}/{}/{i}", t.iqn);
+                }
+            }
+        }
+        let s2 = server.clone();
+        let rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move { s2.run(listeners, rx).await }));
+        server_handle = Some(server);
+    }
+
+    match tokio::net::TcpListener::bind(cfg.admin.listen).await {
+        Ok(l) => {
+            let view = Arc::new(View {
+                server: server_handle.clone(),
+                luns: lu_list,
+                metrics,
+            });
+            let rx = stop_rx.clone();
+            tasks.push(tokio::spawn(admin::serve(l, view, rx)));
+        }
+        Err(e) => warn!(addr = %cfg.admin.listen, error = %e, "admin endpoint not available"),
+    }
+
+    wait_for_signal().await;
+    info!("shutting down: asking initiators to log out");
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+    }
+    // Everything acknowledged is already on stable storage where the
+    // protocol asked for it; flush the rest of the page cache too.
+    for b in &backends {
+        if let Err(e) = b.flush() {
+            warn!(error = %e, "final flush failed");
+        }
+    }
+    info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

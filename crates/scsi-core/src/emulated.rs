@@ -1078,7 +1078,10 @@ impl Inner {
         let res = self
             .io(move |me| {
                 let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
-                if zero && unmap {
+                // UNMAP=1 deallocates whatever the data block holds: with
+                // LBPRZ=1 the blocks then read back as zeros (SBC-3 §4.7.3.4;
+                // libiscsi's WriteSame*.UnmapUntilEnd checks exactly this).
+                if unmap {
                     me.backend.discard(off, len)?;
                 } else if zero {
                     me.backend.write_zeroes(off, len)?;
@@ -1815,7 +1818,15 @@ impl LogicalUnit for EmulatedLu {
                 };
                 let mut st = inner.lock();
                 st.reserve6 = None;
-                inner.ua_where(&mut st, |k| *k != me, code, true);
+                // LOGICAL UNIT RESET: a unit attention for every I_T nexus,
+                // the requester's included (SAM-5 §6.3.2; libiscsi's
+                // MultipathIO.Reset counts it on the resetting path too).
+                // TARGET RESET: every nexus but the requester's, which
+                // learns of the reset from the TMF response; libiscsi's
+                // Reserve6.LUNReset, run right after TargetWarmReset on the
+                // same session, expects its next command to succeed.
+                let is_target = request.function == TmfFunction::TargetReset;
+                inner.ua_where(&mut st, |k| !is_target || *k != me, code, true);
                 inner.update_reserved(&st);
                 w
             }

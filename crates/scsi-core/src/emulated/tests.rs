@@ -588,6 +588,11 @@ async fn reserve6_two_nexuses_and_release_by_reset_and_loss() {
         })
         .await;
     assert_eq!(resp, TmfResponse::FunctionComplete);
+    // A LU reset tells every nexus, the requester's included.
+    assert_ua(
+        &run(&lu, &c, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
     assert_good(&run(&lu, &c, &[0x16, 0, 0, 0, 0, 0], &[]).await);
     assert_ua(
         &run(&lu, &b, &tur(), &[]).await,

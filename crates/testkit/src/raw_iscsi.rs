@@ -29,6 +29,9 @@ pub struct RawOptions {
     pub chap: Option<(String, String)>,
     /// Read timeout for every receive.
     pub timeout: Duration,
+    /// After login, send TEST UNIT READY until it is GOOD, consuming the
+    /// power-on and other unit attentions as initiators do.
+    pub clear_unit_attention: bool,
 }
 
 impl Default for RawOptions {
@@ -39,6 +42,7 @@ impl Default for RawOptions {
             digests: false,
             chap: None,
             timeout: Duration::from_secs(10),
+            clear_unit_attention: true,
         }
     }
 }
@@ -192,6 +196,9 @@ impl RawSession {
                     s.exp_stat_sn = rsp.stat_sn.wrapping_add(1);
                     s.max_cmd_sn = rsp.max_cmd_sn;
                     s.outcome = outcome;
+                    if opts.clear_unit_attention {
+                        s.clear_unit_attentions()?;
+                    }
                     return Ok(s);
                 }
                 InitiatorStep::Failed(e) => return Err(other(format!("login failed: {e}"))),
@@ -378,6 +385,25 @@ impl RawSession {
                 }
             }
         }
+    }
+
+    /// TEST UNIT READY until GOOD (at most 16 unit attentions).
+    pub fn clear_unit_attentions(&mut self) -> io::Result<()> {
+        for _ in 0..16 {
+            let r = self.command(&[0, 0, 0, 0, 0, 0], &[], 0)?;
+            if r.status == 0 {
+                return Ok(());
+            }
+            // CHECK CONDITION with UNIT ATTENTION (key 6): try again.
+            let key = r.sense.get(2).map(|k| k & 0x0f);
+            if r.status != 2 || key != Some(6) {
+                return Err(other(format!(
+                    "TEST UNIT READY: status {:#x} sense {:02x?}",
+                    r.status, r.sense
+                )));
+            }
+        }
+        Err(other("unit attentions did not clear"))
     }
 
     /// READ(16) of `blocks` blocks of `block_size` at `lba`.

@@ -1,0 +1,102 @@
+//! Starting and stopping a real `unifab` process for integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `unifab run --config …`.
+pub struct Gateway {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub iqn: String,
+    pub config: PathBuf,
+}
+
+impl Gateway {
+    /// Writes `config` (with `@PORT@` replaced by 0-port listen and admin
+    /// addresses) and starts the gateway, waiting for it to print its portal.
+    pub fn start(dir: &Path, config: &str) -> Gateway {
+        let path = dir.join("unifab.toml");
+        std::fs::write(&path, config).unwrap();
+        Gateway::start_with(path)
+    }
+
+    /// Starts the gateway on an existing config file.
+    pub fn start_with(path: PathBuf) -> Gateway {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_unifab"))
+            .arg("run")
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn unifab");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(Instant::now() < deadline, "unifab did not print its portal");
+            let line = lines
+                .next()
+                .expect("unifab exited before printing its portal")
+                .unwrap();
+            // "iSCSI target IQN on ADDR"
+            if let Some(rest) = line.strip_prefix("iSCSI target ") {
+                let mut parts = rest.split(" on ");
+                let iqn = parts.next().unwrap().to_string();
+                let addr: SocketAddr = parts.next().unwrap().trim().parse().unwrap();
+                // Drain the rest of stdout in the background.
+                std::thread::spawn(move || for _ in lines {});
+                return Gateway {
+                    child,
+                    addr,
+                    iqn,
+                    config: path,
+                };
+            }
+        }
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(mut self) -> PathBuf {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.config.clone()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config serving one file LU over iSCSI on an ephemeral port.
+pub fn file_lu_config(dir: &Path, size: &str) -> String {
+    format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{dir}/disk.img"
+size = "{size}"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = 5
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:test"
+luns = ["disk"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{dir}/state"
+"#,
+        dir = dir.display()
+    )
+}

@@ -62,7 +62,6 @@ pub fn build_lu(
                 lu.size.map(|s| s.0),
                 FileOptions {
                     read_only: lu.read_only,
-                    ..FileOptions::default()
                 },
             )
             .with_context(|| format!("lu {:?}: opening {}", lu.name, path.display()))?;

@@ -1,1 +1,5 @@
-//! Test helpers.
+//! Test helpers for unifab (not published): a raw iSCSI test initiator that
+//! can send malformed PDUs, and launchers for the real peers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod raw_iscsi;

@@ -1,0 +1,200 @@
+//! The operator endpoint: a small HTTP/1.1 server on loopback answering
+//! `GET /show/<what>` with JSON (what `unifab show …` prints) and
+//! `GET /metrics` in the Prometheus text format.
+//!
+//! Requests are bounded (8 KiB, 5 s, 64 at once); anything but GET is
+//! refused. There is no authentication: keep it on loopback (the default).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tracing::{debug, info, warn};
+
+/// Gateway-wide counters, rendered at `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// TCP connections accepted on iSCSI portals.
+    pub iscsi_connections: AtomicU64,
+    /// Logins that succeeded.
+    pub iscsi_logins: AtomicU64,
+    /// Logins refused (authentication, authorization, protocol).
+    pub iscsi_login_failures: AtomicU64,
+    /// SCSI commands run.
+    pub scsi_commands: AtomicU64,
+}
+
+impl Metrics {
+    /// Prometheus text exposition.
+    pub fn render(&self, sessions: usize) -> String {
+        let mut s = String::new();
+        let mut counter = |name: &str, help: &str, v: u64| {
+            s.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+            ));
+        };
+        counter(
+            "unifab_iscsi_connections_total",
+            "TCP connections accepted on iSCSI portals.",
+            self.iscsi_connections.load(Ordering::Relaxed),
+        );
+        counter(
+            "unifab_iscsi_logins_total",
+            "iSCSI logins that reached full-feature phase.",
+            self.iscsi_logins.load(Ordering::Relaxed),
+        );
+        counter(
+            "unifab_iscsi_login_failures_total",
+            "iSCSI logins refused.",
+            self.iscsi_login_failures.load(Ordering::Relaxed),
+        );
+        counter(
+            "unifab_scsi_commands_total",
+            "SCSI commands run.",
+            self.scsi_commands.load(Ordering::Relaxed),
+        );
+        s.push_str(&format!(
+            "# HELP unifab_iscsi_sessions iSCSI sessions in full-feature phase.\n# TYPE unifab_iscsi_sessions gauge\nunifab_iscsi_sessions {sessions}\n"
+        ));
+        s
+    }
+}
+
+/// What the admin endpoint can show; implemented by the running gateway.
+pub trait AdminView: Send + Sync + 'static {
+    /// JSON for `/show/<what>`, or `None` if there is no such view.
+    fn show(&self, what: &str) -> Option<String>;
+    /// Prometheus text for `/metrics`.
+    fn metrics(&self) -> String;
+}
+
+/// Serves the admin endpoint until `shutdown` flips.
+pub async fn serve(
+    listener: TcpListener,
+    view: Arc<dyn AdminView>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let limit = Arc::new(Semaphore::new(64));
+    if let Ok(a) = listener.local_addr() {
+        info!(addr = %a, "admin endpoint listening");
+    }
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let Ok((stream, peer)) = r else { continue };
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    warn!(%peer, "admin endpoint busy");
+                    continue;
+                };
+                let view = view.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), handle(stream, view)).await {
+                        debug!(%peer, error = %e, "admin request timed out");
+                    }
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+async fn handle(mut stream: TcpStream, view: Arc<dyn AdminView>) {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if buf.windows(4).any(|w| w == b"\r\n\r\n") || buf.windows(2).any(|w| w == b"\n\n") {
+            break;
+        }
+        if buf.len() > 8192 {
+            let _ = respond(&mut stream, 431, "text/plain", "request too large\n").await;
+            return;
+        }
+    }
+    let line = String::from_utf8_lossy(&buf);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        let _ = respond(&mut stream, 405, "text/plain", "only GET\n").await;
+        return;
+    }
+    if path == "/metrics" {
+        let body = view.metrics();
+        let _ = respond(&mut stream, 200, "text/plain; version=0.0.4", &body).await;
+    } else if let Some(what) = path.strip_prefix("/show/") {
+        match view.show(what) {
+            Some(json) => {
+                let _ = respond(&mut stream, 200, "application/json", &json).await;
+            }
+            None => {
+                let _ = respond(&mut stream, 404, "text/plain", "no such view\n").await;
+            }
+        }
+    } else {
+        let _ = respond(
+            &mut stream,
+            404,
+            "text/plain",
+            "try /show/sessions, /show/luns, /metrics\n",
+        )
+        .await;
+    }
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    code: u16,
+    ctype: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let reason = match code {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Error",
+    };
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Client side for `unifab show`: fetches `path` from a running gateway.
+pub async fn fetch(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let mut s = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("cannot reach the gateway's admin endpoint at {addr}: {e} (is `unifab run` running? see --admin)"))?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .map_err(|_| "the admin endpoint did not answer in 10 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| "malformed HTTP answer".to_string())?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "{}: {}",
+            head.lines().next().unwrap_or(""),
+            body.trim()
+        ));
+    }
+    Ok(body.to_string())
+}

@@ -1,0 +1,577 @@
+//! The gateway's configuration file (TOML) and the embedded default.
+//!
+//! Unknown keys are refused: the error names the file, the line and the
+//! key, so a typo never silently falls back to a default.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The IQN the embedded default serves.
+pub const DEFAULT_IQN: &str = "iqn.2026-11.io.unifab:default";
+/// Where the embedded default keeps its data.
+pub const DEFAULT_DATA_DIR: &str = "./unifab-data";
+/// The embedded default portal.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:3260";
+/// The embedded default admin endpoint.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9260";
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Logical units.
+    #[serde(default)]
+    pub lu: Vec<LuConfig>,
+    /// The iSCSI front end.
+    #[serde(default)]
+    pub iscsi: Option<IscsiConfig>,
+    /// Operator endpoint.
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// One logical unit.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LuConfig {
+    /// Name, referenced by targets' `luns`.
+    pub name: String,
+    /// `"memory"` or `"file:/path"`.
+    pub backend: String,
+    /// Size such as `"1GiB"`, `"512MiB"`, `"4096"`; a missing file is
+    /// created sparse with this size. Required for memory backends.
+    #[serde(default)]
+    pub size: Option<Size>,
+    /// Logical block length: 512 (default) or 4096.
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// Refuse writes (DATA PROTECT / WRITE PROTECTED).
+    #[serde(default)]
+    pub read_only: bool,
+    /// Write cache enabled at power-on (WCE of the caching mode page).
+    /// With it off every write reaches stable storage before its status.
+    #[serde(default)]
+    pub write_cache: Option<bool>,
+    /// Unit serial number (VPD 0x80); derived from the name if absent.
+    #[serde(default)]
+    pub serial: Option<String>,
+}
+
+/// A size in bytes, written as a number or a string with a binary suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Size(n)),
+            Raw::S(s) => parse_size(&s).map(Size).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parses `"1GiB"`, `"512 MiB"`, `"4k"`, `"1048576"`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected a number with an optional unit"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        "t" | "tib" | "tb" => 1 << 40,
+        other => {
+            return Err(format!(
+                "invalid size unit {other:?} in {s:?} (use KiB, MiB, GiB, TiB)"
+            ));
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} overflows 64 bits"))
+}
+
+/// The iSCSI front end.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IscsiConfig {
+    /// Portals to listen on.
+    pub listen: Vec<SocketAddr>,
+    /// Targets.
+    #[serde(default)]
+    pub target: Vec<TargetConfig>,
+    /// Most TCP connections at once (default 1024).
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Commands a session may have outstanding (the CmdSN window, default 128).
+    #[serde(default)]
+    pub queue_depth: Option<u32>,
+    /// Our MaxRecvDataSegmentLength (default 262144).
+    #[serde(default)]
+    pub max_recv_data_segment_length: Option<u32>,
+    /// MaxBurstLength we accept at most (default 1 MiB).
+    #[serde(default)]
+    pub max_burst_length: Option<u32>,
+    /// FirstBurstLength we accept at most (default 256 KiB).
+    #[serde(default)]
+    pub first_burst_length: Option<u32>,
+    /// Offer ImmediateData=Yes (default true).
+    #[serde(default)]
+    pub immediate_data: Option<bool>,
+    /// Offer InitialR2T=No (default: InitialR2T=No, i.e. `false`).
+    #[serde(default)]
+    pub initial_r2t: Option<bool>,
+    /// Digests the target accepts, in preference order: `["None", "CRC32C"]`.
+    #[serde(default)]
+    pub digests: Option<Vec<String>>,
+    /// Seconds between NOP-In pings to an idle initiator (0 = never; default 30).
+    #[serde(default)]
+    pub nop_in_interval: Option<u64>,
+    /// Seconds a login may take before the connection is dropped (default 15).
+    #[serde(default)]
+    pub login_timeout: Option<u64>,
+}
+
+/// One iSCSI target node.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// iSCSI name.
+    pub iqn: String,
+    /// TargetAlias.
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// LU names: LUN 0, 1, … in order.
+    pub luns: Vec<String>,
+    /// Initiator names allowed to log in (absent: everyone).
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    /// CHAP credentials; with them, login requires CHAP.
+    #[serde(default)]
+    pub chap: Option<ChapConfig>,
+}
+
+/// CHAP credentials.
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChapConfig {
+    /// The name the initiator answers with (CHAP_N).
+    pub user: String,
+    /// The initiator's secret.
+    pub secret: String,
+    /// For mutual CHAP: the name the target answers with.
+    #[serde(default)]
+    pub mutual_user: Option<String>,
+    /// For mutual CHAP: the target's secret.
+    #[serde(default)]
+    pub mutual_secret: Option<String>,
+}
+
+impl fmt::Debug for ChapConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChapConfig")
+            .field("user", &self.user)
+            .field("secret", &"<redacted>")
+            .field("mutual_user", &self.mutual_user)
+            .field(
+                "mutual_secret",
+                &self.mutual_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// Operator endpoint: `unifab show …` and Prometheus metrics.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// HTTP listen address (loopback by default).
+    #[serde(default = "default_admin")]
+    pub listen: SocketAddr,
+    /// Directory for state (reservations with APTPL).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: default_admin(),
+            data_dir: default_data_dir(),
+        }
+    }
+}
+
+fn default_admin() -> SocketAddr {
+    DEFAULT_ADMIN
+        .parse()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9260)))
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from(DEFAULT_DATA_DIR)
+}
+
+/// Where a LU keeps its blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// RAM.
+    Memory,
+    /// A file (created sparse if missing).
+    File(PathBuf),
+}
+
+impl LuConfig {
+    /// The parsed backend.
+    pub fn parsed_backend(&self) -> Result<Backend, String> {
+        if self.backend == "memory" {
+            Ok(Backend::Memory)
+        } else if let Some(p) = self.backend.strip_prefix("file:") {
+            if p.is_empty() {
+                return Err(format!(
+                    "lu {:?}: backend \"file:\" needs a path",
+                    self.name
+                ));
+            }
+            Ok(Backend::File(PathBuf::from(p)))
+        } else {
+            Err(format!(
+                "lu {:?}: unknown backend {:?} (expected \"memory\" or \"file:/path\")",
+                self.name, self.backend
+            ))
+        }
+    }
+}
+
+/// A configuration error, naming where it is.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// The embedded default: a sparse 1 GiB file LU in `./unifab-data/`,
+    /// LUN 0 of [`DEFAULT_IQN`] on 127.0.0.1:3260.
+    pub fn embedded_default() -> Config {
+        Config {
+            lu: vec![LuConfig {
+                name: "default".into(),
+                backend: format!("file:{DEFAULT_DATA_DIR}/default.img"),
+                size: Some(Size(1 << 30)),
+                block_size: None,
+                read_only: false,
+                write_cache: None,
+                serial: None,
+            }],
+            iscsi: Some(IscsiConfig {
+                listen: vec![
+                    DEFAULT_LISTEN
+                        .parse()
+                        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 3260))),
+                ],
+                target: vec![TargetConfig {
+                    iqn: DEFAULT_IQN.into(),
+                    alias: Some("unifab default".into()),
+                    luns: vec!["default".into()],
+                    allow: None,
+                    chap: None,
+                }],
+                max_connections: None,
+                queue_depth: None,
+                max_recv_data_segment_length: None,
+                max_burst_length: None,
+                first_burst_length: None,
+                immediate_data: None,
+                initial_r2t: None,
+                digests: None,
+                nop_in_interval: None,
+                login_timeout: None,
+            }),
+            admin: AdminConfig::default(),
+        }
+    }
+
+    /// Reads and checks a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and checks TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let msg = e.message().trim().to_string();
+            match line {
+                Some(l) => ConfigError(format!("{origin}:{l}: {msg}")),
+                None => ConfigError(format!("{origin}: {msg}")),
+            }
+        })?;
+        cfg.validate()
+            .map_err(|m| ConfigError(format!("{origin}: {m}")))?;
+        Ok(cfg)
+    }
+
+    /// Cross-checks: unique names, LUN references, sizes, IQN syntax.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut names = HashSet::new();
+        for lu in &self.lu {
+            if !names.insert(lu.name.as_str()) {
+                return Err(format!("lu {:?} is defined twice", lu.name));
+            }
+            let backend = lu.parsed_backend()?;
+            if backend == Backend::Memory && lu.size.is_none() {
+                return Err(format!("lu {:?}: a memory backend needs a size", lu.name));
+            }
+            let bs = lu.block_size.unwrap_or(512);
+            if bs != 512 && bs != 4096 {
+                return Err(format!(
+                    "lu {:?}: block_size must be 512 or 4096, not {bs}",
+                    lu.name
+                ));
+            }
+            if let Some(Size(s)) = lu.size {
+                if s == 0 || s % u64::from(bs) != 0 {
+                    return Err(format!(
+                        "lu {:?}: size {s} is not a positive multiple of the block size {bs}",
+                        lu.name
+                    ));
+                }
+            }
+        }
+        if let Some(iscsi) = &self.iscsi {
+            if iscsi.listen.is_empty() {
+                return Err("iscsi.listen is empty".into());
+            }
+            let mut iqns = HashSet::new();
+            for t in &iscsi.target {
+                check_iscsi_name(&t.iqn).map_err(|e| format!("iscsi.target {:?}: {e}", t.iqn))?;
+                if !iqns.insert(t.iqn.to_ascii_lowercase()) {
+                    return Err(format!("iscsi.target {:?} is defined twice", t.iqn));
+                }
+                if t.luns.is_empty() {
+                    return Err(format!("iscsi.target {:?} has no luns", t.iqn));
+                }
+                for l in &t.luns {
+                    if !names.contains(l.as_str()) {
+                        return Err(format!(
+                            "iscsi.target {:?}: lun {l:?} is not a defined lu",
+                            t.iqn
+                        ));
+                    }
+                }
+                if let Some(c) = &t.chap {
+                    if c.mutual_user.is_some() != c.mutual_secret.is_some() {
+                        return Err(format!(
+                            "iscsi.target {:?}: mutual CHAP needs both mutual_user and mutual_secret",
+                            t.iqn
+                        ));
+                    }
+                    if c.secret.len() < 12 {
+                        return Err(format!(
+                            "iscsi.target {:?}: CHAP secrets must be at least 12 bytes (RFC 7143 §9.2.1)",
+                            t.iqn
+                        ));
+                    }
+                    if c.mutual_secret.as_ref().is_some_and(|s| s.len() < 12) {
+                        return Err(format!(
+                            "iscsi.target {:?}: the mutual CHAP secret must be at least 12 bytes",
+                            t.iqn
+                        ));
+                    }
+                    if c.mutual_secret.as_ref() == Some(&c.secret) {
+                        return Err(format!(
+                            "iscsi.target {:?}: the mutual secret must differ from the initiator's",
+                            t.iqn
+                        ));
+                    }
+                }
+            }
+            if let Some(d) = &iscsi.digests {
+                for v in d {
+                    if v != "None" && v != "CRC32C" {
+                        return Err(format!(
+                            "iscsi.digests: unknown digest {v:?} (None, CRC32C)"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks an iSCSI name's form (RFC 7143 §4.2.7): `iqn.YYYY-MM.reversed.domain[:…]`,
+/// `eui.` + 16 hex digits, or `naa.` + 16 or 32 hex digits; at most 223 bytes.
+pub fn check_iscsi_name(name: &str) -> Result<(), String> {
+    if name.len() > 223 {
+        return Err("longer than 223 bytes".into());
+    }
+    let lower = name.to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix("iqn.") {
+        let b = rest.as_bytes();
+        let date_ok = b.len() >= 8
+            && b[..4].iter().all(u8::is_ascii_digit)
+            && b[4] == b'-'
+            && b[5..7].iter().all(u8::is_ascii_digit)
+            && b[7] == b'.';
+        if !date_ok {
+            return Err("iqn names need a date: iqn.YYYY-MM.domain".into());
+        }
+        if !rest[8..]
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-.:".contains(c))
+        {
+            return Err("iqn names may hold only letters, digits, '-', '.', ':'".into());
+        }
+        Ok(())
+    } else if let Some(hex) = lower.strip_prefix("eui.") {
+        if hex.len() == 16 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            Ok(())
+        } else {
+            Err("eui names need 16 hex digits".into())
+        }
+    } else if let Some(hex) = lower.strip_prefix("naa.") {
+        if (hex.len() == 16 || hex.len() == 32) && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            Ok(())
+        } else {
+            Err("naa names need 16 or 32 hex digits".into())
+        }
+    } else {
+        Err("an iSCSI name starts with iqn., eui. or naa.".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[[lu]]
+name = "vol0"
+backend = "file:/var/lib/unifab/vol0.img"   # or "memory"
+size = "1GiB"                               # created sparse if missing
+[iscsi]
+listen = ["127.0.0.1:3260"]
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:vol0"
+luns = ["vol0"]                             # LUN 0, 1, … in order
+allow = ["iqn.1994-05.com.example:host1"]   # optional initiator ACL
+chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret = "mutualsecret" }
+"#;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let c = Config::parse(EXAMPLE, "example.toml").unwrap();
+        assert_eq!(c.lu[0].size, Some(Size(1 << 30)));
+        assert_eq!(
+            c.lu[0].parsed_backend().unwrap(),
+            Backend::File("/var/lib/unifab/vol0.img".into())
+        );
+        let t = &c.iscsi.as_ref().unwrap().target[0];
+        assert_eq!(
+            t.allow.as_ref().unwrap()[0],
+            "iqn.1994-05.com.example:host1"
+        );
+        assert_eq!(t.chap.as_ref().unwrap().mutual_user.as_deref(), Some("t"));
+        assert!(!format!("{:?}", t.chap).contains("secretsecret"));
+    }
+
+    #[test]
+    fn unknown_keys_name_file_line_and_key() {
+        let bad = EXAMPLE.replace("luns = [\"vol0\"]", "luns = [\"vol0\"]\nlunz = 3");
+        let e = Config::parse(&bad, "site.toml").unwrap_err().to_string();
+        assert!(e.starts_with("site.toml:11:"), "{e}");
+        assert!(e.contains("lunz"), "{e}");
+        let e = Config::parse("[iscsi]\nlisten=[]\nbogus=1\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.toml:3:") && e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn cross_checks() {
+        let e = Config::parse(
+            &EXAMPLE.replace("luns = [\"vol0\"]", "luns = [\"vol9\"]"),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("vol9"), "{e}");
+        let e = Config::parse(
+            &EXAMPLE.replace("secret = \"secretsecret\"", "secret = \"short\""),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("12 bytes"), "{e}");
+        let e = Config::parse(
+            &EXAMPLE.replace("size = \"1GiB\"", "size = \"1GiB\"\nblock_size = 520"),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("block_size"), "{e}");
+        let e = Config::parse(
+            &EXAMPLE.replace("iqn.2026-11.io.unifab:vol0", "notaname"),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("iqn."), "{e}");
+        let e = Config::parse("[[lu]]\nname=\"m\"\nbackend=\"memory\"\n", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs a size"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("123"), Ok(123));
+        assert!(parse_size("1.5G").is_err());
+        assert!(parse_size("10XB").is_err());
+        assert!(parse_size("99999999999999999999TiB").is_err());
+    }
+
+    #[test]
+    fn embedded_default_is_valid() {
+        let c = Config::embedded_default();
+        c.validate().unwrap();
+        assert_eq!(c.iscsi.unwrap().target[0].iqn, DEFAULT_IQN);
+    }
+
+    #[test]
+    fn iscsi_names() {
+        assert!(check_iscsi_name("iqn.2026-11.io.unifab:x").is_ok());
+        assert!(check_iscsi_name("eui.0123456789ABCDEF").is_ok());
+        assert!(check_iscsi_name("naa.52004567ba64678d").is_ok());
+        assert!(check_iscsi_name("iqn.26-11.x").is_err());
+        assert!(check_iscsi_name("iqn.2026-11.a b").is_err());
+        assert!(check_iscsi_name("foo").is_err());
+    }
+}

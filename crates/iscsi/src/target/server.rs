@@ -1,0 +1,740 @@
+//! The iSCSI target server: portals, target nodes, login and sessions.
+//!
+//! ```text
+//!   accept ─▶ connection limit ─▶ login (bounded time, bounded count)
+//!        ─▶ discovery session (SendTargets) | normal session (full feature phase)
+//! ```
+//!
+//! Session reinstatement (RFC 7143 §6.3.5): a new login with TSIH 0 and the
+//! InitiatorName and ISID of a live session to the same target ends the old
+//! session before the new one starts. MaxConnections is 1: a login that
+//! tries to add a connection to a session is refused (0x0205), except a
+//! connection reinstatement with the same CID, which replaces the old
+//! connection.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, watch};
+use tracing::{debug, info, warn};
+
+use unifab_scsi_core::{ItNexus, TargetPort, TransportId};
+
+use super::io::{
+    FfpSetup, Listeners, SessionHandle, SessionInfo, Shared, TaskRouter, fill, run_ffp,
+};
+use super::session::{FfpParams, SessionLimits};
+use crate::chap::{ChapConfig, ChapCredentials, TargetSecrets};
+use crate::login::{
+    AdmitRequest, AuthPolicy, LoginPolicy, LoginStatus, TargetConfig, TargetLogin,
+    TargetLoginConfig, TargetLookup, TargetStep,
+};
+use crate::negotiate::{NegotiationLimits, SessionParams, SessionType};
+use crate::text::TextWriter;
+use crate::wire::{Digests, Framer, Pdu, encode_pdu};
+
+/// CHAP credentials a target requires.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ChapSettings {
+    /// CHAP_N the initiator must use.
+    pub user: String,
+    /// The initiator's secret.
+    pub secret: Vec<u8>,
+    /// Mutual CHAP: the target's name and secret. When set, mutual CHAP is
+    /// required.
+    pub mutual: Option<(String, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for ChapSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChapSettings")
+            .field("user", &self.user)
+            .field("mutual_user", &self.mutual.as_ref().map(|m| &m.0))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One iSCSI target node served by this server.
+#[derive(Debug, Clone)]
+pub struct TargetNode {
+    /// iSCSI name.
+    pub name: String,
+    /// TargetAlias.
+    pub alias: Option<String>,
+    /// Where its tasks go.
+    pub router: Arc<dyn TaskRouter>,
+    /// Initiator names allowed (None: all).
+    pub allow: Option<Vec<String>>,
+    /// CHAP, required when set.
+    pub chap: Option<ChapSettings>,
+}
+
+/// Server-wide settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// TargetPortalGroupTag of every portal (one portal group).
+    pub portal_group_tag: u16,
+    /// TCP connections at once.
+    pub max_connections: usize,
+    /// Connections in the login phase at once (half-open logins beyond it
+    /// are dropped at accept).
+    pub max_logins: usize,
+    /// How long a login may take.
+    pub login_timeout: Duration,
+    /// Full-feature-phase limits.
+    pub limits: SessionLimits,
+    /// What we negotiate.
+    pub negotiation: NegotiationLimits,
+    /// Authentication for discovery sessions.
+    pub discovery_auth: AuthPolicy,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            portal_group_tag: 1,
+            max_connections: 1024,
+            max_logins: 64,
+            login_timeout: Duration::from_secs(15),
+            limits: SessionLimits::default(),
+            negotiation: NegotiationLimits {
+                initial_r2t: false,
+                immediate_data: true,
+                max_recv_data_segment_length: 262_144,
+                max_burst_length: 1 << 20,
+                first_burst_length: 262_144,
+                max_outstanding_r2t: 8,
+                ..NegotiationLimits::default()
+            },
+            discovery_auth: AuthPolicy::None,
+        }
+    }
+}
+
+/// A running target server's handle.
+#[derive(Debug, Clone)]
+pub struct TargetServer {
+    shared: Arc<Shared>,
+    nodes: Arc<RwLock<HashMap<String, Arc<TargetNode>>>>,
+    config: Arc<ServerConfig>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl TargetServer {
+    /// Binds the portals. Call [`TargetServer::run`] to serve.
+    pub async fn bind(
+        addrs: &[SocketAddr],
+        config: ServerConfig,
+        nodes: Vec<TargetNode>,
+    ) -> io::Result<(TargetServer, Listeners)> {
+        let listeners = Listeners::bind(addrs).await?;
+        let map = nodes
+            .into_iter()
+            .map(|n| (n.name.to_ascii_lowercase(), Arc::new(n)))
+            .collect();
+        let server = TargetServer {
+            shared: Arc::new(Shared::new()),
+            nodes: Arc::new(RwLock::new(map)),
+            config: Arc::new(config),
+            addrs: listeners.local_addrs(),
+        };
+        Ok((server, listeners))
+    }
+
+    /// The bound portal addresses.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Live sessions.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        self.shared.snapshot()
+    }
+
+    /// SCSI commands run since start.
+    pub fn commands(&self) -> u64 {
+        self.shared.commands.load(Ordering::Relaxed)
+    }
+
+    /// Serves until `shutdown` flips to true; then asks every session to
+    /// log out (Async Message), waits up to 5 s, and returns.
+    pub async fn run(&self, listeners: Listeners, shutdown: watch::Receiver<bool>) {
+        let limit = Arc::new(Semaphore::new(self.config.max_connections));
+        let logins = Arc::new(Semaphore::new(self.config.max_logins));
+        let me = self.clone();
+        let tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
+        let tasks2 = tasks.clone();
+        let sd = shutdown.clone();
+        listeners
+            .accept_loop(limit, shutdown.clone(), move |stream, peer, permit| {
+                let Ok(login_permit) = logins.clone().try_acquire_owned() else {
+                    warn!(%peer, "too many logins in progress; dropping connection");
+                    return;
+                };
+                let me = me.clone();
+                let sd = sd.clone();
+                let h = tokio::spawn(async move {
+                    let _permit = permit;
+                    if let Err(e) = me.connection(stream, peer, login_permit, sd).await {
+                        debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+                let mut t = tasks2.lock().unwrap_or_else(|e| e.into_inner());
+                t.retain(|h| !h.is_finished());
+                t.push(h);
+            })
+            .await;
+        let handles: Vec<_> = std::mem::take(&mut *tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let _ = tokio::time::timeout(Duration::from_secs(8), async {
+            for h in handles {
+                let _ = h.await;
+            }
+        })
+        .await;
+    }
+
+    async fn connection(
+        &self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        login_permit: tokio::sync::OwnedSemaphorePermit,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        stream.set_nodelay(true)?;
+        let local = stream.local_addr()?;
+        let mut rbuf = BytesMut::with_capacity(8192);
+        let login = tokio::time::timeout(
+            self.config.login_timeout,
+            self.login(&mut stream, &mut rbuf, local),
+        )
+        .await;
+        drop(login_permit);
+        let (outcome, stat_sn) = match login {
+            Ok(Ok(Some(x))) => x,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                debug!(%peer, "login timed out");
+                return Ok(());
+            }
+        };
+        match outcome.session_type {
+            SessionType::Discovery => self.discovery(stream, rbuf, outcome, stat_sn, local).await,
+            _ => {
+                self.normal(stream, rbuf, outcome, stat_sn, peer, shutdown)
+                    .await
+            }
+        }
+    }
+
+    /// Runs the login phase. `Ok(None)`: refused (the response was sent).
+    async fn login(
+        &self,
+        stream: &mut TcpStream,
+        rbuf: &mut BytesMut,
+        _local: SocketAddr,
+    ) -> io::Result<Option<(crate::login::LoginOutcome, u32)>> {
+        let framer = Framer::default();
+        let mut sm = TargetLogin::new(TargetLoginConfig {
+            initial_stat_sn: rand_u32(),
+            cmd_window: self.config.limits.queue_depth.max(1),
+            chap: ChapConfig::default(),
+            ..TargetLoginConfig::default()
+        });
+        let mut policy = Policy {
+            server: self,
+            pending_reinstatement: None,
+        };
+        let mut rng: rand::rngs::StdRng = rand::make_rng();
+        loop {
+            let more = fill(stream, rbuf, &framer)
+                .await
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            if !more {
+                return Ok(None);
+            }
+            let frame = match framer.decode(rbuf) {
+                Ok(Some(f)) => f,
+                Ok(None) => continue,
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+            };
+            let req = match frame.parse() {
+                Ok(Pdu::LoginRequest(r)) => r,
+                Ok(other) => {
+                    // Only Login Requests before full feature phase (§6.3).
+                    debug!(pdu = ?other.opcode(), "non-login PDU during login; closing");
+                    return Ok(None);
+                }
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+            };
+            let step = sm.handle(&req, &frame.data, &mut policy, &mut rng);
+            match step {
+                TargetStep::Continue(pdu) => {
+                    write_login(stream, &pdu).await?;
+                }
+                TargetStep::Complete(pdu, outcome) => {
+                    // A reinstated session must be gone before the new one
+                    // answers (its tasks are aborted, nexus loss reported).
+                    if let Some(done) = policy.pending_reinstatement.take() {
+                        wait_done(done).await;
+                    }
+                    write_login(stream, &pdu).await?;
+                    let stat_sn = pdu.header.stat_sn.wrapping_add(1);
+                    return Ok(Some((outcome, stat_sn)));
+                }
+                TargetStep::Failed(pdu, err) => {
+                    info!(error = %err, "login refused");
+                    write_login(stream, &pdu).await?;
+                    let _ = stream.shutdown().await;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    async fn discovery(
+        &self,
+        stream: TcpStream,
+        rbuf: BytesMut,
+        outcome: crate::login::LoginOutcome,
+        stat_sn: u32,
+        local: SocketAddr,
+    ) -> io::Result<()> {
+        // A discovery session is a full-feature-phase session that accepts
+        // only Text (SendTargets), NOP and Logout: its router refuses SCSI
+        // commands.
+        let me = self.clone();
+        let text = Box::new(move |data: &Bytes| Ok(me.send_targets(data, local, None)));
+        let nexus = ItNexus::new(
+            TransportId::Iscsi {
+                name: outcome.initiator_name.clone(),
+                isid: Some(outcome.isid),
+            },
+            TargetPort {
+                id: TransportId::Iscsi {
+                    name: "discovery".into(),
+                    isid: None,
+                },
+                relative_port_id: 1,
+                port_group: self.config.portal_group_tag,
+            },
+        );
+        let info = Arc::new(Mutex::new(SessionInfo {
+            target: "(discovery)".into(),
+            initiator: outcome.initiator_name.clone(),
+            isid: hex(&outcome.isid),
+            tsih: outcome.tsih,
+            peer: String::new(),
+            digests: digest_name(outcome.digests),
+            commands: 0,
+        }));
+        let (_kill_tx, kill) = watch::channel(false);
+        let (_sd_tx, sd) = watch::channel(false);
+        let setup = FfpSetup {
+            nexus,
+            cid: outcome.cid,
+            params: ffp_params(&outcome),
+            limits: SessionLimits {
+                queue_depth: 8,
+                ..self.config.limits
+            },
+            digests: outcome.digests,
+            exp_cmd_sn: outcome.exp_cmd_sn,
+            stat_sn,
+            router: Arc::new(DiscoveryRouter),
+            kill,
+            shutdown: sd,
+            info,
+            text,
+            cold_reset: Box::new(|| {}),
+        };
+        run_ffp(stream, rbuf, setup).await
+    }
+
+    async fn normal(
+        &self,
+        stream: TcpStream,
+        rbuf: BytesMut,
+        outcome: crate::login::LoginOutcome,
+        stat_sn: u32,
+        peer: SocketAddr,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        let target_name = outcome.target_name.clone().unwrap_or_default();
+        let Some(node) = self.node(&target_name) else {
+            return Ok(());
+        };
+        let key = (
+            target_name.to_ascii_lowercase(),
+            outcome.initiator_name.to_ascii_lowercase(),
+            outcome.isid,
+        );
+        let nexus = ItNexus::new(
+            TransportId::Iscsi {
+                name: outcome.initiator_name.clone(),
+                isid: Some(outcome.isid),
+            },
+            TargetPort {
+                id: TransportId::Iscsi {
+                    name: format!("{},t,0x{:04x}", node.name, self.config.portal_group_tag),
+                    isid: None,
+                },
+                relative_port_id: 1,
+                port_group: self.config.portal_group_tag,
+            },
+        );
+        let info = Arc::new(Mutex::new(SessionInfo {
+            target: node.name.clone(),
+            initiator: outcome.initiator_name.clone(),
+            isid: hex(&outcome.isid),
+            tsih: outcome.tsih,
+            peer: peer.to_string(),
+            digests: digest_name(outcome.digests),
+            commands: 0,
+        }));
+        let (kill_tx, kill) = watch::channel(false);
+        let (done_tx, done_rx) = watch::channel(false);
+        {
+            let mut sessions = self
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            sessions.insert(
+                key.clone(),
+                SessionHandle {
+                    tsih: outcome.tsih,
+                    kill: kill_tx,
+                    info: info.clone(),
+                    done: done_rx,
+                },
+            );
+        }
+        info!(
+            target = %node.name,
+            initiator = %outcome.initiator_name,
+            tsih = outcome.tsih,
+            %peer,
+            digests = %digest_name(outcome.digests),
+            "session in full feature phase"
+        );
+        let me = self.clone();
+        let text =
+            Box::new(move |data: &Bytes| Ok(me.send_targets(data, peer, Some(&target_name))));
+        let me2 = self.clone();
+        let cold_target = node.name.clone();
+        let setup = FfpSetup {
+            nexus: nexus.clone(),
+            cid: outcome.cid,
+            params: ffp_params(&outcome),
+            limits: self.config.limits,
+            digests: outcome.digests,
+            exp_cmd_sn: outcome.exp_cmd_sn,
+            stat_sn,
+            router: node.router.clone(),
+            kill,
+            shutdown,
+            info: info.clone(),
+            text,
+            cold_reset: Box::new(move || me2.kill_target_sessions(&cold_target)),
+        };
+        let result = run_ffp(stream, rbuf, setup).await;
+        let commands = info.lock().unwrap_or_else(|e| e.into_inner()).commands;
+        self.shared.commands.fetch_add(commands, Ordering::Relaxed);
+        node.router.nexus_loss(&nexus);
+        {
+            let mut sessions = self
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            // Only remove our own entry (a reinstating session may already
+            // have replaced it).
+            if sessions
+                .get(&key)
+                .is_some_and(|h| Arc::ptr_eq(&h.info, &info))
+            {
+                sessions.remove(&key);
+            }
+        }
+        let _ = done_tx.send(true);
+        debug!(target = %node.name, tsih = outcome.tsih, "session ended");
+        result
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<TargetNode>> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&name.to_ascii_lowercase())
+            .cloned()
+    }
+
+    fn kill_target_sessions(&self, target: &str) {
+        let t = target.to_ascii_lowercase();
+        let sessions = self
+            .shared
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (k, h) in sessions.iter() {
+            if k.0 == t {
+                let _ = h.kill.send(true);
+            }
+        }
+    }
+
+    /// The SendTargets answer (RFC 7143 §12.3, Appendix C). In a normal
+    /// session only `SendTargets=` (empty) for the session's own target is
+    /// answered (`All` is for discovery sessions).
+    fn send_targets(&self, request: &Bytes, portal: SocketAddr, own: Option<&str>) -> Bytes {
+        let mut which: Option<String> = None;
+        for kv in request.split(|b| *b == 0) {
+            if let Some(v) = kv.strip_prefix(b"SendTargets=") {
+                which = Some(String::from_utf8_lossy(v).into_owned());
+            }
+        }
+        let Some(which) = which else {
+            return Bytes::new();
+        };
+        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<&Arc<TargetNode>> = nodes.values().collect();
+        names.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut w = TextWriter::new();
+        for n in names {
+            let wanted = match (own, which.as_str()) {
+                (None, "All") => true,
+                (Some(o), "") => n.name.eq_ignore_ascii_case(o),
+                (_, name) if !name.is_empty() && name != "All" => n.name.eq_ignore_ascii_case(name),
+                _ => false,
+            };
+            if !wanted {
+                continue;
+            }
+            let _ = w.push("TargetName", &n.name);
+            for a in &self.addrs {
+                let addr = if a.ip().is_unspecified() { portal } else { *a };
+                let shown = match addr {
+                    SocketAddr::V4(v4) => {
+                        format!("{}:{},{}", v4.ip(), v4.port(), self.config.portal_group_tag)
+                    }
+                    SocketAddr::V6(v6) => format!(
+                        "[{}]:{},{}",
+                        v6.ip(),
+                        v6.port(),
+                        self.config.portal_group_tag
+                    ),
+                };
+                let _ = w.push("TargetAddress", &shown);
+            }
+        }
+        Bytes::from(w.into_bytes())
+    }
+}
+
+async fn wait_done(mut done: watch::Receiver<bool>) {
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while !*done.borrow() {
+            if done.changed().await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+async fn write_login(
+    stream: &mut TcpStream,
+    pdu: &crate::login::LoginPdu<crate::wire::LoginResponse>,
+) -> io::Result<()> {
+    let bytes = encode_pdu(
+        &Pdu::LoginResponse(pdu.header),
+        &[],
+        &pdu.data,
+        Digests::default(),
+    )
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    stream.write_all(&bytes).await
+}
+
+fn ffp_params(o: &crate::login::LoginOutcome) -> FfpParams {
+    let s = &o.session;
+    FfpParams {
+        max_recv_data_segment_length: o.connection.target_max_recv_data_segment_length,
+        max_xmit_data_segment_length: o.connection.initiator_max_recv_data_segment_length,
+        max_burst_length: s.max_burst_length,
+        first_burst_length: s.first_burst_length,
+        initial_r2t: s.initial_r2t,
+        immediate_data: s.immediate_data,
+        max_outstanding_r2t: u32::from(s.max_outstanding_r2t),
+        data_pdu_in_order: s.data_pdu_in_order,
+        data_sequence_in_order: s.data_sequence_in_order,
+        error_recovery_level: s.error_recovery_level,
+        default_time2wait: s.default_time2wait,
+        default_time2retain: s.default_time2retain,
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn digest_name(d: Digests) -> String {
+    let n = |b: bool| if b { "CRC32C" } else { "None" };
+    format!("header={},data={}", n(d.header), n(d.data))
+}
+
+fn rand_u32() -> u32 {
+    use rand::RngExt;
+    rand::rng().random()
+}
+
+/// The [`LoginPolicy`] the server gives each login.
+struct Policy<'a> {
+    server: &'a TargetServer,
+    /// An old session being reinstated: wait for it before answering.
+    pending_reinstatement: Option<watch::Receiver<bool>>,
+}
+
+impl LoginPolicy for Policy<'_> {
+    fn lookup_target(
+        &mut self,
+        session_type: SessionType,
+        target_name: Option<&str>,
+    ) -> TargetLookup {
+        let cfg = &self.server.config;
+        match (session_type, target_name) {
+            (SessionType::Discovery, _) => TargetLookup::Found(TargetConfig {
+                alias: None,
+                portal_group_tag: cfg.portal_group_tag,
+                auth: cfg.discovery_auth,
+                limits: cfg.negotiation.clone(),
+            }),
+            (_, Some(name)) => match self.server.node(name) {
+                Some(node) => TargetLookup::Found(TargetConfig {
+                    alias: node.alias.clone(),
+                    portal_group_tag: cfg.portal_group_tag,
+                    auth: match &node.chap {
+                        None => AuthPolicy::None,
+                        Some(c) => AuthPolicy::Chap {
+                            mutual: c.mutual.is_some(),
+                        },
+                    },
+                    limits: cfg.negotiation.clone(),
+                }),
+                None => TargetLookup::Refused(LoginStatus::NOT_FOUND),
+            },
+            (_, None) => TargetLookup::Refused(LoginStatus::MISSING_PARAMETER),
+        }
+    }
+
+    fn authorize(&mut self, initiator_name: &str, target_name: Option<&str>) -> bool {
+        let Some(name) = target_name else {
+            return true;
+        };
+        match self.server.node(name) {
+            Some(node) => match &node.allow {
+                None => true,
+                Some(list) => list.iter().any(|a| a.eq_ignore_ascii_case(initiator_name)),
+            },
+            None => false,
+        }
+    }
+
+    fn chap_secrets(
+        &mut self,
+        target_name: Option<&str>,
+        chap_name: &str,
+    ) -> Option<TargetSecrets> {
+        let node = self.server.node(target_name?)?;
+        let c = node.chap.as_ref()?;
+        if c.user != chap_name {
+            return None;
+        }
+        Some(TargetSecrets {
+            initiator_secret: c.secret.clone(),
+            mutual: c.mutual.as_ref().map(|(n, s)| ChapCredentials {
+                name: n.clone(),
+                secret: s.clone(),
+            }),
+            require_mutual: c.mutual.is_some(),
+        })
+    }
+
+    fn existing_session(
+        &mut self,
+        _initiator_name: &str,
+        _isid: [u8; 6],
+        _tsih: u16,
+    ) -> Result<SessionParams, LoginStatus> {
+        // MaxConnections=1: no connection can join a session.
+        Err(LoginStatus::TOO_MANY_CONNECTIONS)
+    }
+
+    fn admit(&mut self, request: &AdmitRequest<'_>) -> Result<u16, LoginStatus> {
+        if request.tsih != 0 {
+            return Err(LoginStatus::TOO_MANY_CONNECTIONS);
+        }
+        if request.session_type == SessionType::Discovery {
+            return Ok(self.server.shared.alloc_tsih());
+        }
+        let target = request.target_name.unwrap_or_default().to_ascii_lowercase();
+        let key = (
+            target,
+            request.initiator_name.to_ascii_lowercase(),
+            request.isid,
+        );
+        let old = {
+            let sessions = self
+                .server
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            sessions.get(&key).map(|h| {
+                let _ = h.kill.send(true);
+                h.done.clone()
+            })
+        };
+        if let Some(done) = old {
+            info!(initiator = %request.initiator_name, "session reinstatement: ending the old session");
+            self.pending_reinstatement = Some(done);
+        }
+        Ok(self.server.shared.alloc_tsih())
+    }
+}
+
+/// Discovery sessions carry no SCSI: every command gets the target's
+/// refusal.
+#[derive(Debug)]
+struct DiscoveryRouter;
+
+impl TaskRouter for DiscoveryRouter {
+    fn dispatch(
+        &self,
+        _task: unifab_scsi_core::Task,
+    ) -> unifab_scsi_core::BoxFuture<'static, unifab_scsi_core::TaskResult> {
+        Box::pin(async {
+            unifab_scsi_core::TaskResult::check_condition(unifab_scsi_core::Sense::new(
+                unifab_scsi_core::SenseKey::ILLEGAL_REQUEST,
+                unifab_scsi_core::sense::asc::LOGICAL_UNIT_NOT_SUPPORTED,
+            ))
+        })
+    }
+
+    fn task_management(
+        &self,
+        _request: unifab_scsi_core::TmfRequest,
+    ) -> unifab_scsi_core::BoxFuture<'static, unifab_scsi_core::TmfResponse> {
+        Box::pin(async { unifab_scsi_core::TmfResponse::FunctionRejected })
+    }
+
+    fn nexus_loss(&self, _nexus: &ItNexus) {}
+}

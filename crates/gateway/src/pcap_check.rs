@@ -265,6 +265,55 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
     Ok(report)
 }
 
+/// Every whole iSCSI PDU of a capture, in stream order per direction
+/// (for fuzz seeds and transcript tests).
+pub fn iscsi_pdus(file: &[u8], opts: &CheckOptions) -> Result<Vec<SplitPdu>, CheckError> {
+    let frames = read_frames(file)?;
+    let mut flows: BTreeMap<FlowKey, Flow<'_>> = BTreeMap::new();
+    for fr in &frames {
+        if let LinkPayload::Ip(ip) = link_payload(fr)
+            && let Some(seg) = tcp_segment(ip)
+            && (opts.iscsi_ports.contains(&seg.src.port())
+                || opts.iscsi_ports.contains(&seg.dst.port()))
+        {
+            flows
+                .entry(FlowKey {
+                    src: seg.src,
+                    dst: seg.dst,
+                })
+                .or_default()
+                .push(fr.number, &seg);
+        }
+    }
+    let mut out = Vec::new();
+    let mut negotiated: BTreeMap<(std::net::SocketAddr, std::net::SocketAddr), Negotiated> =
+        BTreeMap::new();
+    // Target side first, so the initiator side knows the digests.
+    let mut keys: Vec<&FlowKey> = flows.keys().collect();
+    keys.sort_by_key(|k| !opts.iscsi_ports.contains(&k.src.port()));
+    for key in keys {
+        let Some(flow) = flows.get(key) else { continue };
+        let to_target = opts.iscsi_ports.contains(&key.dst.port());
+        let conn = if to_target {
+            (key.src, key.dst)
+        } else {
+            (key.dst, key.src)
+        };
+        let neg = negotiated.get(&conn).copied().unwrap_or_default();
+        let (runs, gaps) = flow.reassemble();
+        let mut sp = Splitter::new(to_target, neg);
+        for ev in sp.split(&runs, &gaps) {
+            if let SplitEvent::Pdu(p) = ev {
+                out.push(p);
+            }
+        }
+        if !to_target {
+            negotiated.insert(conn, sp.negotiated());
+        }
+    }
+    Ok(out)
+}
+
 fn check_iscsi(flows: &BTreeMap<FlowKey, Flow<'_>>, opts: &CheckOptions, report: &mut Report) {
     // Target → initiator first: its Login Responses say which digests apply.
     let mut done = Vec::new();

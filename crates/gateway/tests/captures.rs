@@ -104,3 +104,47 @@ fn report_lists_failures_by_frame() {
             .contains("frame 2: Iscsi SCSI Command: mismatch at byte 7")
     );
 }
+
+/// Writes fuzz seeds from the strict captures into `fuzz/corpus/<target>/`.
+/// Run by `scripts/fuzz-seeds.sh`.
+#[test]
+#[ignore = "seed generator, run by scripts/fuzz-seeds.sh"]
+fn write_fuzz_seeds() {
+    use unifab::pcap_check::{CheckOptions, iscsi_pdus};
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let pdu_dir = root.join("fuzz/corpus/iscsi_pdu");
+    let text_dir = root.join("fuzz/corpus/iscsi_text");
+    std::fs::create_dir_all(&pdu_dir).unwrap();
+    std::fs::create_dir_all(&text_dir).unwrap();
+    let mut n = 0;
+    for name in ["iscsi-tapel.pcap", "scsi-osd-example-001.pcap"] {
+        let file = std::fs::read(capture(name)).unwrap();
+        for p in iscsi_pdus(&file, &CheckOptions::default()).unwrap() {
+            let sel = u8::from(p.digests.header) | (u8::from(p.digests.data) << 1);
+            let mut seed = vec![sel];
+            seed.extend_from_slice(&p.bytes);
+            std::fs::write(
+                pdu_dir.join(format!("{name}-{:06}-{}", p.frame, p.offset)),
+                &seed,
+            )
+            .unwrap();
+            let op = p.bytes[0] & 0x3f;
+            if matches!(op, 0x03 | 0x04 | 0x23 | 0x24) {
+                let ahs = usize::from(p.bytes[4]) * 4;
+                let dsl = usize::from(p.bytes[5]) << 16
+                    | usize::from(p.bytes[6]) << 8
+                    | usize::from(p.bytes[7]);
+                let at = 48 + ahs + if p.digests.header { 4 } else { 0 };
+                if dsl > 0 {
+                    std::fs::write(
+                        text_dir.join(format!("{name}-{:06}", p.frame)),
+                        &p.bytes[at..at + dsl],
+                    )
+                    .unwrap();
+                }
+            }
+            n += 1;
+        }
+    }
+    assert!(n > 300, "only {n} seeds");
+}

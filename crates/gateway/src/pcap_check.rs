@@ -265,9 +265,12 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
     Ok(report)
 }
 
-/// Every whole iSCSI PDU of a capture, in stream order per direction
-/// (for fuzz seeds and transcript tests).
-pub fn iscsi_pdus(file: &[u8], opts: &CheckOptions) -> Result<Vec<SplitPdu>, CheckError> {
+/// Every whole iSCSI PDU of a capture with its direction, in stream order
+/// per direction (for fuzz seeds and transcript tests).
+pub fn iscsi_pdus(
+    file: &[u8],
+    opts: &CheckOptions,
+) -> Result<Vec<(FlowKey, SplitPdu)>, CheckError> {
     let frames = read_frames(file)?;
     let mut flows: BTreeMap<FlowKey, Flow<'_>> = BTreeMap::new();
     for fr in &frames {
@@ -304,7 +307,7 @@ pub fn iscsi_pdus(file: &[u8], opts: &CheckOptions) -> Result<Vec<SplitPdu>, Che
         let mut sp = Splitter::new(to_target, neg);
         for ev in sp.split(&runs, &gaps) {
             if let SplitEvent::Pdu(p) = ev {
-                out.push(p);
+                out.push((*key, p));
             }
         }
         if !to_target {

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Round trips over the real captures in `../shared/captures` (relative to
 //! the repository root). A missing capture fails the test, naming the path.
 

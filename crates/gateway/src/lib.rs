@@ -6,6 +6,6 @@
 pub mod admin;
 pub mod capture;
 pub mod config;
+pub mod pcap_check;
 pub mod run;
 pub mod show;
-pub mod pcap_check;

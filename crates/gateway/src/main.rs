@@ -3,6 +3,8 @@
 //! - `unifab run [--config FILE]`: serve (the embedded default without a file).
 //! - `unifab show sessions|luns|metrics [--admin ADDR]`: the operator's view of a
 //!   running gateway.
+//! - `unifab pcap-check FILE`: re-emit every frame of a capture and report any
+//!   that does not round-trip byte for byte.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +44,15 @@ enum Command {
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Parse every frame of a capture, re-emit it, and report each frame that
+    /// does not round-trip byte for byte (exit status 1 if any).
+    PcapCheck {
+        /// A pcap or pcapng file.
+        file: PathBuf,
+        /// List every checked PDU or frame, not only the failures.
+        #[arg(long, short)]
+        verbose: bool,
     },
 }
 
@@ -92,6 +103,7 @@ fn main() -> ExitCode {
                 unifab::run::run(cfg).await
             }
             Command::Show { what, admin, json } => unifab::show::show(&what, admin, json).await,
+            Command::PcapCheck { file, verbose } => pcap_check(&file, verbose),
         }
     });
     match result {
@@ -101,4 +113,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn pcap_check(file: &std::path::Path, verbose: bool) -> anyhow::Result<ExitCode> {
+    use unifab::pcap_check::{Protocol, Verdict};
+    let report = unifab::pcap_check::pcap_check(file)?;
+    if verbose {
+        for e in &report.entries {
+            if e.verdict == Verdict::Ok {
+                println!("frame {}: {:?} {}: ok", e.frame, e.protocol, e.what);
+            }
+        }
+    }
+    println!("{report}");
+    let failed = [
+        Protocol::Iscsi,
+        Protocol::Fc,
+        Protocol::Fcoe,
+        Protocol::Fip,
+        Protocol::Fcip,
+    ]
+    .iter()
+    .map(|p| report.failures(*p).len())
+    .sum::<usize>();
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -595,7 +595,10 @@ impl BlockBackend for FileBackend {
             }
             if n < 0 {
                 let e = std::io::Error::last_os_error();
-                if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)) {
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
+                ) {
                     // Not on this file system: stop trying.
                     self.nowait_reads.store(false, Ordering::Relaxed);
                 }

@@ -11,6 +11,9 @@
 //! - [`pr`]: persistent reservations.
 //! - [`task_set`]: [`TaskSet`], ordering and task management.
 //! - [`target`]: [`ScsiTarget`], the LUN map transports dispatch through.
+//! - [`initiator`]: the [`Initiator`] interface transports implement to reach
+//!   remote targets.
+//! - [`remote`]: [`RemoteLu`], a LU forwarded through an initiator.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
@@ -18,9 +21,10 @@
 pub mod backend;
 pub mod cdb;
 pub mod emulated;
-
+pub mod initiator;
 pub mod lu;
 pub mod pr;
+pub mod remote;
 pub mod sense;
 pub mod target;
 pub mod task;
@@ -29,7 +33,9 @@ pub mod task_set;
 pub use backend::{BackendError, BlockBackend, FileBackend, FileOptions, MemoryBackend};
 pub use cdb::{CdbError, Command};
 pub use emulated::{EmulatedLu, EmulatedLuConfig, IoMode, LuError};
+pub use initiator::{Initiator, InitiatorError, InitiatorFactory};
 pub use lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
+pub use remote::{RemoteLu, RemoteLuConfig};
 pub use sense::{Asc, Sense, SenseKey};
 pub use target::ScsiTarget;
 pub use task::{

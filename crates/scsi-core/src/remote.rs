@@ -1,0 +1,576 @@
+//! A remote logical unit: every command goes out through an
+//! [`Initiator`] and the remote's answer comes back unchanged. This is how
+//! unifab bridges transports (DESIGN.md, "The SCSI plane").
+//!
+//! What [`RemoteLu`] does, and does not do:
+//!
+//! - **CDBs unchanged.** The CDB, task attribute, priority, data-out and the
+//!   expected lengths go to the remote as received; status, sense, data-in
+//!   and the residual come back as the remote produced them. The only
+//!   exception is identity (below). The LUN is the remote's.
+//! - **Ordering.** [`LogicalUnit::execute`] submits synchronously, so the
+//!   remote task manager receives commands in the order the front end
+//!   handed them over (the ordering contract of [`LogicalUnit`]); ORDERED
+//!   and HEAD OF QUEUE are the remote's to enforce.
+//! - **One remote nexus per local one.** With a per-nexus
+//!   [`InitiatorFactory`] each front-end initiator port gets its own remote
+//!   I_T nexus, so reservations, registrations, unit attentions and task
+//!   sets stay per initiator, as if the host were attached directly.
+//!   Reinstated front-end sessions (same ports) keep their remote nexus; the
+//!   last nexus loss of a port closes it, which the remote sees as I_T nexus
+//!   loss.
+//! - **Task management propagates.** ABORT TASK goes out by the remote tag;
+//!   ABORT TASK SET and I_T NEXUS RESET go out as ABORT TASK SET on a
+//!   per-nexus initiator (as one ABORT TASK per task on a shared one);
+//!   CLEAR TASK SET, LOGICAL UNIT RESET, TARGET RESET (as LOGICAL UNIT
+//!   RESET: the remote's other LUs are not ours to reset) and CLEAR ACA go
+//!   out as they are, and the tasks other nexuses had on the LU are aborted
+//!   at the remote too. QUERY TASK and QUERY TASK SET are answered from the
+//!   tasks in flight; QUERY ASYNCHRONOUS EVENT goes to the remote. Every
+//!   response comes after the tasks it affects have ended.
+//! - **Failures.** A transport failure ends the task with the sense of
+//!   [`InitiatorError::task_result`]: ABORTED COMMAND, which hosts retry.
+//!   Never GOOD, never data the remote did not send.
+//!
+//! # Identity
+//!
+//! A host tells devices apart by the designators of VPD page 0x83 and the
+//! serial number of VPD page 0x80. With [`Identity::Passthrough`] both come
+//! from the remote unchanged: the right choice for an array, whose LUs carry
+//! world-unique NAA names, and it lets a host that also reaches the array
+//! directly see one device over two paths. With [`Identity::Derived`] (the
+//! gateway's default) unifab replaces the logical-unit designators of page
+//! 0x83 with its own NAA (locally assigned, 3h) and T10 vendor ID, and the
+//! serial number of page 0x80, all derived from a seed (by default the
+//! remote target name and LUN): stable across restarts, different for every
+//! remote LU, even when two remotes report the same identity (two tgtd
+//! instances with default settings do). Target-port designators stay the
+//! remote's, matching REPORT TARGET PORT GROUPS, which passes through. To
+//! build those pages, unifab asks the remote with an allocation length of
+//! 4096 and answers the host within its own allocation length. Standard
+//! INQUIRY data (vendor, product) passes through in both modes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+
+use crate::initiator::{Initiator, InitiatorError, InitiatorFactory, Request};
+use crate::lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
+use crate::task::{ItNexus, Lun, Status, Task, TaskResult, TransportId};
+use crate::task_set::{AbortWait, TaskSet};
+
+/// How a remote LU presents its identity (VPD pages 0x80 and 0x83).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// The remote's pages, unchanged.
+    Passthrough,
+    /// Logical-unit designators and serial number derived from `seed`.
+    Derived {
+        /// Any stable string; the same seed gives the same identity.
+        seed: String,
+    },
+}
+
+/// Settings of a [`RemoteLu`].
+#[derive(Debug, Clone)]
+pub struct RemoteLuConfig {
+    /// Operator-visible name.
+    pub name: String,
+    /// The remote as an operator reads it, without secrets
+    /// (`iscsi://host:port/iqn/lun`), for `unifab show luns`.
+    pub backend: String,
+    /// The LUN at the remote target.
+    pub remote_lun: Lun,
+    /// VPD identity handling.
+    pub identity: Identity,
+    /// Most tasks in flight at once (TASK SET FULL beyond).
+    pub task_set_depth: usize,
+}
+
+/// A logical unit whose device server is elsewhere. See the
+/// [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct RemoteLu {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cfg: RemoteLuConfig,
+    factory: Arc<dyn InitiatorFactory>,
+    tasks: TaskSet,
+    state: Mutex<State>,
+    block_size: AtomicU32,
+    blocks: AtomicU64,
+    naa: u64,
+    serial: String,
+}
+
+/// A front-end initiator port and target port pair: one remote nexus.
+type PortKey = (TransportId, TransportId);
+
+#[derive(Debug)]
+struct PortEntry {
+    initiator: Arc<dyn Initiator>,
+    users: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Front-end nexus id → its port key and initiator.
+    by_nexus: HashMap<u64, (PortKey, Arc<dyn Initiator>)>,
+    by_port: HashMap<PortKey, PortEntry>,
+    /// (nexus id, tag) → the initiator and remote tag carrying the task.
+    tags: HashMap<(u64, u64), (Arc<dyn Initiator>, u64)>,
+    control: Option<Arc<dyn Initiator>>,
+}
+
+const IDENTITY_ALLOC: u32 = 4096;
+
+fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl RemoteLu {
+    /// A remote LU whose tasks go through initiators from `factory`.
+    pub fn new(cfg: RemoteLuConfig, factory: Arc<dyn InitiatorFactory>) -> RemoteLu {
+        let seed = match &cfg.identity {
+            Identity::Derived { seed } => seed.clone(),
+            Identity::Passthrough => cfg.backend.clone(),
+        };
+        let hash = fnv1a(&seed);
+        RemoteLu {
+            inner: Arc::new(Inner {
+                tasks: TaskSet::new(cfg.task_set_depth),
+                cfg,
+                factory,
+                state: Mutex::new(State::default()),
+                block_size: AtomicU32::new(0),
+                blocks: AtomicU64::new(0),
+                naa: (0x3u64 << 60) | (hash & 0x0fff_ffff_ffff_ffff),
+                serial: format!("{hash:016x}"),
+            }),
+        }
+    }
+
+    /// The NAA name a derived identity reports (unused in passthrough).
+    pub fn naa(&self) -> u64 {
+        self.inner.naa
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RemoteLuConfig {
+        &self.inner.cfg
+    }
+
+    /// Asks the remote for its capacity (READ CAPACITY(16), else (10)) on
+    /// the gateway's own nexus, retrying through unit attentions, and keeps
+    /// it for [`LogicalUnit::describe`]. Returns (block length, blocks).
+    pub fn probe(&self) -> BoxFuture<'static, Result<(u32, u64), InitiatorError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let init = inner.control()?;
+            let lun = inner.cfg.remote_lun;
+            let mut last = InitiatorError::Protocol("no usable READ CAPACITY answer");
+            for attempt in 0..8 {
+                let sixteen = attempt % 2 == 0;
+                let cdb: Bytes = if sixteen {
+                    Bytes::from_static(&[0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0])
+                } else {
+                    Bytes::from_static(&[0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+                };
+                let r = init
+                    .submit(Request::new(lun, cdb.clone(), if sixteen { 32 } else { 8 }))
+                    .outcome
+                    .await;
+                match r {
+                    Ok(res) if res.status == Status::GOOD => {
+                        inner.snoop_capacity(cdb[0], &res);
+                        let bs = inner.block_size.load(Ordering::Relaxed);
+                        if bs != 0 {
+                            return Ok((bs, inner.blocks.load(Ordering::Relaxed)));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        })
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn control(&self) -> Result<Arc<dyn Initiator>, InitiatorError> {
+        let mut st = self.lock();
+        if let Some(c) = &st.control {
+            return Ok(c.clone());
+        }
+        let c = self.factory.open(None)?;
+        st.control = Some(c.clone());
+        Ok(c)
+    }
+
+    fn initiator_for(&self, nexus: &ItNexus) -> Result<Arc<dyn Initiator>, InitiatorError> {
+        let mut st = self.lock();
+        if let Some((_, i)) = st.by_nexus.get(&nexus.id()) {
+            return Ok(i.clone());
+        }
+        let key: PortKey = (nexus.initiator().clone(), nexus.target().id.clone());
+        let init = match st.by_port.get_mut(&key) {
+            Some(e) => {
+                e.users += 1;
+                e.initiator.clone()
+            }
+            None => {
+                let i = self.factory.open(Some(nexus))?;
+                st.by_port.insert(
+                    key.clone(),
+                    PortEntry {
+                        initiator: i.clone(),
+                        users: 1,
+                    },
+                );
+                i
+            }
+        };
+        st.by_nexus.insert(nexus.id(), (key, init.clone()));
+        Ok(init)
+    }
+
+    /// Keeps the capacity the remote reports in READ CAPACITY answers.
+    fn snoop_capacity(&self, opcode: u8, res: &TaskResult) {
+        if res.status != Status::GOOD {
+            return;
+        }
+        let mut b = [0u8; 12];
+        let mut n = 0;
+        for s in &res.data_in {
+            for &x in s.iter() {
+                if n == b.len() {
+                    break;
+                }
+                b[n] = x;
+                n += 1;
+            }
+        }
+        let (last, bs) = match opcode {
+            0x25 if n >= 8 => (
+                u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+                u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            ),
+            0x9e if n >= 12 => (
+                u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+                u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+            ),
+            _ => return,
+        };
+        if bs == 0 || (opcode == 0x25 && last == 0xffff_ffff) {
+            return;
+        }
+        self.block_size.store(bs, Ordering::Relaxed);
+        self.blocks.store(last.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Marks tasks aborted and sends the function to the remote.
+    fn forward_tmf(
+        &self,
+        init: &Arc<dyn Initiator>,
+        function: TmfFunction,
+    ) -> BoxFuture<'static, TmfResponse> {
+        let f = init.task_management(self.cfg.remote_lun, function);
+        Box::pin(async move {
+            match f.await {
+                Ok(r) => r,
+                Err(e) => e.tmf_response(),
+            }
+        })
+    }
+
+    /// Tasks in flight of `pred` nexuses, grouped by the initiator that
+    /// carries them, as (initiator, remote tags).
+    fn in_flight(
+        &self,
+        pred: impl Fn(u64, &Arc<dyn Initiator>) -> bool,
+    ) -> Vec<(Arc<dyn Initiator>, Vec<u64>)> {
+        let st = self.lock();
+        let mut out: Vec<(Arc<dyn Initiator>, Vec<u64>)> = Vec::new();
+        for ((nexus_id, _), (init, rtag)) in &st.tags {
+            if !pred(*nexus_id, init) {
+                continue;
+            }
+            match out.iter_mut().find(|(i, _)| Arc::ptr_eq(i, init)) {
+                Some((_, tags)) => tags.push(*rtag),
+                None => out.push((init.clone(), vec![*rtag])),
+            }
+        }
+        out
+    }
+
+    /// Aborts at the remote every task of the nexuses `pred` selects: ABORT
+    /// TASK SET where an initiator is theirs alone, else one ABORT TASK each.
+    async fn abort_remote(&self, pred: impl Fn(u64, &Arc<dyn Initiator>) -> bool) {
+        let per_nexus = self.factory.per_nexus();
+        for (init, tags) in self.in_flight(pred) {
+            if per_nexus {
+                let _ = self.forward_tmf(&init, TmfFunction::AbortTaskSet).await;
+            } else {
+                for tag in tags {
+                    let _ = self
+                        .forward_tmf(&init, TmfFunction::AbortTask { tag })
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// The host's INQUIRY for a page whose identity we derive: (page,
+    /// allocation length).
+    fn identity_page(&self, cdb: &[u8]) -> Option<(u8, u16)> {
+        if !matches!(self.cfg.identity, Identity::Derived { .. }) {
+            return None;
+        }
+        match cdb {
+            [0x12, evpd, page @ (0x80 | 0x83), hi, lo, ..] if evpd & 1 == 1 => {
+                Some((*page, u16::from_be_bytes([*hi, *lo])))
+            }
+            _ => None,
+        }
+    }
+
+    /// Rebuilds VPD page 0x80 or 0x83 with the derived identity, cut to the
+    /// host's allocation length.
+    fn derive_page(&self, page: u8, alloc: u16, res: TaskResult) -> TaskResult {
+        if res.status != Status::GOOD || res.aborted {
+            return res;
+        }
+        let mut data = Vec::with_capacity(res.data_in_total());
+        for s in &res.data_in {
+            data.extend_from_slice(s);
+        }
+        let Some(header) = data.get(..4) else {
+            return res;
+        };
+        let mut v = Vec::with_capacity(128);
+        v.extend_from_slice(&[header[0], page, 0, 0]);
+        match page {
+            0x80 => v.extend_from_slice(self.serial.as_bytes()),
+            _ => {
+                // NAA, logical unit, binary.
+                v.extend_from_slice(&[0x01, 0x03, 0, 8]);
+                v.extend_from_slice(&self.naa.to_be_bytes());
+                // T10 vendor ID, logical unit, ASCII: "UNIFAB  " + serial.
+                v.extend_from_slice(&[0x02, 0x01, 0, 24]);
+                v.extend_from_slice(b"UNIFAB  ");
+                v.extend_from_slice(self.serial.as_bytes());
+                // The remote's designators of other associations (target
+                // port, target device), unchanged.
+                let page_len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+                let end = (4 + page_len).min(data.len());
+                let mut at = 4;
+                while let Some(d) = data.get(at..at + 4) {
+                    let len = 4 + usize::from(d[3]);
+                    if at + len > end {
+                        break;
+                    }
+                    let association = (d[1] >> 4) & 0x3;
+                    if association != 0 {
+                        v.extend_from_slice(&data[at..at + len]);
+                    }
+                    at += len;
+                }
+            }
+        }
+        let len = u16::try_from(v.len() - 4).unwrap_or(u16::MAX);
+        v[2..4].copy_from_slice(&len.to_be_bytes());
+        v.truncate(usize::from(alloc));
+        TaskResult::with_data(Bytes::from(v))
+    }
+}
+
+impl LogicalUnit for RemoteLu {
+    fn execute(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        let inner = &self.inner;
+        let handle = match inner.tasks.register(&task.nexus, task.tag, task.attr) {
+            Ok(h) => h,
+            Err(_) => {
+                return Box::pin(std::future::ready(TaskResult::status(
+                    Status::TASK_SET_FULL,
+                )));
+            }
+        };
+        let init = match inner.initiator_for(&task.nexus) {
+            Ok(i) => i,
+            Err(e) => return Box::pin(std::future::ready(e.task_result())),
+        };
+        let key = (task.nexus.id(), task.tag);
+        let opcode = task.cdb.opcode().unwrap_or(0);
+        let derive = inner.identity_page(task.cdb.as_bytes());
+        let mut request = Request::from_task(task, inner.cfg.remote_lun);
+        if derive.is_some() {
+            // Ask for the whole page; the host gets its allocation length.
+            let mut cdb = request.cdb.as_bytes().to_vec();
+            cdb[3..5].copy_from_slice(&(IDENTITY_ALLOC as u16).to_be_bytes());
+            request.cdb = crate::task::Cdb::new(Bytes::from(cdb));
+            request.data_in_len = IDENTITY_ALLOC;
+        }
+        let submitted = init.submit(request);
+        inner.lock().tags.insert(key, (init.clone(), submitted.tag));
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let outcome = submitted.outcome.await;
+            inner.lock().tags.remove(&key);
+            let aborted = handle.is_aborted();
+            let result = match outcome {
+                _ if aborted => TaskResult::aborted(),
+                Ok(res) => {
+                    if matches!(opcode, 0x25 | 0x9e) {
+                        inner.snoop_capacity(opcode, &res);
+                    }
+                    match derive {
+                        Some((page, alloc)) => inner.derive_page(page, alloc, res),
+                        None => res,
+                    }
+                }
+                Err(e) => e.task_result(),
+            };
+            drop(handle);
+            result
+        })
+    }
+
+    fn task_management(&self, request: TmfRequest) -> BoxFuture<'static, TmfResponse> {
+        let inner = self.inner.clone();
+        let nexus = request.nexus;
+        let nid = nexus.id();
+        match request.function {
+            TmfFunction::AbortTask { tag } => {
+                let wait = inner.tasks.abort_matching(|n, t| *n == nexus && t == tag);
+                if wait.count() == 0 {
+                    return Box::pin(std::future::ready(TmfResponse::FunctionComplete));
+                }
+                let remote = inner.lock().tags.get(&(nid, tag)).cloned();
+                Box::pin(async move {
+                    let r = match remote {
+                        Some((init, rtag)) => {
+                            inner
+                                .forward_tmf(&init, TmfFunction::AbortTask { tag: rtag })
+                                .await
+                        }
+                        None => TmfResponse::FunctionComplete,
+                    };
+                    wait.await;
+                    r
+                })
+            }
+            TmfFunction::AbortTaskSet | TmfFunction::ItNexusReset => {
+                let wait = inner.tasks.abort_matching(|n, _| *n == nexus);
+                Box::pin(async move {
+                    inner.abort_remote(|id, _| id == nid).await;
+                    wait.await;
+                    TmfResponse::FunctionComplete
+                })
+            }
+            TmfFunction::ClearTaskSet
+            | TmfFunction::LogicalUnitReset
+            | TmfFunction::TargetReset => {
+                let function = match request.function {
+                    TmfFunction::ClearTaskSet => TmfFunction::ClearTaskSet,
+                    _ => TmfFunction::LogicalUnitReset,
+                };
+                let wait: AbortWait = inner.tasks.abort_matching(|_, _| true);
+                let init = inner.initiator_for(&nexus);
+                Box::pin(async move {
+                    let r = match init {
+                        Ok(init) => {
+                            let r = inner.forward_tmf(&init, function).await;
+                            // Tasks other remote nexuses hold on the LU.
+                            if inner.factory.per_nexus() {
+                                inner.abort_remote(|_, i| !Arc::ptr_eq(i, &init)).await;
+                            }
+                            r
+                        }
+                        Err(e) => e.tmf_response(),
+                    };
+                    wait.await;
+                    r
+                })
+            }
+            TmfFunction::ClearAca => match inner.initiator_for(&nexus) {
+                Ok(init) => inner.forward_tmf(&init, TmfFunction::ClearAca),
+                Err(e) => Box::pin(std::future::ready(e.tmf_response())),
+            },
+            TmfFunction::QueryTask { tag } => {
+                let r = if inner.tasks.contains(&nexus, tag) {
+                    TmfResponse::FunctionSucceeded
+                } else {
+                    TmfResponse::FunctionComplete
+                };
+                Box::pin(std::future::ready(r))
+            }
+            TmfFunction::QueryTaskSet => {
+                let r = if inner.tasks.has_tasks_of(&nexus) {
+                    TmfResponse::FunctionSucceeded
+                } else {
+                    TmfResponse::FunctionComplete
+                };
+                Box::pin(std::future::ready(r))
+            }
+            TmfFunction::QueryAsyncEvent => match inner.initiator_for(&nexus) {
+                Ok(init) => inner.forward_tmf(&init, TmfFunction::QueryAsyncEvent),
+                Err(e) => Box::pin(std::future::ready(e.tmf_response())),
+            },
+        }
+    }
+
+    fn nexus_loss(&self, nexus: &ItNexus) {
+        let closing = {
+            let mut st = self.inner.lock();
+            let Some((key, _)) = st.by_nexus.remove(&nexus.id()) else {
+                return;
+            };
+            let last = match st.by_port.get_mut(&key) {
+                Some(e) => {
+                    e.users = e.users.saturating_sub(1);
+                    e.users == 0
+                }
+                None => false,
+            };
+            if last {
+                st.by_port.remove(&key).map(|e| e.initiator)
+            } else {
+                None
+            }
+        };
+        // A shared initiator serves other nexuses: only a per-nexus one is
+        // closed (the remote then sees its own I_T nexus loss).
+        if let Some(init) = closing
+            && self.inner.factory.per_nexus()
+        {
+            init.close();
+        }
+    }
+
+    fn describe(&self) -> LuDescription {
+        LuDescription {
+            name: self.inner.cfg.name.clone(),
+            backend: self.inner.cfg.backend.clone(),
+            block_size: self.inner.block_size.load(Ordering::Relaxed),
+            blocks: self.inner.blocks.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,843 @@
+//! The FCP initiator engine: commands ([`Request`]) and task management to
+//! remote FCP targets named by WWPN, answered with the remote's status,
+//! sense, data-in and residual ([`NPortEvent::Completed`]).
+//!
+//! - Commands go out in the order they were submitted. A command for a
+//!   target port that is not (yet) logged in waits for it, within the
+//!   command timeout.
+//! - Data-out is sent from the request's buffers by relative offset, as
+//!   each FCP_XFER_RDY asks, in frames no larger than the target receives
+//!   and never straddling two buffers (no copy).
+//! - Data-in frames are kept as received (slices of the frames) and
+//!   handed over in offset order; a gap or an offset outside the expected
+//!   length is a protocol error.
+//! - A command past its timeout is aborted with ABTS; its OX_ID is then
+//!   recovered with RRQ (or after R_A_TOV). A command whose future was
+//!   dropped is aborted the same way, silently.
+//! - ABORT TASK is ABTS; ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT
+//!   RESET, TARGET RESET and CLEAR ACA are FCP_CMND task management flags.
+//!   When one succeeds, the engine's own commands it affects end with
+//!   [`InitiatorError::Aborted`] before the function's completion.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use unifab_scsi_core::initiator::{InitiatorError, Request};
+use unifab_scsi_core::{Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse};
+
+use super::{NPort, NPortEvent};
+use crate::compose::{self, Route};
+use crate::wire::fcp::{
+    FcpCmndRepr, FcpRspCode, FcpRspFlags, FcpRspRepr, FcpTaskAttr, FcpTmf, XferRdy, XferRdyRepr,
+};
+use crate::wire::frame::Frame;
+use crate::wire::header::{FCtl, FcHeaderRepr, FcType, RCtl};
+use crate::wire::{FcId, OxId, RxId, Wwn};
+
+/// Identifies a command or task management function submitted to the
+/// initiator engine; its value is the tag the remote LU's users see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CommandId(pub u64);
+
+#[derive(Debug)]
+enum Work {
+    Command(Request),
+    Tmf { lun: Lun, function: TmfFunction },
+}
+
+#[derive(Debug)]
+struct Queued {
+    id: u64,
+    target: Wwn,
+    work: Work,
+    deadline: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AbortReason {
+    Timeout,
+    Abandoned,
+    /// ABORT TASK issued by this task management function.
+    Tmf(u64),
+}
+
+#[derive(Debug)]
+enum Kind {
+    Scsi {
+        data_out: Vec<Bytes>,
+        write_len: u32,
+        read_len: u32,
+        data_in: Vec<(u32, Bytes)>,
+    },
+    Tmf {
+        function: TmfFunction,
+    },
+}
+
+#[derive(Debug)]
+struct Cmd {
+    id: u64,
+    peer: FcId,
+    lun: Lun,
+    rx: RxId,
+    kind: Kind,
+    deadline: Instant,
+    aborting: Option<(AbortReason, Instant)>,
+}
+
+/// The initiator engine's state (part of an [`NPort`]).
+#[derive(Debug)]
+pub struct InitiatorEngine {
+    timeout: Duration,
+    next_id: u64,
+    queued: VecDeque<Queued>,
+    cmds: HashMap<OxId, Cmd>,
+    by_id: HashMap<u64, OxId>,
+}
+
+impl InitiatorEngine {
+    pub(crate) fn new(timeout: Duration) -> InitiatorEngine {
+        InitiatorEngine {
+            timeout,
+            next_id: 1,
+            queued: VecDeque::new(),
+            cmds: HashMap::new(),
+            by_id: HashMap::new(),
+        }
+    }
+
+    /// Commands sent and not yet answered.
+    pub fn outstanding(&self) -> usize {
+        self.cmds.len()
+    }
+
+    /// Commands waiting for their target port.
+    pub fn waiting(&self) -> usize {
+        self.queued.len()
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let a = self
+            .cmds
+            .values()
+            .map(|c| c.aborting.map_or(c.deadline, |(_, d)| d))
+            .min();
+        let b = self.queued.iter().map(|q| q.deadline).min();
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+fn fcp_attr(a: TaskAttr) -> FcpTaskAttr {
+    match a {
+        TaskAttr::Simple => FcpTaskAttr::SIMPLE,
+        TaskAttr::Ordered => FcpTaskAttr::ORDERED,
+        TaskAttr::HeadOfQueue => FcpTaskAttr::HEAD_OF_QUEUE,
+        TaskAttr::Aca => FcpTaskAttr::ACA,
+    }
+}
+
+fn tmf_flags(f: TmfFunction) -> Option<FcpTmf> {
+    Some(match f {
+        TmfFunction::AbortTaskSet => FcpTmf::ABORT_TASK_SET,
+        TmfFunction::ClearTaskSet => FcpTmf::CLEAR_TASK_SET,
+        TmfFunction::LogicalUnitReset => FcpTmf::LOGICAL_UNIT_RESET,
+        TmfFunction::TargetReset => FcpTmf::TARGET_RESET,
+        TmfFunction::ClearAca => FcpTmf::CLEAR_ACA,
+        _ => return None,
+    })
+}
+
+fn tmf_response(code: FcpRspCode) -> Result<TmfResponse, InitiatorError> {
+    Ok(match code {
+        FcpRspCode::COMPLETE => TmfResponse::FunctionComplete,
+        FcpRspCode::TMF_SUCCEEDED => TmfResponse::FunctionSucceeded,
+        FcpRspCode::TMF_INCORRECT_LUN => TmfResponse::IncorrectLun,
+        FcpRspCode::TMF_NOT_SUPPORTED => TmfResponse::FunctionRejected,
+        FcpRspCode::TMF_FAILED => TmfResponse::ServiceDeliveryFailure,
+        _ => return Err(InitiatorError::Protocol("unknown FCP_RSP_CODE for a TMF")),
+    })
+}
+
+/// The pieces of `bufs` covering `[start, start + len)`, as slices.
+fn slices(bufs: &[Bytes], start: usize, len: usize) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let (mut at, end) = (0usize, start + len);
+    for b in bufs {
+        let (s, e) = (at, at + b.len());
+        at = e;
+        if e <= start || s >= end {
+            continue;
+        }
+        let from = start.max(s) - s;
+        let to = end.min(e) - s;
+        out.push(b.slice(from..to));
+    }
+    out
+}
+
+impl NPort {
+    fn alloc_command_id(&mut self) -> u64 {
+        let id = self.initiator.next_id;
+        self.initiator.next_id += 1;
+        id
+    }
+
+    /// Queues a command for the target port named `target`. Commands go
+    /// out in the order of these calls. The answer comes as
+    /// [`NPortEvent::Completed`] with the returned id.
+    pub fn submit(&mut self, now: Instant, target: Wwn, request: Request) -> CommandId {
+        let id = self.alloc_command_id();
+        if let Err(e) = request.validate() {
+            self.event(NPortEvent::Completed {
+                id: CommandId(id),
+                outcome: Err(e),
+            });
+            return CommandId(id);
+        }
+        self.enqueue(now, id, target, Work::Command(request));
+        CommandId(id)
+    }
+
+    /// Queues a task management function for `target`. For ABORT TASK the
+    /// tag is a [`CommandId`] this engine gave out.
+    pub fn submit_tmf(
+        &mut self,
+        now: Instant,
+        target: Wwn,
+        lun: Lun,
+        function: TmfFunction,
+    ) -> CommandId {
+        let id = self.alloc_command_id();
+        match function {
+            TmfFunction::AbortTask { tag } => {
+                self.abort_task(now, id, tag);
+            }
+            f if tmf_flags(f).is_some() => {
+                self.enqueue(now, id, target, Work::Tmf { lun, function: f });
+            }
+            _ => self.event(NPortEvent::TmfCompleted {
+                id: CommandId(id),
+                outcome: Err(InitiatorError::InvalidRequest(
+                    "task management function FCP does not carry",
+                )),
+            }),
+        }
+        CommandId(id)
+    }
+
+    fn enqueue(&mut self, now: Instant, id: u64, target: Wwn, work: Work) {
+        let deadline = now + self.initiator.timeout;
+        // Behind anything already waiting for the same port, to keep order.
+        let behind = self.initiator.queued.iter().any(|q| q.target == target);
+        match self.ready_port_by_name(target) {
+            Some(peer) if !behind => self.start(now, id, peer, work, deadline),
+            _ => self.initiator.queued.push_back(Queued {
+                id,
+                target,
+                work,
+                deadline,
+            }),
+        }
+    }
+
+    fn start(&mut self, _now: Instant, id: u64, peer: FcId, work: Work, deadline: Instant) {
+        let Ok(ox) = self.xm.alloc_ox() else {
+            self.fail(id, &work, InitiatorError::QueueFull);
+            return;
+        };
+        let (cmnd, lun, kind) = match work {
+            Work::Command(r) => {
+                let (rd, wr) = (r.data_in_len > 0, r.data_out_len > 0);
+                let mut c = FcpCmndRepr::command(
+                    r.lun,
+                    r.cdb.as_bytes(),
+                    if wr { r.data_out_len } else { r.data_in_len },
+                    rd,
+                    wr,
+                );
+                if rd && wr {
+                    c.bidirectional_read_dl = Some(r.data_in_len);
+                }
+                c.task_attribute = fcp_attr(r.attr);
+                c.priority = r.priority & 0x0f;
+                (
+                    c,
+                    r.lun,
+                    Kind::Scsi {
+                        data_out: r.data_out,
+                        write_len: r.data_out_len,
+                        read_len: r.data_in_len,
+                        data_in: Vec::new(),
+                    },
+                )
+            }
+            Work::Tmf { lun, function } => {
+                let mut c = FcpCmndRepr::command(lun, &[], 0, false, false);
+                c.tmf = tmf_flags(function).unwrap_or(FcpTmf::NONE);
+                (c, lun, Kind::Tmf { function })
+            }
+        };
+        let seq = self.next_seq_id();
+        let h = FcHeaderRepr {
+            r_ctl: RCtl::FCP_CMND,
+            d_id: peer,
+            cs_ctl: 0,
+            s_id: self.fc_id,
+            fc_type: FcType::FCP,
+            f_ctl: FCtl::request(),
+            seq_id: seq,
+            df_ctl: 0,
+            seq_cnt: 0,
+            ox_id: ox,
+            rx_id: RxId::UNASSIGNED,
+            parameter: 0,
+        };
+        let mut b = vec![0u8; cmnd.buffer_len()];
+        if cmnd.emit(&mut b).is_err() {
+            self.xm.close_ox(ox);
+            let e = InitiatorError::InvalidRequest("CDB FCP cannot carry");
+            match kind {
+                Kind::Scsi { .. } => self.complete(id, Err(e)),
+                Kind::Tmf { .. } => self.tmf_done(id, Err(e)),
+            }
+            return;
+        }
+        self.initiator.by_id.insert(id, ox);
+        self.initiator.cmds.insert(
+            ox,
+            Cmd {
+                id,
+                peer,
+                lun,
+                rx: RxId::UNASSIGNED,
+                kind,
+                deadline,
+                aborting: None,
+            },
+        );
+        self.send(Frame::new(h, Bytes::from(b)));
+    }
+
+    fn fail(&mut self, id: u64, work: &Work, e: InitiatorError) {
+        match work {
+            Work::Command(_) => self.complete(id, Err(e)),
+            Work::Tmf { .. } => self.tmf_done(id, Err(e)),
+        }
+    }
+
+    fn complete(&mut self, id: u64, outcome: Result<TaskResult, InitiatorError>) {
+        self.event(NPortEvent::Completed {
+            id: CommandId(id),
+            outcome,
+        });
+    }
+
+    fn tmf_done(&mut self, id: u64, outcome: Result<TmfResponse, InitiatorError>) {
+        self.event(NPortEvent::TmfCompleted {
+            id: CommandId(id),
+            outcome,
+        });
+    }
+
+    /// The command's future was dropped: abort it at the remote, report
+    /// nothing.
+    pub fn abandon(&mut self, now: Instant, id: CommandId) {
+        if let Some(pos) = self.initiator.queued.iter().position(|q| q.id == id.0) {
+            self.initiator.queued.remove(pos);
+            return;
+        }
+        if let Some(ox) = self.initiator.by_id.get(&id.0).copied() {
+            self.send_abts(now, ox, AbortReason::Abandoned);
+        }
+    }
+
+    fn send_abts(&mut self, now: Instant, ox: OxId, reason: AbortReason) {
+        let me = self.fc_id;
+        let r_a_tov = self.cfg.timeouts.r_a_tov;
+        let Some(c) = self.initiator.cmds.get_mut(&ox) else {
+            return;
+        };
+        if c.aborting.is_some() {
+            // Already aborting: a later reason (TMF) takes over the answer.
+            if let AbortReason::Tmf(_) = reason {
+                c.aborting = Some((reason, now + r_a_tov * 2));
+            }
+            return;
+        }
+        c.aborting = Some((reason, now + r_a_tov * 2));
+        let route = Route {
+            s_id: me,
+            d_id: c.peer,
+            ox_id: ox,
+            rx_id: c.rx,
+        };
+        self.stats.abts_sent += 1;
+        self.send(compose::abts(route, false));
+    }
+
+    fn abort_task(&mut self, now: Instant, tmf_id: u64, tag: u64) {
+        if let Some(pos) = self.initiator.queued.iter().position(|q| q.id == tag) {
+            if let Some(q) = self.initiator.queued.remove(pos) {
+                self.fail(q.id, &q.work, InitiatorError::Aborted);
+            }
+            self.tmf_done(tmf_id, Ok(TmfResponse::FunctionComplete));
+            return;
+        }
+        match self.initiator.by_id.get(&tag).copied() {
+            Some(ox) => self.send_abts(now, ox, AbortReason::Tmf(tmf_id)),
+            // Not here: it has ended already.
+            None => self.tmf_done(tmf_id, Ok(TmfResponse::FunctionComplete)),
+        }
+    }
+
+    fn take_cmd(&mut self, ox: OxId) -> Option<Cmd> {
+        let c = self.initiator.cmds.remove(&ox)?;
+        self.initiator.by_id.remove(&c.id);
+        Some(c)
+    }
+
+    /// An exchange that ended abnormally: its OX_ID is held and recovered
+    /// with RRQ.
+    fn recover(&mut self, now: Instant, peer: FcId, ox: OxId, rx: RxId, rrq: bool) {
+        self.xm.hold_ox(now, ox);
+        if rrq {
+            self.send_rrq(now, peer, ox, rx);
+        }
+    }
+
+    pub(super) fn initiator_xfer_rdy(&mut self, now: Instant, frame: Frame) {
+        let h = frame.header;
+        let Some(c) = self.initiator.cmds.get_mut(&h.ox_id) else {
+            self.stats.discarded += 1;
+            return;
+        };
+        if c.peer != h.s_id || c.aborting.is_some() {
+            self.stats.discarded += 1;
+            return;
+        }
+        c.rx = h.rx_id;
+        let Ok(x) = XferRdy::new_checked(&frame.payload[..]).map(|v| XferRdyRepr::parse(&v)) else {
+            self.send_abts(now, h.ox_id, AbortReason::Timeout);
+            return;
+        };
+        let Kind::Scsi {
+            data_out,
+            write_len,
+            ..
+        } = &c.kind
+        else {
+            self.stats.discarded += 1;
+            return;
+        };
+        let end = x.data_ro.checked_add(x.burst_len);
+        if x.burst_len == 0 || end.is_none_or(|e| e > *write_len) {
+            // The target asked for data the command does not have.
+            let (id, peer, rx) = (c.id, c.peer, c.rx);
+            self.take_cmd(h.ox_id);
+            self.complete(
+                id,
+                Err(InitiatorError::Protocol(
+                    "FCP_XFER_RDY outside the data-out",
+                )),
+            );
+            let route = Route {
+                s_id: self.fc_id,
+                d_id: peer,
+                ox_id: h.ox_id,
+                rx_id: rx,
+            };
+            self.send(compose::abts(route, false));
+            self.recover(now, peer, h.ox_id, rx, false);
+            return;
+        }
+        let pieces = slices(data_out, x.data_ro as usize, x.burst_len as usize);
+        let (peer, rx) = (c.peer, c.rx);
+        let max = self
+            .remotes
+            .get(&peer)
+            .map_or(2048, |r| usize::from(r.rx_size))
+            .max(256);
+        let seq = self.next_seq_id();
+        let mut ro = x.data_ro as usize;
+        let end = ro + x.burst_len as usize;
+        let mut cnt: u16 = 0;
+        for p in pieces {
+            let mut off = 0;
+            while off < p.len() {
+                let n = (p.len() - off).min(max);
+                let last = ro + n == end;
+                let mut f = FCtl(FCtl::RELATIVE_OFFSET);
+                if last {
+                    f = f.with(FCtl::END_SEQUENCE | FCtl::SEQUENCE_INITIATIVE, true);
+                }
+                let h2 = FcHeaderRepr {
+                    r_ctl: RCtl::FCP_DATA,
+                    d_id: peer,
+                    cs_ctl: 0,
+                    s_id: self.fc_id,
+                    fc_type: FcType::FCP,
+                    f_ctl: f,
+                    seq_id: seq,
+                    df_ctl: 0,
+                    seq_cnt: cnt,
+                    ox_id: h.ox_id,
+                    rx_id: rx,
+                    parameter: ro as u32,
+                };
+                self.send(Frame::new(h2, p.slice(off..off + n)));
+                cnt = cnt.wrapping_add(1);
+                off += n;
+                ro += n;
+            }
+        }
+    }
+
+    pub(super) fn initiator_data(&mut self, now: Instant, frame: Frame) {
+        let h = frame.header;
+        let Some(c) = self.initiator.cmds.get_mut(&h.ox_id) else {
+            self.stats.discarded += 1;
+            return;
+        };
+        if c.peer != h.s_id {
+            self.stats.discarded += 1;
+            return;
+        }
+        c.rx = h.rx_id;
+        let Kind::Scsi {
+            read_len, data_in, ..
+        } = &mut c.kind
+        else {
+            self.stats.discarded += 1;
+            return;
+        };
+        let len = frame.payload.len() as u64;
+        let ro = if h.f_ctl.relative_offset_present() {
+            u64::from(h.parameter)
+        } else {
+            data_in.iter().map(|(_, b)| b.len() as u64).sum()
+        };
+        if ro + len > u64::from(*read_len) {
+            // Answer now; the abort only recovers the exchange.
+            let (id, before) = (c.id, c.aborting.take());
+            self.initiator.by_id.remove(&id);
+            if let Some((AbortReason::Tmf(tid), _)) = before {
+                self.tmf_done(tid, Ok(TmfResponse::FunctionComplete));
+            }
+            self.send_abts(now, h.ox_id, AbortReason::Abandoned);
+            if !matches!(before, Some((AbortReason::Abandoned, _))) {
+                self.complete(
+                    id,
+                    Err(InitiatorError::Protocol(
+                        "data-in beyond the expected length",
+                    )),
+                );
+            }
+            return;
+        }
+        data_in.push((ro as u32, frame.payload));
+    }
+
+    pub(super) fn initiator_response(&mut self, now: Instant, frame: Frame) {
+        let h = frame.header;
+        let ok = self
+            .initiator
+            .cmds
+            .get(&h.ox_id)
+            .is_some_and(|c| c.peer == h.s_id);
+        if !ok {
+            self.stats.discarded += 1;
+            return;
+        }
+        let Some(c) = self.take_cmd(h.ox_id) else {
+            return;
+        };
+        self.xm.close_ox(h.ox_id);
+        if let Some((AbortReason::Abandoned, _)) = c.aborting {
+            return;
+        }
+        let rsp = match FcpRspRepr::parse(&frame.payload) {
+            Ok(r) => r,
+            Err(_) => {
+                let e = InitiatorError::Protocol("malformed FCP_RSP");
+                match c.kind {
+                    Kind::Scsi { .. } => self.complete(c.id, Err(e)),
+                    Kind::Tmf { .. } => self.tmf_done(c.id, Err(e)),
+                }
+                return;
+            }
+        };
+        if let Some((AbortReason::Tmf(tid), _)) = c.aborting {
+            // The answer overtook the ABORT TASK: the task had ended.
+            self.tmf_done(tid, Ok(TmfResponse::FunctionComplete));
+        }
+        match c.kind {
+            Kind::Tmf { function } => {
+                let code = rsp.rsp_code().unwrap_or(FcpRspCode::COMPLETE);
+                let outcome = tmf_response(code);
+                let success = matches!(
+                    outcome,
+                    Ok(TmfResponse::FunctionComplete | TmfResponse::FunctionSucceeded)
+                );
+                if success {
+                    self.tmf_aborted_commands(now, c.peer, c.lun, c.id, function);
+                }
+                self.tmf_done(c.id, outcome);
+            }
+            Kind::Scsi {
+                read_len,
+                write_len,
+                mut data_in,
+                ..
+            } => {
+                if let Some(code) = rsp.rsp_code() {
+                    if code != FcpRspCode::COMPLETE {
+                        self.complete(c.id, Err(InitiatorError::ServiceResponse(code.0)));
+                        return;
+                    }
+                }
+                data_in.sort_by_key(|(o, _)| *o);
+                let mut at = 0u64;
+                for (o, b) in &data_in {
+                    if u64::from(*o) != at {
+                        self.complete(c.id, Err(InitiatorError::Protocol("data-in with a gap")));
+                        return;
+                    }
+                    at += b.len() as u64;
+                }
+                let flags = rsp.flags;
+                let residual = if flags.contains(FcpRspFlags::RESID_OVER) {
+                    Some(Residual::Overflow(rsp.resid))
+                } else if flags.contains(FcpRspFlags::RESID_UNDER) {
+                    Some(Residual::Underflow(rsp.resid))
+                } else {
+                    None
+                };
+                let _ = (read_len, write_len);
+                let result = TaskResult {
+                    status: Status(rsp.scsi_status),
+                    sense: (!rsp.sense.is_empty()).then_some(rsp.sense),
+                    data_in: data_in.into_iter().map(|(_, b)| b).collect(),
+                    residual,
+                    aborted: false,
+                };
+                self.complete(c.id, Ok(result));
+            }
+        }
+    }
+
+    /// A task management function succeeded: the commands it ended at
+    /// the target end here, before the function's completion.
+    fn tmf_aborted_commands(
+        &mut self,
+        now: Instant,
+        peer: FcId,
+        lun: Lun,
+        tmf: u64,
+        f: TmfFunction,
+    ) {
+        let hit: Vec<OxId> = self
+            .initiator
+            .cmds
+            .iter()
+            .filter(|(_, c)| c.peer == peer && c.id < tmf && matches!(c.kind, Kind::Scsi { .. }))
+            .filter(|(_, c)| f == TmfFunction::TargetReset || c.lun == lun)
+            .map(|(ox, _)| *ox)
+            .collect();
+        for ox in hit {
+            if let Some(c) = self.take_cmd(ox) {
+                self.xm.hold_ox(now, ox);
+                if !matches!(c.aborting, Some((AbortReason::Abandoned, _))) {
+                    self.complete(c.id, Err(InitiatorError::Aborted));
+                }
+            }
+        }
+    }
+
+    /// BA_ACC or BA_RJT to our ABTS.
+    pub(super) fn initiator_abts_answer(&mut self, now: Instant, frame: Frame) {
+        let h = frame.header;
+        let known = self
+            .initiator
+            .cmds
+            .get(&h.ox_id)
+            .is_some_and(|c| c.peer == h.s_id && c.aborting.is_some());
+        if !known {
+            self.stats.discarded += 1;
+            return;
+        }
+        let Some(c) = self.take_cmd(h.ox_id) else {
+            return;
+        };
+        let accepted = h.r_ctl == RCtl::BA_ACC;
+        self.recover(now, c.peer, h.ox_id, c.rx, accepted);
+        self.abort_finished(c);
+    }
+
+    fn abort_finished(&mut self, c: Cmd) {
+        let Some((reason, _)) = c.aborting else {
+            return;
+        };
+        let timeout = self.initiator.timeout;
+        match reason {
+            AbortReason::Abandoned => {}
+            AbortReason::Timeout => match c.kind {
+                Kind::Scsi { .. } => {
+                    self.complete(c.id, Err(InitiatorError::Timeout { after: timeout }))
+                }
+                Kind::Tmf { .. } => {
+                    self.tmf_done(c.id, Err(InitiatorError::Timeout { after: timeout }))
+                }
+            },
+            AbortReason::Tmf(tid) => {
+                self.complete(c.id, Err(InitiatorError::Aborted));
+                self.tmf_done(tid, Ok(TmfResponse::FunctionComplete));
+            }
+        }
+    }
+
+    /// The target aborted one of our exchanges.
+    pub(super) fn initiator_abts_from_target(&mut self, now: Instant, h: &FcHeaderRepr) {
+        let known = self
+            .initiator
+            .cmds
+            .get(&h.ox_id)
+            .is_some_and(|c| c.peer == h.s_id);
+        if !known {
+            self.ba_rjt(h);
+            return;
+        }
+        let acc = crate::wire::bls::BlsRepr::BaAcc(crate::wire::bls::BaAcc {
+            seq_id_validity: 0,
+            last_seq_id: 0,
+            ox_id: h.ox_id,
+            rx_id: h.rx_id,
+            low_seq_cnt: 0,
+            high_seq_cnt: 0xffff,
+        });
+        if let Ok(f) = compose::bls_reply(Route::reply_to(h, h.rx_id), &acc, false) {
+            self.send(f);
+        }
+        if let Some(c) = self.take_cmd(h.ox_id) {
+            self.xm.hold_ox(now, h.ox_id);
+            let e = InitiatorError::Protocol("the target aborted the exchange");
+            match (c.aborting, c.kind) {
+                (Some((AbortReason::Abandoned, _)), _) => {}
+                (Some((AbortReason::Tmf(tid), _)), _) => {
+                    self.complete(c.id, Err(InitiatorError::Aborted));
+                    self.tmf_done(tid, Ok(TmfResponse::FunctionComplete));
+                }
+                (_, Kind::Scsi { .. }) => self.complete(c.id, Err(e)),
+                (_, Kind::Tmf { .. }) => self.tmf_done(c.id, Err(e)),
+            }
+        }
+    }
+
+    /// A target port completed process login: send what waited for it.
+    pub(super) fn initiator_port_ready(&mut self, now: Instant, peer: FcId) {
+        let Some(name) = self.remotes.get(&peer).map(|r| r.port_name) else {
+            return;
+        };
+        let mut keep = VecDeque::new();
+        let mut go = Vec::new();
+        for q in self.initiator.queued.drain(..) {
+            if q.target == name {
+                go.push(q);
+            } else {
+                keep.push_back(q);
+            }
+        }
+        self.initiator.queued = keep;
+        for q in go {
+            self.start(now, q.id, peer, q.work, q.deadline);
+        }
+    }
+
+    /// A target port went away: its commands end.
+    pub(super) fn initiator_port_gone(&mut self, now: Instant, peer: FcId) {
+        let gone: Vec<OxId> = self
+            .initiator
+            .cmds
+            .iter()
+            .filter(|(_, c)| c.peer == peer)
+            .map(|(ox, _)| *ox)
+            .collect();
+        for ox in gone {
+            if let Some(c) = self.take_cmd(ox) {
+                self.xm.hold_ox(now, ox);
+                match (c.aborting, c.kind) {
+                    (Some((AbortReason::Abandoned, _)), _) => {}
+                    (Some((AbortReason::Tmf(tid), _)), _) => {
+                        self.complete(c.id, Err(InitiatorError::Aborted));
+                        self.tmf_done(tid, Ok(TmfResponse::FunctionComplete));
+                    }
+                    (_, Kind::Scsi { .. }) => {
+                        self.complete(c.id, Err(InitiatorError::Disconnected))
+                    }
+                    (_, Kind::Tmf { .. }) => self.tmf_done(c.id, Err(InitiatorError::Disconnected)),
+                }
+            }
+        }
+    }
+
+    pub(super) fn initiator_timeouts(&mut self, now: Instant) {
+        // Commands still waiting for their port.
+        let mut keep = VecDeque::new();
+        let mut late = Vec::new();
+        for q in self.initiator.queued.drain(..) {
+            if q.deadline <= now {
+                late.push(q);
+            } else {
+                keep.push_back(q);
+            }
+        }
+        self.initiator.queued = keep;
+        for q in late {
+            let e = InitiatorError::Unreachable {
+                reason: format!("FC target port {} not logged in", q.target),
+            };
+            self.fail(q.id, &q.work, e);
+        }
+        // Commands past their timeout, and aborts without an answer.
+        let due: Vec<(OxId, bool)> = self
+            .initiator
+            .cmds
+            .iter()
+            .filter_map(|(ox, c)| match c.aborting {
+                None if c.deadline <= now => Some((*ox, false)),
+                Some((_, d)) if d <= now => Some((*ox, true)),
+                _ => None,
+            })
+            .collect();
+        for (ox, abort_expired) in due {
+            if abort_expired {
+                if let Some(c) = self.take_cmd(ox) {
+                    self.xm.hold_ox(now, ox);
+                    self.abort_finished(c);
+                }
+            } else {
+                self.send_abts(now, ox, AbortReason::Timeout);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slicing_never_copies_and_covers_the_range() {
+        let a = Bytes::from_static(b"0123456789");
+        let b = Bytes::from_static(b"abcdef");
+        let v = slices(&[a.clone(), b], 8, 5);
+        assert_eq!(v.len(), 2);
+        assert_eq!(&v[0][..], b"89");
+        assert_eq!(&v[1][..], b"abc");
+        assert_eq!(v[0].as_ptr(), a[8..].as_ptr());
+        assert!(slices(&[a], 10, 3).is_empty());
+    }
+}

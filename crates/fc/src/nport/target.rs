@@ -1,0 +1,649 @@
+//! The FCP target engine (FCP-4 §6–§9, §12): FCP_CMND becomes a
+//! scsi-core [`Task`] ([`NPortEvent::Execute`]); write data is solicited
+//! with one FCP_XFER_RDY per burst and reassembled by relative offset
+//! without copying (the task's data-out is the list of received frame
+//! payloads, in offset order); the task's result goes back as FCP_DATA
+//! frames and an FCP_RSP with residuals and sense. Task management comes
+//! as FCP_CMND task management flags or as ABTS (ABORT TASK).
+//!
+//! Decisions:
+//!
+//! - All of FCP_DL is solicited, as iSCSI solicits the expected data
+//!   transfer length; the device server decides what it uses and reports
+//!   the residual.
+//! - Data-in frames carry at most the initiator's receive data field size.
+//! - A data frame outside the burst asked for ends the command with
+//!   FCP_RSP_CODE 3 (FCP_DATA_RO mismatch); a burst that does not arrive
+//!   within 2 × R_A_TOV is dropped.
+//! - After an ABTS the exchange sends nothing more; BA_ACC goes out once
+//!   the LU has ended the task (or at once if the task never started).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+use unifab_scsi_core::{
+    Cdb, ItNexus, Residual, Task, TaskAttr, TaskResult, TmfFunction, TmfRequest, TmfResponse,
+};
+
+use super::{NPort, NPortEvent};
+use crate::compose::Route;
+use crate::wire::bls::{BaAcc, BlsRepr};
+use crate::wire::els::RecAcc;
+use crate::wire::fcp::{
+    FcpCmndRepr, FcpRspCode, FcpRspFlags, FcpRspRepr, FcpTaskAttr, FcpTmf, XferRdyRepr,
+};
+use crate::wire::frame::Frame;
+use crate::wire::header::{FCtl, FcHeaderRepr, FcType, RCtl};
+use crate::wire::{FcId, OxId, RxId};
+
+/// Identifies a task or task management function the target engine handed
+/// to its driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(pub u64);
+
+#[derive(Debug)]
+enum XState {
+    /// Waiting for data-out of the burst `[start, end)`.
+    Receiving {
+        segs: Vec<(u32, Bytes)>,
+        got: u32,
+        start: u32,
+        end: u32,
+        deadline: Instant,
+    },
+    /// Handed to the LU.
+    Running,
+}
+
+#[derive(Debug)]
+struct Exchange {
+    id: u64,
+    rx: RxId,
+    nexus: ItNexus,
+    cmnd: FcpCmndRepr,
+    read_len: u32,
+    write_len: u32,
+    /// Bytes of data-out received so far (for REC).
+    transferred: u32,
+    state: XState,
+    /// An ABTS arrived: nothing more is sent on this exchange.
+    aborted: bool,
+    /// Data-out collected over earlier bursts.
+    done: Vec<(u32, Bytes)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PendingTmf {
+    /// Task management flags in an FCP_CMND: answered with FCP_RSP.
+    Fcp { peer: FcId, ox: OxId, rx: RxId },
+    /// ABTS: answered with BA_ACC.
+    Abts { peer: FcId, ox: OxId, rx: RxId },
+}
+
+/// The target engine's state (part of an [`NPort`]).
+#[derive(Debug)]
+pub struct TargetEngine {
+    max_burst: u32,
+    next_id: u64,
+    exchanges: HashMap<(FcId, OxId), Exchange>,
+    by_id: HashMap<u64, (FcId, OxId)>,
+    tmfs: HashMap<u64, PendingTmf>,
+}
+
+impl TargetEngine {
+    pub(crate) fn new(max_burst: u32) -> TargetEngine {
+        TargetEngine {
+            max_burst: max_burst.max(512),
+            next_id: 1,
+            exchanges: HashMap::new(),
+            by_id: HashMap::new(),
+            tmfs: HashMap::new(),
+        }
+    }
+
+    /// Commands the engine holds (receiving data or running).
+    pub fn open_exchanges(&self) -> usize {
+        self.exchanges.len()
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.exchanges
+            .values()
+            .filter_map(|x| match x.state {
+                XState::Receiving { deadline, .. } => Some(deadline),
+                XState::Running => None,
+            })
+            .min()
+    }
+
+    fn alloc_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+}
+
+fn attr(a: FcpTaskAttr) -> TaskAttr {
+    match a {
+        FcpTaskAttr::HEAD_OF_QUEUE => TaskAttr::HeadOfQueue,
+        FcpTaskAttr::ORDERED => TaskAttr::Ordered,
+        FcpTaskAttr::ACA => TaskAttr::Aca,
+        _ => TaskAttr::Simple,
+    }
+}
+
+fn tmf_function(t: FcpTmf) -> Option<TmfFunction> {
+    Some(match t {
+        FcpTmf::ABORT_TASK_SET => TmfFunction::AbortTaskSet,
+        FcpTmf::CLEAR_TASK_SET => TmfFunction::ClearTaskSet,
+        FcpTmf::LOGICAL_UNIT_RESET => TmfFunction::LogicalUnitReset,
+        FcpTmf::TARGET_RESET => TmfFunction::TargetReset,
+        FcpTmf::CLEAR_ACA => TmfFunction::ClearAca,
+        _ => return None,
+    })
+}
+
+fn rsp_code(r: TmfResponse) -> FcpRspCode {
+    match r {
+        TmfResponse::FunctionComplete => FcpRspCode::COMPLETE,
+        TmfResponse::FunctionSucceeded => FcpRspCode::TMF_SUCCEEDED,
+        TmfResponse::FunctionRejected => FcpRspCode::TMF_NOT_SUPPORTED,
+        TmfResponse::IncorrectLun => FcpRspCode::TMF_INCORRECT_LUN,
+        TmfResponse::ServiceDeliveryFailure => FcpRspCode::TMF_FAILED,
+    }
+}
+
+fn fcp_header(
+    me: FcId,
+    peer: FcId,
+    ox: OxId,
+    rx: RxId,
+    r_ctl: RCtl,
+    f_ctl: FCtl,
+    seq_id: u8,
+) -> FcHeaderRepr {
+    FcHeaderRepr {
+        r_ctl,
+        d_id: peer,
+        cs_ctl: 0,
+        s_id: me,
+        fc_type: FcType::FCP,
+        f_ctl,
+        seq_id,
+        df_ctl: 0,
+        seq_cnt: 0,
+        ox_id: ox,
+        rx_id: rx,
+        parameter: 0,
+    }
+}
+
+impl NPort {
+    fn target_rsp(&mut self, peer: FcId, ox: OxId, rx: RxId, rsp: &FcpRspRepr) {
+        let seq = self.next_seq_id();
+        let h = fcp_header(
+            self.fc_id,
+            peer,
+            ox,
+            rx,
+            RCtl::FCP_RSP,
+            FCtl::last_reply(),
+            seq,
+        );
+        if let Ok(b) = rsp.to_bytes() {
+            self.send(Frame::new(h, b));
+        }
+    }
+
+    fn target_xfer_rdy(&mut self, peer: FcId, ox: OxId, rx: RxId, ro: u32, len: u32) {
+        let seq = self.next_seq_id();
+        let f = FCtl(FCtl::EXCHANGE_CONTEXT | FCtl::END_SEQUENCE | FCtl::SEQUENCE_INITIATIVE);
+        let h = fcp_header(self.fc_id, peer, ox, rx, RCtl::FCP_XFER_RDY, f, seq);
+        let x = XferRdyRepr {
+            data_ro: ro,
+            burst_len: len,
+        };
+        self.send(Frame::new(h, Bytes::copy_from_slice(&x.to_bytes())));
+    }
+
+    pub(super) fn target_command(&mut self, now: Instant, frame: Frame) {
+        let h = frame.header;
+        let peer = h.s_id;
+        let Some(nexus) = self
+            .remotes
+            .get(&peer)
+            .filter(|r| r.ready())
+            .and_then(|r| r.nexus.clone())
+        else {
+            self.stats.discarded += 1;
+            return;
+        };
+        if !self.cfg.target || self.target.exchanges.contains_key(&(peer, h.ox_id)) {
+            self.stats.discarded += 1;
+            return;
+        }
+        let Ok(rx) = self.xm.alloc_rx(peer, h.ox_id) else {
+            // Out of exchanges: the command is refused with BUSY.
+            let rsp = FcpRspRepr {
+                scsi_status: unifab_scsi_core::Status::BUSY.0,
+                ..FcpRspRepr::default()
+            };
+            self.target_rsp(peer, h.ox_id, RxId::UNASSIGNED, &rsp);
+            return;
+        };
+        let cmnd = match FcpCmndRepr::parse(&frame.payload) {
+            Ok(c) => c,
+            Err(_) => {
+                let rsp = FcpRspRepr::tmf(FcpRspCode::INVALID_CMND_FIELDS);
+                self.target_rsp(peer, h.ox_id, rx, &rsp);
+                self.xm.close_rx(peer, h.ox_id);
+                return;
+            }
+        };
+        let id = self.target.alloc_id();
+        if cmnd.tmf != FcpTmf::NONE {
+            let Some(function) = tmf_function(cmnd.tmf) else {
+                let rsp = FcpRspRepr::tmf(FcpRspCode::TMF_NOT_SUPPORTED);
+                self.target_rsp(peer, h.ox_id, rx, &rsp);
+                self.xm.close_rx(peer, h.ox_id);
+                return;
+            };
+            self.target.tmfs.insert(
+                id,
+                PendingTmf::Fcp {
+                    peer,
+                    ox: h.ox_id,
+                    rx,
+                },
+            );
+            self.event(NPortEvent::TaskManagement {
+                id: TaskId(id),
+                request: TmfRequest {
+                    nexus,
+                    lun: cmnd.lun,
+                    function,
+                },
+            });
+            return;
+        }
+        let (read_len, write_len) = match (cmnd.rddata, cmnd.wrdata) {
+            (true, false) => (cmnd.fcp_dl, 0),
+            (false, true) => (0, cmnd.fcp_dl),
+            (true, true) => (cmnd.bidirectional_read_dl.unwrap_or(0), cmnd.fcp_dl),
+            (false, false) => (0, 0),
+        };
+        let mut x = Exchange {
+            id,
+            rx,
+            nexus,
+            cmnd,
+            read_len,
+            write_len,
+            transferred: 0,
+            state: XState::Running,
+            aborted: false,
+            done: Vec::new(),
+        };
+        self.target.by_id.insert(id, (peer, h.ox_id));
+        if write_len > 0 {
+            let end = write_len.min(self.target.max_burst);
+            x.state = XState::Receiving {
+                segs: Vec::new(),
+                got: 0,
+                start: 0,
+                end,
+                deadline: now + self.cfg.timeouts.els_timeout(),
+            };
+            self.target.exchanges.insert((peer, h.ox_id), x);
+            self.target_xfer_rdy(peer, h.ox_id, rx, 0, end);
+        } else {
+            let task = make_task(&x, Vec::new(), h.ox_id);
+            self.target.exchanges.insert((peer, h.ox_id), x);
+            self.event(NPortEvent::Execute {
+                id: TaskId(id),
+                task,
+            });
+        }
+    }
+}
+
+fn make_task(x: &Exchange, data_out: Vec<Bytes>, ox: OxId) -> Task {
+    Task {
+        nexus: x.nexus.clone(),
+        lun: x.cmnd.lun,
+        tag: u64::from(ox.0),
+        attr: attr(x.cmnd.task_attribute),
+        priority: x.cmnd.priority,
+        cdb: Cdb::new(x.cmnd.cdb.clone()),
+        data_out,
+        data_out_len: x.write_len,
+        data_in_len: x.read_len,
+    }
+}
+
+impl NPort {
+    pub(super) fn target_data(&mut self, now: Instant, frame: Frame) {
+        let h = frame.header;
+        let key = (h.s_id, h.ox_id);
+        let Some(x) = self.target.exchanges.get_mut(&key) else {
+            self.stats.discarded += 1;
+            return;
+        };
+        let XState::Receiving {
+            segs,
+            got,
+            start,
+            end,
+            ..
+        } = &mut x.state
+        else {
+            self.stats.discarded += 1;
+            return;
+        };
+        let len = u32::try_from(frame.payload.len()).unwrap_or(u32::MAX);
+        let ro = if h.f_ctl.relative_offset_present() {
+            h.parameter
+        } else {
+            *start + *got
+        };
+        let fits = ro >= *start && ro.checked_add(len).is_some_and(|e| e <= *end);
+        if !fits || len == 0 {
+            let (peer, ox, rx) = (h.s_id, h.ox_id, x.rx);
+            self.target_fail(peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
+            return;
+        }
+        segs.push((ro, frame.payload));
+        *got += len;
+        x.transferred = x.transferred.saturating_add(len);
+        if *got < *end - *start {
+            return;
+        }
+        // The burst is complete: check it covers [start, end) exactly.
+        let mut burst = std::mem::take(segs);
+        burst.sort_by_key(|(o, _)| *o);
+        let mut at = *start;
+        let mut exact = true;
+        for (o, b) in &burst {
+            if *o != at {
+                exact = false;
+                break;
+            }
+            at += b.len() as u32;
+        }
+        let burst_end = *end;
+        if !exact || at != burst_end {
+            let (peer, ox, rx) = (h.s_id, h.ox_id, x.rx);
+            self.target_fail(peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
+            return;
+        }
+        x.done.extend(burst);
+        if burst_end < x.write_len {
+            let next_end = x
+                .write_len
+                .min(burst_end.saturating_add(self.target.max_burst));
+            x.state = XState::Receiving {
+                segs: Vec::new(),
+                got: 0,
+                start: burst_end,
+                end: next_end,
+                deadline: now + self.cfg.timeouts.els_timeout(),
+            };
+            let rx = x.rx;
+            self.target_xfer_rdy(h.s_id, h.ox_id, rx, burst_end, next_end - burst_end);
+            return;
+        }
+        x.state = XState::Running;
+        let data: Vec<Bytes> = std::mem::take(&mut x.done)
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect();
+        let id = x.id;
+        let task = make_task(x, data, h.ox_id);
+        self.event(NPortEvent::Execute {
+            id: TaskId(id),
+            task,
+        });
+    }
+
+    /// Ends a command that broke the data protocol.
+    fn target_fail(&mut self, peer: FcId, ox: OxId, rx: RxId, code: FcpRspCode) {
+        if let Some(x) = self.target.exchanges.remove(&(peer, ox)) {
+            self.target.by_id.remove(&x.id);
+        }
+        self.target_rsp(peer, ox, rx, &FcpRspRepr::tmf(code));
+        self.xm.close_rx(peer, ox);
+    }
+
+    /// The LU finished a task [`NPortEvent::Execute`] handed out.
+    pub fn complete_task(&mut self, _now: Instant, id: TaskId, result: TaskResult) {
+        let Some(key) = self.target.by_id.remove(&id.0) else {
+            return;
+        };
+        let Some(x) = self.target.exchanges.remove(&key) else {
+            return;
+        };
+        let (peer, ox) = key;
+        if x.aborted {
+            // The ABTS answer closes the exchange.
+            return;
+        }
+        if result.aborted {
+            self.xm.close_rx(peer, ox);
+            return;
+        }
+        let max = self
+            .remotes
+            .get(&peer)
+            .map_or(2048, |r| usize::from(r.rx_size))
+            .min(usize::from(self.cfg.rx_data_field_size).max(256));
+        let produced: u64 = result.data_in.iter().map(|b| b.len() as u64).sum();
+        let sendable = produced.min(u64::from(x.read_len)) as usize;
+        if sendable > 0 {
+            let seq = self.next_seq_id();
+            let mut ro = 0usize;
+            let mut cnt: u16 = 0;
+            'outer: for seg in &result.data_in {
+                let mut off = 0;
+                while off < seg.len() {
+                    if ro >= sendable {
+                        break 'outer;
+                    }
+                    let n = (seg.len() - off).min(max).min(sendable - ro);
+                    let last = ro + n == sendable;
+                    let mut f = FCtl(FCtl::EXCHANGE_CONTEXT | FCtl::RELATIVE_OFFSET);
+                    if last {
+                        f = f.with(FCtl::END_SEQUENCE, true);
+                    }
+                    let mut h = fcp_header(self.fc_id, peer, ox, x.rx, RCtl::FCP_DATA, f, seq);
+                    h.seq_cnt = cnt;
+                    h.parameter = ro as u32;
+                    self.send(Frame::new(h, seg.slice(off..off + n)));
+                    cnt = cnt.wrapping_add(1);
+                    off += n;
+                    ro += n;
+                }
+            }
+        }
+        let derived_read = {
+            let p = u32::try_from(produced).unwrap_or(u32::MAX);
+            match p.cmp(&x.read_len) {
+                std::cmp::Ordering::Equal => None,
+                std::cmp::Ordering::Greater => Some(Residual::Overflow(p - x.read_len)),
+                std::cmp::Ordering::Less => Some(Residual::Underflow(x.read_len - p)),
+            }
+        };
+        let bidi = x.read_len > 0 && x.write_len > 0;
+        let (main, bidi_res) = if bidi {
+            (result.residual, derived_read)
+        } else if x.read_len > 0 {
+            (result.residual.or(derived_read), None)
+        } else {
+            (result.residual, None)
+        };
+        let mut rsp = FcpRspRepr {
+            scsi_status: result.status.0,
+            sense: result.sense.clone().unwrap_or_default(),
+            ..FcpRspRepr::default()
+        };
+        match main {
+            Some(Residual::Overflow(n)) => {
+                rsp.flags.0 |= FcpRspFlags::RESID_OVER;
+                rsp.resid = n;
+            }
+            Some(Residual::Underflow(n)) => {
+                rsp.flags.0 |= FcpRspFlags::RESID_UNDER;
+                rsp.resid = n;
+            }
+            None => {}
+        }
+        if bidi {
+            match bidi_res {
+                Some(Residual::Overflow(n)) => {
+                    rsp.flags.0 |= FcpRspFlags::BIDI_READ_RESID_OVER;
+                    rsp.bidirectional_read_resid = Some(n);
+                }
+                Some(Residual::Underflow(n)) => {
+                    rsp.flags.0 |= FcpRspFlags::BIDI_READ_RESID_UNDER;
+                    rsp.bidirectional_read_resid = Some(n);
+                }
+                None => rsp.bidirectional_read_resid = Some(0),
+            }
+        }
+        self.target_rsp(peer, ox, x.rx, &rsp);
+        self.xm.close_rx(peer, ox);
+    }
+
+    /// The LU finished a task management function
+    /// [`NPortEvent::TaskManagement`] handed out.
+    pub fn complete_tmf(&mut self, now: Instant, id: TaskId, response: TmfResponse) {
+        let Some(t) = self.target.tmfs.remove(&id.0) else {
+            return;
+        };
+        match t {
+            PendingTmf::Fcp { peer, ox, rx } => {
+                self.target_rsp(peer, ox, rx, &FcpRspRepr::tmf(rsp_code(response)));
+                self.xm.close_rx(peer, ox);
+            }
+            PendingTmf::Abts { peer, ox, rx } => {
+                self.target_ba_acc(now, peer, ox, rx);
+            }
+        }
+    }
+
+    fn target_ba_acc(&mut self, now: Instant, peer: FcId, ox: OxId, rx: RxId) {
+        let acc = BlsRepr::BaAcc(BaAcc {
+            seq_id_validity: 0,
+            last_seq_id: 0,
+            ox_id: ox,
+            rx_id: rx,
+            low_seq_cnt: 0,
+            high_seq_cnt: 0xffff,
+        });
+        let route = Route {
+            s_id: self.fc_id,
+            d_id: peer,
+            ox_id: ox,
+            rx_id: rx,
+        };
+        if let Ok(f) = crate::compose::bls_reply(route, &acc, true) {
+            self.send(f);
+        }
+        self.xm.hold_rx(now, peer, ox);
+    }
+
+    pub(super) fn target_abts(&mut self, now: Instant, h: &FcHeaderRepr) {
+        let key = (h.s_id, h.ox_id);
+        let Some(x) = self.target.exchanges.get_mut(&key) else {
+            self.ba_rjt(h);
+            return;
+        };
+        let rx = x.rx;
+        match x.state {
+            XState::Receiving { .. } => {
+                if let Some(x) = self.target.exchanges.remove(&key) {
+                    self.target.by_id.remove(&x.id);
+                }
+                self.target_ba_acc(now, h.s_id, h.ox_id, rx);
+            }
+            XState::Running => {
+                if x.aborted {
+                    return;
+                }
+                x.aborted = true;
+                let request = TmfRequest {
+                    nexus: x.nexus.clone(),
+                    lun: x.cmnd.lun,
+                    function: TmfFunction::AbortTask {
+                        tag: u64::from(h.ox_id.0),
+                    },
+                };
+                let id = self.target.alloc_id();
+                self.target.tmfs.insert(
+                    id,
+                    PendingTmf::Abts {
+                        peer: h.s_id,
+                        ox: h.ox_id,
+                        rx,
+                    },
+                );
+                self.event(NPortEvent::TaskManagement {
+                    id: TaskId(id),
+                    request,
+                });
+            }
+        }
+    }
+
+    pub(super) fn target_rec(&self, originator: FcId, ox: OxId) -> Option<RecAcc> {
+        let x = self.target.exchanges.get(&(originator, ox))?;
+        Some(RecAcc {
+            ox_id: ox,
+            rx_id: x.rx,
+            originator,
+            responder: self.fc_id,
+            fc4_value: x.transferred,
+            // E_STAT: this port is the exchange responder (bit 31).
+            e_stat: 0x8000_0000,
+        })
+    }
+
+    /// The initiator's nexus ended: its commands end without a response.
+    pub(super) fn target_nexus_gone(&mut self, _now: Instant, peer: FcId, nexus: ItNexus) {
+        let keys: Vec<(FcId, OxId)> = self
+            .target
+            .exchanges
+            .keys()
+            .filter(|(p, _)| *p == peer)
+            .copied()
+            .collect();
+        for k in keys {
+            if let Some(x) = self.target.exchanges.remove(&k) {
+                self.target.by_id.remove(&x.id);
+            }
+        }
+        self.target.tmfs.retain(|_, t| match t {
+            PendingTmf::Fcp { peer: p, .. } | PendingTmf::Abts { peer: p, .. } => *p != peer,
+        });
+        self.xm.close_peer(peer);
+        self.event(NPortEvent::NexusLoss(nexus));
+    }
+
+    pub(super) fn target_timeouts(&mut self, now: Instant) {
+        let late: Vec<(FcId, OxId)> = self
+            .target
+            .exchanges
+            .iter()
+            .filter(
+                |(_, x)| matches!(x.state, XState::Receiving { deadline, .. } if deadline <= now),
+            )
+            .map(|(k, _)| *k)
+            .collect();
+        for (peer, ox) in late {
+            if let Some(x) = self.target.exchanges.remove(&(peer, ox)) {
+                self.target.by_id.remove(&x.id);
+            }
+            self.xm.hold_rx(now, peer, ox);
+        }
+    }
+}

@@ -1,0 +1,681 @@
+//! Deterministic fabric tests: sans-IO N_Ports on the sans-IO fabric with
+//! virtual time. Every frame the fabric forwards is recorded, so the tests
+//! check the protocol as well as the outcome.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use unifab_fc::fabric::zoning::{Zone, ZoneMember, ZoneSet};
+use unifab_fc::fabric::{Fabric, FabricConfig, PortIndex};
+use unifab_fc::nport::{CommandId, NPort, NPortConfig, NPortEvent, TaskId};
+use unifab_fc::wire::ct::{CtBody, CtCommand, NsAccept};
+use unifab_fc::wire::frame::Frame;
+use unifab_fc::wire::header::{FcType, RCtl};
+use unifab_fc::wire::{FcId, FrameRepr, PayloadRepr, ReplyTracker, Wwn};
+use unifab_scsi_core::backend::MemoryBackend;
+use unifab_scsi_core::initiator::{InitiatorError, Request};
+use unifab_scsi_core::{
+    BoxFuture, EmulatedLu, EmulatedLuConfig, Lun, Residual, ScsiTarget, Status, TaskResult,
+    TmfFunction, TmfResponse,
+};
+
+struct Node {
+    port: NPort,
+    fport: PortIndex,
+    scsi: Option<ScsiTarget>,
+    /// Tasks handed to the LU whose futures are not yet polled (when
+    /// `hold` is set).
+    held: Vec<(TaskId, BoxFuture<'static, TaskResult>)>,
+    hold: bool,
+    results: HashMap<CommandId, Result<TaskResult, InitiatorError>>,
+    tmfs: HashMap<CommandId, Result<TmfResponse, InitiatorError>>,
+    up: Vec<(FcId, Wwn, bool)>,
+    down: Vec<FcId>,
+    nexus_losses: usize,
+    aborted_in_lu: usize,
+}
+
+struct Sim {
+    now: Instant,
+    fabric: Fabric,
+    nodes: Vec<Node>,
+    rt: tokio::runtime::Runtime,
+    /// Every frame N_Ports sent and every frame the fabric's services
+    /// sent, decoded.
+    log: Vec<FrameRepr>,
+    tracker: ReplyTracker,
+}
+
+const T_WWPN: Wwn = Wwn(0x2100_0000_0000_00a1);
+const I_WWPN: Wwn = Wwn(0x2100_0000_0000_00b1);
+const I2_WWPN: Wwn = Wwn(0x2100_0000_0000_00b2);
+
+fn lu(mib: u64) -> Arc<EmulatedLu> {
+    let backend = Arc::new(MemoryBackend::new(mib << 20));
+    Arc::new(EmulatedLu::new(EmulatedLuConfig::default(), backend).unwrap())
+}
+
+impl Sim {
+    fn new() -> Sim {
+        Sim {
+            now: Instant::now(),
+            fabric: Fabric::new(FabricConfig::default()),
+            nodes: Vec::new(),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            log: Vec::new(),
+            tracker: ReplyTracker::new(),
+        }
+    }
+
+    fn add(&mut self, cfg: NPortConfig, scsi: Option<ScsiTarget>) -> usize {
+        let fport = self.fabric.attach(&format!("fc{}", self.nodes.len() + 1));
+        let mut port = NPort::new(cfg);
+        port.link_up(self.now);
+        self.nodes.push(Node {
+            port,
+            fport,
+            scsi,
+            held: Vec::new(),
+            hold: false,
+            results: HashMap::new(),
+            tmfs: HashMap::new(),
+            up: Vec::new(),
+            down: Vec::new(),
+            nexus_losses: 0,
+            aborted_in_lu: 0,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn target(&mut self, wwpn: Wwn, mib: u64, max_burst: u32) -> usize {
+        let scsi = ScsiTarget::new();
+        scsi.insert(Lun(0), lu(mib));
+        let mut cfg = NPortConfig::new(wwpn, Wwn(wwpn.0 ^ 0x0100_0000_0000_0000));
+        cfg.target = true;
+        cfg.max_burst = max_burst;
+        self.add(cfg, Some(scsi))
+    }
+
+    fn initiator(&mut self, wwpn: Wwn) -> usize {
+        let mut cfg = NPortConfig::new(wwpn, Wwn(wwpn.0 ^ 0x0100_0000_0000_0000));
+        cfg.initiator = true;
+        cfg.discover = true;
+        self.add(cfg, None)
+    }
+
+    /// Moves frames and events until nothing moves.
+    fn run(&mut self) {
+        for _ in 0..100_000 {
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                while let Some(f) = self.nodes[i].port.poll_transmit() {
+                    moved = true;
+                    self.record(&f);
+                    let p = self.nodes[i].fport;
+                    self.fabric.handle_frame(self.now, p, f);
+                }
+            }
+            while let Some((p, f)) = self.fabric.poll_transmit() {
+                moved = true;
+                if f.header.s_id.is_well_known() {
+                    self.record(&f);
+                }
+                if let Some(n) = self.nodes.iter_mut().find(|n| n.fport == p) {
+                    n.port.handle_frame(self.now, f);
+                }
+            }
+            for i in 0..self.nodes.len() {
+                while let Some(ev) = self.nodes[i].port.poll_event() {
+                    moved = true;
+                    self.event(i, ev);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("the simulation does not settle");
+    }
+
+    fn record(&mut self, f: &Frame) {
+        let mut v = Vec::new();
+        f.write_to(&mut v);
+        let r = FrameRepr::parse(&Bytes::from(v.clone()), Some(&mut self.tracker)).unwrap();
+        assert_eq!(
+            r.to_bytes().unwrap(),
+            v,
+            "every frame on the fabric round-trips"
+        );
+        self.log.push(r);
+    }
+
+    fn event(&mut self, i: usize, ev: NPortEvent) {
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        match ev {
+            NPortEvent::Execute { id, task } => {
+                // The LU receives the task now (ordering contract).
+                let fut = n.scsi.as_ref().unwrap().dispatch(task);
+                if n.hold {
+                    n.held.push((id, fut));
+                } else {
+                    let r = self.rt.block_on(fut);
+                    n.port.complete_task(now, id, r);
+                }
+            }
+            NPortEvent::TaskManagement { id, request } => {
+                let fut = n.scsi.as_ref().unwrap().task_management(request);
+                // Held tasks run now, so that those the function aborts can
+                // end (their futures resolve aborted) before its response.
+                let held: Vec<_> = std::mem::take(&mut n.held)
+                    .into_iter()
+                    .map(|(id, f)| (id, self.rt.spawn(f)))
+                    .collect();
+                let r = self.rt.block_on(fut);
+                for (tid, h) in held {
+                    let tr = self.rt.block_on(h).unwrap();
+                    n.aborted_in_lu += usize::from(tr.aborted);
+                    n.port.complete_task(now, tid, tr);
+                }
+                n.port.complete_tmf(now, id, r);
+            }
+            NPortEvent::NexusLoss(nx) => {
+                n.nexus_losses += 1;
+                if let Some(s) = &n.scsi {
+                    s.nexus_loss(&nx);
+                }
+            }
+            NPortEvent::Completed { id, outcome } => {
+                assert!(
+                    n.results.insert(id, outcome).is_none(),
+                    "one answer per command"
+                );
+            }
+            NPortEvent::TmfCompleted { id, outcome } => {
+                assert!(n.tmfs.insert(id, outcome).is_none());
+            }
+            NPortEvent::PortUp {
+                fc_id,
+                port_name,
+                target,
+                ..
+            } => n.up.push((fc_id, port_name, target)),
+            NPortEvent::PortDown { fc_id, .. } => n.down.push(fc_id),
+            NPortEvent::Online { .. } | NPortEvent::Offline { .. } => {}
+        }
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        for n in &mut self.nodes {
+            n.port.handle_timeout(self.now);
+        }
+        self.run();
+    }
+
+    fn submit(&mut self, i: usize, target: Wwn, r: Request) -> CommandId {
+        let now = self.now;
+        let id = self.nodes[i].port.submit(now, target, r);
+        self.run();
+        id
+    }
+
+    fn result(&mut self, i: usize, id: CommandId) -> Result<TaskResult, InitiatorError> {
+        self.nodes[i]
+            .results
+            .remove(&id)
+            .unwrap_or_else(|| panic!("command {id:?} has no answer"))
+    }
+
+    fn count(&self, pred: impl Fn(&FrameRepr) -> bool) -> usize {
+        self.log.iter().filter(|f| pred(f)).count()
+    }
+}
+
+fn read10(lba: u32, blocks: u16) -> Bytes {
+    let mut c = vec![0x28, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    c[2..6].copy_from_slice(&lba.to_be_bytes());
+    c[7..9].copy_from_slice(&blocks.to_be_bytes());
+    Bytes::from(c)
+}
+
+fn write10(lba: u32, blocks: u16) -> Bytes {
+    let mut c = read10(lba, blocks).to_vec();
+    c[0] = 0x2a;
+    Bytes::from(c)
+}
+
+fn pattern(len: usize, seed: u8) -> Bytes {
+    Bytes::from(
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect::<Vec<u8>>(),
+    )
+}
+
+fn joined(r: &TaskResult) -> Vec<u8> {
+    r.data_in.iter().flat_map(|b| b.iter().copied()).collect()
+}
+
+/// Target and initiator logged in, the initiator's view of the target up.
+fn pair(max_burst: u32) -> (Sim, usize, usize) {
+    let mut s = Sim::new();
+    let t = s.target(T_WWPN, 8, max_burst);
+    s.run();
+    let i = s.initiator(I_WWPN);
+    s.run();
+    // The new nexus starts with a unit attention: consume it.
+    let id = s.submit(
+        i,
+        T_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    let r = s.result(i, id).unwrap();
+    assert_eq!(r.status, Status::CHECK_CONDITION);
+    assert_eq!(r.sense.unwrap()[2] & 0x0f, 0x06, "UNIT ATTENTION");
+    s.log.clear();
+    (s, t, i)
+}
+
+#[test]
+fn login_registration_discovery_and_process_login() {
+    let mut s = Sim::new();
+    let t = s.target(T_WWPN, 8, 64 * 1024);
+    s.run();
+    let i = s.initiator(I_WWPN);
+    s.run();
+    let logins = s.fabric.logins();
+    assert_eq!(logins.len(), 2);
+    let t_id = s.nodes[t].port.fc_id();
+    let i_id = s.nodes[i].port.fc_id();
+    assert_eq!(t_id, FcId::from_parts(1, 1, 0));
+    assert_eq!(i_id, FcId::from_parts(1, 2, 0));
+    // Name server registrations.
+    let ns = s.fabric.name_server();
+    let te = ns.iter().find(|e| e.fc_id == t_id).unwrap();
+    assert!(te.fc4_types.contains(FcType::FCP));
+    assert_eq!(te.fc4_features.get(FcType::FCP), 1, "target feature");
+    assert_eq!(&te.symbolic_port_name[..], b"unifab");
+    let ie = ns.iter().find(|e| e.fc_id == i_id).unwrap();
+    assert_eq!(ie.fc4_features.get(FcType::FCP), 2, "initiator feature");
+    assert_eq!(s.fabric.scr_registrations().len(), 2);
+    // The protocol that got there: FLOGI, PLOGI to the name server, RFT_ID,
+    // RFF_ID, RSPN_ID, SCR, GID_FT with the target in its accept, PLOGI and
+    // PRLI to the target.
+    let els = |code: &str| {
+        s.count(|f| matches!(&f.payload, PayloadRepr::Els(e) if format!("{:?}", e.code()) == code))
+    };
+    assert_eq!(els("FLOGI"), 2);
+    assert_eq!(els("SCR"), 2);
+    // PLOGI: each port to the name server, the initiator to the target.
+    assert_eq!(els("PLOGI"), 3);
+    assert_eq!(els("PRLI"), 1);
+    let gid_ft_acc = s.log.iter().any(|f| {
+        matches!(&f.payload, PayloadRepr::Ct(c) if matches!(&c.body,
+            CtBody::Accept(NsAccept::PortIds(ids)) if ids.iter().any(|e| e.port_id == t_id)))
+    });
+    assert!(gid_ft_acc, "GID_FT found the target");
+    assert!(
+        s.count(
+            |f| matches!(&f.payload, PayloadRepr::Ct(c) if c.preamble.command == CtCommand::RFT_ID)
+        ) >= 2
+    );
+    assert_eq!(s.nodes[i].up, vec![(t_id, T_WWPN, true)]);
+    assert_eq!(s.nodes[i].port.ready_port_by_name(T_WWPN), Some(t_id));
+    // The target sees the initiator as an initiator.
+    assert!(
+        s.nodes[t]
+            .port
+            .ready_ports()
+            .iter()
+            .any(|p| p.0 == i_id && p.3)
+    );
+}
+
+#[test]
+fn reads_and_multi_burst_writes_with_verified_data() {
+    let (mut s, _t, i) = pair(16 * 1024);
+    let data = pattern(100 * 1024, 7);
+    // 200 blocks = 100 KiB: seven bursts of at most 16 KiB.
+    let w = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(64, 200), data.clone()),
+    );
+    let r = s.result(i, w).unwrap();
+    assert_eq!(r.status, Status::GOOD);
+    assert_eq!(r.residual, None);
+    let xfer_rdys: Vec<(u32, u32)> = s
+        .log
+        .iter()
+        .filter_map(|f| match &f.payload {
+            PayloadRepr::FcpXferRdy(x) => Some((x.data_ro, x.burst_len)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(xfer_rdys.len(), 7, "one XFER_RDY per burst");
+    assert_eq!(xfer_rdys[0], (0, 16384));
+    assert_eq!(xfer_rdys[6], (6 * 16384, 100 * 1024 - 6 * 16384));
+    let data_frames = s.count(|f| matches!(f.payload, PayloadRepr::FcpData(_)));
+    assert_eq!(data_frames, 50, "2 KiB frames");
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(64, 200), 100 * 1024));
+    let r = s.result(i, rd).unwrap();
+    assert_eq!(r.status, Status::GOOD);
+    assert_eq!(joined(&r), &data[..]);
+    assert!(r.data_in.len() >= 50, "data-in stays in frame-sized slices");
+    // Unwritten blocks read as zeros.
+    let z = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
+    assert!(joined(&s.result(i, z).unwrap()).iter().all(|b| *b == 0));
+}
+
+#[test]
+fn residual_overrun_and_underrun() {
+    let (mut s, _t, i) = pair(64 * 1024);
+    // Underrun: the initiator expects 8 KiB, the CDB moves 4 KiB.
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 8192));
+    let r = s.result(i, id).unwrap();
+    assert_eq!(r.residual, Some(Residual::Underflow(4096)));
+    assert_eq!(joined(&r).len(), 4096);
+    // Overrun: the initiator expects 1 KiB of a 4 KiB read.
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 1024));
+    let r = s.result(i, id).unwrap();
+    assert_eq!(r.residual, Some(Residual::Overflow(3072)));
+    assert_eq!(joined(&r).len(), 1024, "never more than expected");
+    // Write overrun: 8 KiB announced for a 4 KiB write.
+    let id = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(0, 8), pattern(8192, 1)),
+    );
+    let r = s.result(i, id).unwrap();
+    assert_eq!(r.status, Status::GOOD);
+    assert_eq!(r.residual, Some(Residual::Underflow(4096)));
+    // Write underrun: 2 KiB announced for a 4 KiB write.
+    let id = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(0, 8), pattern(2048, 1)),
+    );
+    let r = s.result(i, id).unwrap();
+    assert_eq!(r.residual, Some(Residual::Overflow(2048)));
+    // The residual flags travelled in FCP_RSP.
+    let flags: Vec<u8> = s
+        .log
+        .iter()
+        .filter_map(|f| match &f.payload {
+            PayloadRepr::FcpRsp(r) => Some(r.flags.0 & 0x0c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(flags, vec![0x08, 0x04, 0x08, 0x04]);
+    // CHECK CONDITION carries sense: READ beyond the end of the 8 MiB LU.
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0x10000, 1), 512));
+    let r = s.result(i, id).unwrap();
+    assert_eq!(r.status, Status::CHECK_CONDITION);
+    let sense = r.sense.unwrap();
+    assert_eq!(sense[2] & 0x0f, 0x05, "ILLEGAL REQUEST");
+    assert_eq!(sense[12], 0x21, "LBA OUT OF RANGE");
+}
+
+#[test]
+fn abts_in_the_middle_of_an_exchange() {
+    let (mut s, t, i) = pair(64 * 1024);
+    s.nodes[t].hold = true;
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
+    assert_eq!(
+        s.nodes[t].held.len(),
+        1,
+        "the target is running the command"
+    );
+    assert!(!s.nodes[i].results.contains_key(&id));
+    // ABORT TASK: the initiator sends ABTS; the target aborts the task in
+    // the LU and answers BA_ACC; the initiator recovers the OX_ID with RRQ.
+    let now = s.now;
+    let tmf = s.nodes[i]
+        .port
+        .submit_tmf(now, T_WWPN, Lun(0), TmfFunction::AbortTask { tag: id.0 });
+    s.run();
+    assert_eq!(
+        s.count(|f| matches!(&f.payload, PayloadRepr::Bls(b) if b.r_ctl() == RCtl::ABTS)),
+        1
+    );
+    assert_eq!(
+        s.count(|f| matches!(&f.payload, PayloadRepr::Bls(b) if b.r_ctl() == RCtl::BA_ACC)),
+        1
+    );
+    assert_eq!(
+        s.nodes[i].tmfs.remove(&tmf),
+        Some(Ok(TmfResponse::FunctionComplete))
+    );
+    assert_eq!(s.result(i, id).unwrap_err(), InitiatorError::Aborted);
+    assert_eq!(
+        s.count(
+            |f| matches!(&f.payload, PayloadRepr::Els(e) if format!("{:?}", e.code()) == "RRQ")
+        ),
+        1
+    );
+    // The held task ended aborted in the LU, and nothing went out for it.
+    assert_eq!(s.nodes[t].aborted_in_lu, 1);
+    assert!(s.nodes[t].held.is_empty());
+    assert_eq!(s.count(|f| matches!(f.payload, PayloadRepr::FcpRsp(_))), 0);
+    s.nodes[t].hold = false;
+    // The exchange is gone at both ends and I/O goes on.
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    assert_eq!(s.result(i, id).unwrap().status, Status::GOOD);
+}
+
+#[test]
+fn a_command_without_answer_times_out_and_is_aborted() {
+    let (mut s, t, i) = pair(64 * 1024);
+    s.nodes[t].hold = true;
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
+    s.advance(Duration::from_secs(31));
+    assert_eq!(
+        s.count(|f| matches!(&f.payload, PayloadRepr::Bls(b) if b.r_ctl() == RCtl::ABTS)),
+        1
+    );
+    assert!(matches!(
+        s.result(i, id),
+        Err(InitiatorError::Timeout { .. })
+    ));
+}
+
+#[test]
+fn abandoned_command_is_aborted_silently() {
+    let (mut s, t, i) = pair(64 * 1024);
+    s.nodes[t].hold = true;
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
+    let now = s.now;
+    s.nodes[i].port.abandon(now, id);
+    s.run();
+    assert_eq!(
+        s.count(|f| matches!(&f.payload, PayloadRepr::Bls(b) if b.r_ctl() == RCtl::BA_ACC)),
+        1
+    );
+    assert!(
+        s.nodes[i].results.is_empty(),
+        "nothing reported for an abandoned command"
+    );
+}
+
+#[test]
+fn lun_reset_ends_the_initiators_own_commands() {
+    let (mut s, t, i) = pair(64 * 1024);
+    s.nodes[t].hold = true;
+    let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
+    let now = s.now;
+    let tmf = s.nodes[i]
+        .port
+        .submit_tmf(now, T_WWPN, Lun(0), TmfFunction::LogicalUnitReset);
+    s.run();
+    assert_eq!(
+        s.nodes[i].tmfs.remove(&tmf),
+        Some(Ok(TmfResponse::FunctionComplete))
+    );
+    assert_eq!(s.result(i, a).unwrap_err(), InitiatorError::Aborted);
+    let tmf_cmnds = s.count(|f| matches!(&f.payload, PayloadRepr::FcpCmnd(c) if c.tmf.0 == 0x10));
+    assert_eq!(tmf_cmnds, 1, "LOGICAL UNIT RESET went as FCP_CMND flags");
+}
+
+#[test]
+fn logo_ends_the_nexus() {
+    let (mut s, t, i) = pair(64 * 1024);
+    let t_id = s.nodes[t].port.fc_id();
+    let now = s.now;
+    s.nodes[i].port.logout_peer(now, t_id);
+    s.run();
+    assert_eq!(
+        s.nodes[t].nexus_losses, 1,
+        "the target's LU heard of the nexus loss"
+    );
+    assert_eq!(s.nodes[i].down, vec![t_id]);
+    assert!(s.nodes[i].port.ready_port_by_name(T_WWPN).is_none());
+    // A command now waits for a login that does not come.
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    s.advance(Duration::from_secs(31));
+    assert!(matches!(
+        s.result(i, id),
+        Err(InitiatorError::Unreachable { .. })
+    ));
+}
+
+#[test]
+fn fabric_logout_and_rscn() {
+    let (mut s, t, i) = pair(64 * 1024);
+    let i_id = s.nodes[i].port.fc_id();
+    let rscn_before = s.fabric.rscns_sent();
+    let now = s.now;
+    s.nodes[i].port.logout(now);
+    s.run();
+    assert_eq!(s.fabric.logins().len(), 1);
+    assert!(s.fabric.rscns_sent() > rscn_before, "the target was told");
+    assert_eq!(
+        s.nodes[t].nexus_losses, 1,
+        "the target dropped the gone initiator"
+    );
+    assert!(s.nodes[t].port.ready_ports().iter().all(|p| p.0 != i_id));
+}
+
+fn zone(name: &str, members: &[Wwn]) -> Zone {
+    Zone {
+        name: name.into(),
+        members: members.iter().map(|w| ZoneMember::PortName(*w)).collect(),
+    }
+}
+
+#[test]
+fn rscn_on_zone_change() {
+    let (mut s, t, i) = pair(64 * 1024);
+    let t_id = s.nodes[t].port.fc_id();
+    s.fabric.define_zone(zone("z_host", &[I_WWPN, T_WWPN]));
+    s.fabric.define_zone(zone("z_other", &[I2_WWPN, T_WWPN]));
+    s.fabric.define_zone_set(ZoneSet {
+        name: "cfg1".into(),
+        zones: vec!["z_host".into()],
+    });
+    s.fabric.define_zone_set(ZoneSet {
+        name: "cfg2".into(),
+        zones: vec!["z_other".into()],
+    });
+    let base = s.fabric.rscns_sent();
+    s.fabric.activate_zone_set("cfg1").unwrap();
+    s.run();
+    assert_eq!(
+        s.fabric.rscns_sent(),
+        base,
+        "cfg1 changes nothing the two see"
+    );
+    let heard = s.nodes[i].port.stats().rscn_received;
+    s.fabric.activate_zone_set("cfg2").unwrap();
+    s.run();
+    assert_eq!(
+        s.fabric.rscns_sent(),
+        base + 2,
+        "both ports lost each other"
+    );
+    assert_eq!(s.nodes[i].port.stats().rscn_received, heard + 1);
+    assert_eq!(
+        s.nodes[i].down,
+        vec![t_id],
+        "rediscovery dropped the target"
+    );
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    s.advance(Duration::from_secs(31));
+    assert!(matches!(
+        s.result(i, id),
+        Err(InitiatorError::Unreachable { .. })
+    ));
+    // Back in the zone: RSCN, rediscovery, login, I/O.
+    s.fabric.activate_zone_set("cfg1").unwrap();
+    s.run();
+    assert_eq!(s.nodes[i].port.ready_port_by_name(T_WWPN), Some(t_id));
+    // A new nexus: the LU reports the earlier one's loss first.
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let r = s.result(i, id).unwrap();
+    assert_eq!(r.sense.unwrap()[2] & 0x0f, 0x06, "UNIT ATTENTION");
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    assert_eq!(s.result(i, id).unwrap().status, Status::GOOD);
+}
+
+#[test]
+fn zoned_out_initiator_sees_nothing_and_its_frames_are_dropped() {
+    let (mut s, t, i) = pair(64 * 1024);
+    s.fabric.define_zone(zone("z_host", &[I_WWPN, T_WWPN]));
+    s.fabric.define_zone_set(ZoneSet {
+        name: "cfg".into(),
+        zones: vec!["z_host".into()],
+    });
+    s.fabric.activate_zone_set("cfg").unwrap();
+    s.fabric.set_default_zone_permit(false);
+    s.run();
+    let i2 = s.initiator(I2_WWPN);
+    s.run();
+    let t_id = s.nodes[t].port.fc_id();
+    assert!(s.nodes[i2].port.is_online());
+    assert!(s.nodes[i2].up.is_empty(), "no target visible");
+    // Its GID_FT answer named no target.
+    let i2_id = s.nodes[i2].port.fc_id();
+    let saw_target = s.log.iter().any(|f| {
+        f.header.d_id == i2_id
+            && matches!(&f.payload, PayloadRepr::Ct(c) if matches!(&c.body,
+                CtBody::Accept(NsAccept::PortIds(ids)) if ids.iter().any(|e| e.port_id == t_id)))
+    });
+    assert!(!saw_target);
+    // Frames it addresses to the target are dropped and counted.
+    let fport = s.nodes[i2].fport;
+    let drops = s.fabric.counters(fport).unwrap().zone_drops;
+    let mut h = unifab_fc::wire::FcHeaderRepr {
+        r_ctl: RCtl::FCP_CMND,
+        d_id: t_id,
+        s_id: i2_id,
+        fc_type: FcType::FCP,
+        ..Default::default()
+    };
+    h.ox_id = unifab_fc::wire::OxId(1);
+    let delivered = s.nodes[t].port.stats().rx_frames;
+    s.fabric
+        .handle_frame(s.now, fport, Frame::new(h, Bytes::from_static(&[0; 32])));
+    s.run();
+    assert_eq!(s.fabric.counters(fport).unwrap().zone_drops, drops + 1);
+    assert_eq!(
+        s.nodes[t].port.stats().rx_frames,
+        delivered,
+        "nothing reached the target"
+    );
+    // A command from it never reaches a target.
+    let id = s.submit(i2, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    s.advance(Duration::from_secs(31));
+    assert!(matches!(
+        s.result(i2, id),
+        Err(InitiatorError::Unreachable { .. })
+    ));
+    // The zoned initiator still works.
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    assert_eq!(s.result(i, id).unwrap().status, Status::GOOD);
+}

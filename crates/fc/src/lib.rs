@@ -8,6 +8,9 @@
 //!   engines.
 //! - [`fabric`]: the sans-IO software fabric (login server, name server,
 //!   zoning, RSCN, routing).
+//! - [`link`]: the [`FcLink`](link::FcLink) trait ports attach through.
+//! - `io` (feature, default): the switch, the in-memory link, the N_Port
+//!   node driver, and the scsi-core initiator over FCP.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
@@ -15,6 +18,9 @@
 pub mod compose;
 pub mod exchange;
 pub mod fabric;
+#[cfg(feature = "io")]
+pub mod io;
+pub mod link;
 pub mod nport;
 pub mod wire;
 

@@ -47,6 +47,7 @@ struct Sim {
     /// sent, decoded.
     log: Vec<FrameRepr>,
     tracker: ReplyTracker,
+    ids: u64,
 }
 
 const T_WWPN: Wwn = Wwn(0x2100_0000_0000_00a1);
@@ -70,6 +71,7 @@ impl Sim {
                 .unwrap(),
             log: Vec::new(),
             tracker: ReplyTracker::new(),
+            ids: 0,
         }
     }
 
@@ -219,9 +221,23 @@ impl Sim {
         self.run();
     }
 
+    fn next_id(&mut self) -> CommandId {
+        self.ids += 1;
+        CommandId(self.ids)
+    }
+
     fn submit(&mut self, i: usize, target: Wwn, r: Request) -> CommandId {
         let now = self.now;
-        let id = self.nodes[i].port.submit(now, target, r);
+        let id = self.next_id();
+        self.nodes[i].port.submit(now, id, target, r);
+        self.run();
+        id
+    }
+
+    fn tmf(&mut self, i: usize, f: TmfFunction) -> CommandId {
+        let now = self.now;
+        let id = self.next_id();
+        self.nodes[i].port.submit_tmf(now, id, T_WWPN, Lun(0), f);
         self.run();
         id
     }
@@ -436,11 +452,7 @@ fn abts_in_the_middle_of_an_exchange() {
     assert!(!s.nodes[i].results.contains_key(&id));
     // ABORT TASK: the initiator sends ABTS; the target aborts the task in
     // the LU and answers BA_ACC; the initiator recovers the OX_ID with RRQ.
-    let now = s.now;
-    let tmf = s.nodes[i]
-        .port
-        .submit_tmf(now, T_WWPN, Lun(0), TmfFunction::AbortTask { tag: id.0 });
-    s.run();
+    let tmf = s.tmf(i, TmfFunction::AbortTask { tag: id.0 });
     assert_eq!(
         s.count(|f| matches!(&f.payload, PayloadRepr::Bls(b) if b.r_ctl() == RCtl::ABTS)),
         1
@@ -509,11 +521,7 @@ fn lun_reset_ends_the_initiators_own_commands() {
     let (mut s, t, i) = pair(64 * 1024);
     s.nodes[t].hold = true;
     let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
-    let now = s.now;
-    let tmf = s.nodes[i]
-        .port
-        .submit_tmf(now, T_WWPN, Lun(0), TmfFunction::LogicalUnitReset);
-    s.run();
+    let tmf = s.tmf(i, TmfFunction::LogicalUnitReset);
     assert_eq!(
         s.nodes[i].tmfs.remove(&tmf),
         Some(Ok(TmfResponse::FunctionComplete))

@@ -90,7 +90,6 @@ struct Cmd {
 #[derive(Debug)]
 pub struct InitiatorEngine {
     timeout: Duration,
-    next_id: u64,
     queued: VecDeque<Queued>,
     cmds: HashMap<OxId, Cmd>,
     by_id: HashMap<u64, OxId>,
@@ -100,7 +99,6 @@ impl InitiatorEngine {
     pub(crate) fn new(timeout: Duration) -> InitiatorEngine {
         InitiatorEngine {
             timeout,
-            next_id: 1,
             queued: VecDeque::new(),
             cmds: HashMap::new(),
             by_id: HashMap::new(),
@@ -180,38 +178,34 @@ fn slices(bufs: &[Bytes], start: usize, len: usize) -> Vec<Bytes> {
 }
 
 impl NPort {
-    fn alloc_command_id(&mut self) -> u64 {
-        let id = self.initiator.next_id;
-        self.initiator.next_id += 1;
-        id
-    }
-
-    /// Queues a command for the target port named `target`. Commands go
-    /// out in the order of these calls. The answer comes as
-    /// [`NPortEvent::Completed`] with the returned id.
-    pub fn submit(&mut self, now: Instant, target: Wwn, request: Request) -> CommandId {
-        let id = self.alloc_command_id();
+    /// Queues command `id` for the target port named `target`. Commands
+    /// go out in the order of these calls. The answer comes as
+    /// [`NPortEvent::Completed`] with the same id. The caller chooses ids
+    /// and keeps them unique among the port's open commands.
+    pub fn submit(&mut self, now: Instant, id: CommandId, target: Wwn, request: Request) {
+        let id = id.0;
         if let Err(e) = request.validate() {
             self.event(NPortEvent::Completed {
                 id: CommandId(id),
                 outcome: Err(e),
             });
-            return CommandId(id);
+            return;
         }
         self.enqueue(now, id, target, Work::Command(request));
-        CommandId(id)
     }
 
-    /// Queues a task management function for `target`. For ABORT TASK the
-    /// tag is a [`CommandId`] this engine gave out.
+    /// Queues task management function `id` for `target`. For ABORT TASK
+    /// the tag is the [`CommandId`] of the command to abort. The answer
+    /// comes as [`NPortEvent::TmfCompleted`].
     pub fn submit_tmf(
         &mut self,
         now: Instant,
+        id: CommandId,
         target: Wwn,
         lun: Lun,
         function: TmfFunction,
-    ) -> CommandId {
-        let id = self.alloc_command_id();
+    ) {
+        let id = id.0;
         match function {
             TmfFunction::AbortTask { tag } => {
                 self.abort_task(now, id, tag);
@@ -226,7 +220,6 @@ impl NPort {
                 )),
             }),
         }
-        CommandId(id)
     }
 
     fn enqueue(&mut self, now: Instant, id: u64, target: Wwn, work: Work) {

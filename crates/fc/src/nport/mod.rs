@@ -321,6 +321,11 @@ impl NPort {
         matches!(self.login, LoginState::Sent { ox: o, .. } if o == ox)
     }
 
+    /// A fabric login (FLOGI/FDISC) is outstanding.
+    pub fn fabric_login_pending(&self) -> bool {
+        matches!(self.login, LoginState::Sent { .. })
+    }
+
     /// Peers that completed process login: (address, name, target?,
     /// initiator?).
     pub fn ready_ports(&self) -> Vec<(FcId, Wwn, bool, bool)> {

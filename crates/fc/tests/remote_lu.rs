@@ -1,0 +1,155 @@
+//! A scsi-core `RemoteLu` on top of FCP: front-end tasks go through the
+//! FCP initiator engine (an NPIV port per front-end nexus), the switch,
+//! and the FCP target engine to an emulated LU — on the tokio drivers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use unifab_fc::fabric::FabricConfig;
+use unifab_fc::fabric::LoginKind;
+use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch, virtual_port_name};
+use unifab_fc::nport::NPortConfig;
+use unifab_fc::wire::Wwn;
+use unifab_scsi_core::backend::MemoryBackend;
+use unifab_scsi_core::remote::Identity;
+use unifab_scsi_core::{
+    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
+    ScsiTarget, Status, TargetPort, Task, TaskAttr, TransportId,
+};
+
+const TARGET: Wwn = Wwn(0x2100_0000_0000_0a01);
+const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0b01);
+
+fn front_nexus(isid: u8) -> ItNexus {
+    ItNexus::new(
+        TransportId::Iscsi {
+            name: "iqn.2026-11.io.unifab:host".into(),
+            isid: Some([0x40, 0, 0, 0, 0, isid]),
+        },
+        TargetPort {
+            id: TransportId::Iscsi {
+                name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
+                isid: None,
+            },
+            relative_port_id: 1,
+            port_group: 1,
+        },
+    )
+}
+
+fn task(nexus: &ItNexus, tag: u64, cdb: &[u8], data_out: Option<Bytes>, data_in_len: u32) -> Task {
+    let (data_out, data_out_len) = match data_out {
+        Some(d) => {
+            let n = d.len() as u32;
+            (vec![d], n)
+        }
+        None => (Vec::new(), 0),
+    };
+    Task {
+        nexus: nexus.clone(),
+        lun: Lun(0),
+        tag,
+        attr: TaskAttr::Simple,
+        priority: 0,
+        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
+        data_out,
+        data_out_len,
+        data_in_len,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_lu_over_fcp_with_a_port_per_front_end_nexus() {
+    let switch = Switch::new(FabricConfig::default());
+    let node = FcNode::spawn(&switch, "gateway");
+    let scsi = ScsiTarget::new();
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig::default(),
+        Arc::new(MemoryBackend::new(16 << 20)),
+    )
+    .unwrap();
+    scsi.insert(Lun(0), Arc::new(lu));
+    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
+    t.target = true;
+    node.add_port("fc-target", t, Some(scsi)).unwrap();
+    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0b01));
+    i.initiator = true;
+    i.discover = true;
+    node.add_port("fc-initiator", i, None).unwrap();
+    assert!(
+        node.wait_for_peer(INITIATOR, TARGET, Duration::from_secs(5))
+            .await
+    );
+
+    let factory = Arc::new(FcpInitiatorFactory::new(
+        node.clone(),
+        INITIATOR,
+        TARGET,
+        true,
+    ));
+    let remote = RemoteLu::new(
+        RemoteLuConfig {
+            name: "remote".into(),
+            backend: format!("fc://{TARGET}/0"),
+            remote_lun: Lun(0),
+            identity: Identity::Passthrough,
+            task_set_depth: 128,
+        },
+        factory,
+    );
+    let (a, b) = (front_nexus(1), front_nexus(2));
+    // Each front-end nexus starts with its own unit attention, from its
+    // own NPIV port's new nexus at the target.
+    for n in [&a, &b] {
+        let r = remote.execute(task(n, 1, &[0; 6], None, 0)).await;
+        assert_eq!(r.status, Status::CHECK_CONDITION);
+        assert_eq!(r.sense.unwrap()[2] & 0x0f, 6);
+    }
+    let data = Bytes::from((0..65536u32).map(|x| (x * 7) as u8).collect::<Vec<u8>>());
+    let mut w = vec![0x2a, 0, 0, 0, 0, 16, 0, 0, 128, 0];
+    let r = remote.execute(task(&a, 2, &w, Some(data.clone()), 0)).await;
+    assert_eq!(r.status, Status::GOOD);
+    w[0] = 0x28;
+    let r = remote.execute(task(&b, 3, &w, None, 65536)).await;
+    assert_eq!(r.status, Status::GOOD);
+    let got: Vec<u8> = r.data_in.iter().flat_map(|x| x.iter().copied()).collect();
+    assert_eq!(got, &data[..], "b reads what a wrote");
+    // Many commands at once: every answer comes back, in any order.
+    let mut futs = Vec::new();
+    for k in 0..64u32 {
+        let mut c = vec![0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        c[2..6].copy_from_slice(&(k * 8).to_be_bytes());
+        futs.push(remote.execute(task(&a, 100 + u64::from(k), &c, None, 4096)));
+    }
+    for f in futs {
+        assert_eq!(f.await.status, Status::GOOD);
+    }
+    // The fabric holds the physical ports (FLOGI) and one NPIV port per
+    // front-end nexus (FDISC), named after the front-end ports.
+    let logins = switch.with_fabric(|f| f.logins());
+    let fdisc: Vec<Wwn> = logins
+        .iter()
+        .filter(|l| l.kind == LoginKind::Fdisc)
+        .map(|l| l.port_name)
+        .collect();
+    assert_eq!(fdisc.len(), 2);
+    assert!(fdisc.contains(&virtual_port_name(INITIATOR, a.initiator())));
+    assert!(fdisc.contains(&virtual_port_name(INITIATOR, b.initiator())));
+    assert_eq!(
+        logins.iter().filter(|l| l.kind == LoginKind::Flogi).count(),
+        2
+    );
+    // The last nexus loss of a front-end port logs its NPIV port out.
+    remote.nexus_loss(&a);
+    let gone = virtual_port_name(INITIATOR, a.initiator());
+    for _ in 0..200 {
+        if switch.with_fabric(|f| f.logins().iter().all(|l| l.port_name != gone)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(switch.with_fabric(|f| f.logins().iter().all(|l| l.port_name != gone)));
+    assert_eq!(switch.link_drops(), 0);
+}

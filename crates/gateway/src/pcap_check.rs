@@ -226,6 +226,7 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
         ..Report::default()
     };
     let mut iscsi_flows: BTreeMap<FlowKey, Flow<'_>> = BTreeMap::new();
+    let mut fc_tracker = unifab_fc::wire::ReplyTracker::new();
     for fr in &frames {
         match link_payload(fr) {
             LinkPayload::Ip(ip) => {
@@ -246,17 +247,33 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
             }
             LinkPayload::Ether {
                 ethertype: ETHERTYPE_FCOE,
-                ..
-            } => {
-                *report.unchecked.entry(Protocol::Fcoe).or_default() += 1;
-            }
+                payload,
+            } => report.entries.push(crate::capture::fc::check_fcoe(
+                fr.number,
+                payload,
+                fr.is_truncated(),
+                &mut fc_tracker,
+            )),
             LinkPayload::Ether {
                 ethertype: ETHERTYPE_FIP,
-                ..
+                payload,
             } => {
+                // The FC frames FIP carries are checked; FIP itself is not yet.
                 *report.unchecked.entry(Protocol::Fip).or_default() += 1;
+                report.entries.extend(crate::capture::fc::check_fip(
+                    fr.number,
+                    payload,
+                    fr.is_truncated(),
+                    &mut fc_tracker,
+                ));
             }
-            LinkPayload::Fc(_) => *report.unchecked.entry(Protocol::Fc).or_default() += 1,
+            LinkPayload::Fc(data) => report.entries.push(crate::capture::fc::check_fc(
+                fr.number,
+                fr.link_type,
+                data,
+                fr.is_truncated(),
+                &mut fc_tracker,
+            )),
             _ => {}
         }
     }

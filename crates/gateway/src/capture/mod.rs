@@ -2,6 +2,7 @@
 //! reassembly and protocol splitters. Used by [`crate::pcap_check`], the
 //! capture tests and the fuzz seed generator.
 
+pub mod fc;
 pub mod iscsi;
 pub mod net;
 pub mod pcap;

@@ -103,9 +103,7 @@ impl Writer {
 
     fn pcap(&self) -> Vec<u8> {
         let mut v = Vec::new();
-        for x in [0xa1b2_c3d4u32] {
-            v.extend_from_slice(&x.to_le_bytes());
-        }
+        v.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
         v.extend_from_slice(&2u16.to_le_bytes());
         v.extend_from_slice(&4u16.to_le_bytes());
         v.extend_from_slice(&[0; 8]);

@@ -726,7 +726,8 @@ pub enum LsAcc {
     Rec(RecAcc),
     /// RLS accept.
     Rls(Lesb),
-    /// Unknown request: the bytes after the accept word.
+    /// Unknown request: every byte after the command code (so the
+    /// request-specific bytes 1–3 of the accept word survive too).
     Opaque(Bytes),
 }
 
@@ -896,7 +897,7 @@ impl ElsRepr {
                     | ElsCode::SRR
                     | ElsCode::LS_ACC,
                 ) => LsAcc::Plain,
-                _ => LsAcc::Opaque(payload.slice(4..)),
+                _ => LsAcc::Opaque(payload.slice(1..)),
             }),
             ElsCode::PLOGI => ElsRepr::Plogi(LoginParams::parse(p)?),
             ElsCode::FLOGI => ElsRepr::Flogi(LoginParams::parse(p)?),
@@ -973,7 +974,8 @@ impl ElsRepr {
                 LsAcc::Login(_) => LOGIN_PAYLOAD_LEN,
                 LsAcc::ProcessLogin(p) => p.buffer_len(),
                 LsAcc::Adisc(_) => 28,
-                LsAcc::Echo(d) | LsAcc::Opaque(d) => 4 + d.len(),
+                LsAcc::Echo(d) => 4 + d.len(),
+                LsAcc::Opaque(d) => 1 + d.len(),
                 LsAcc::Rec(_) => 24,
                 LsAcc::Rls(_) => 28,
             },
@@ -1016,7 +1018,8 @@ impl ElsRepr {
                 LsAcc::Login(l) => l.emit(p),
                 LsAcc::ProcessLogin(pl) => pl.emit(p),
                 LsAcc::Adisc(ad) => emit_adisc(ad, p),
-                LsAcc::Echo(d) | LsAcc::Opaque(d) => p[4..].copy_from_slice(d),
+                LsAcc::Echo(d) => p[4..].copy_from_slice(d),
+                LsAcc::Opaque(d) => p[1..].copy_from_slice(d),
                 LsAcc::Rec(r) => {
                     be::put_u16(p, 4, r.ox_id.0);
                     be::put_u16(p, 6, r.rx_id.0);

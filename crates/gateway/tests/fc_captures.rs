@@ -131,3 +131,54 @@ fn the_command_reports_and_exits_by_verdict() {
     let out = String::from_utf8_lossy(&short.stdout);
     assert!(out.contains("Fcoe: 6 ok, 0 failed, 14 truncated"), "{out}");
 }
+
+/// Writes fuzz seeds from the FC frames of the captures into
+/// `fuzz/corpus/fc_*/` (run by hand before fuzzing:
+/// `cargo test -p unifab --test fc_captures -- --ignored write_fc_fuzz_seeds`).
+#[test]
+#[ignore = "writes fuzz seeds into fuzz/corpus; run by hand before fuzzing"]
+fn write_fc_fuzz_seeds() {
+    use unifab::capture::net::{ETHERTYPE_FCOE, LinkPayload, link_payload};
+    use unifab::capture::pcap::read_frames;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let mut n = 0;
+    for name in ["fcoe-t11.pcap", "fip-adv.cap", "fcoe-drop-rddata.cap", "fcoe-t11-short.cap"] {
+        let file = std::fs::read(capture(name)).unwrap();
+        let mut stream = Vec::new();
+        for fr in read_frames(&file).unwrap() {
+            if fr.is_truncated() {
+                continue;
+            }
+            let LinkPayload::Ether {
+                ethertype: ETHERTYPE_FCOE,
+                payload,
+            } = link_payload(&fr)
+            else {
+                continue;
+            };
+            if payload.len() < 14 + 24 + 8 {
+                continue;
+            }
+            let fc = &payload[14..payload.len() - 8];
+            stream.extend_from_slice(&(fc.len() as u16).to_be_bytes());
+            stream.extend_from_slice(fc);
+            let (r_ctl, ty, body) = (fc[0], fc[8], &fc[24..]);
+            let (target, seed): (&str, Vec<u8>) = match (ty, r_ctl) {
+                (0x01, _) => ("fc_els", [&[0u8][..], body].concat()),
+                (0x20, _) => ("fc_ct", [&[0u8, 0][..], body].concat()),
+                (0x08, 0x06) => ("fc_fcp", [&[0u8][..], body].concat()),
+                (0x08, 0x07) => ("fc_fcp", [&[1u8][..], body].concat()),
+                (0x08, 0x05) => ("fc_fcp", [&[2u8][..], body].concat()),
+                _ => continue,
+            };
+            let dir = root.join(target);
+            std::fs::create_dir_all(&dir).unwrap();
+            n += 1;
+            std::fs::write(dir.join(format!("{name}-{}", fr.number)), seed).unwrap();
+        }
+        let dir = root.join("fc_header");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), stream).unwrap();
+    }
+    assert!(n > 50, "only {n} seeds");
+}

@@ -446,8 +446,9 @@ impl<T: AsRef<[u8]>> FcpRsp<T> {
 pub struct FcpRspRepr {
     /// Retry delay timer / status qualifier.
     pub retry_delay_timer: u16,
-    /// Flags. The length-valid and BIDI_RSP bits are recomputed on emit
-    /// from `rsp_info`, `sense` and `bidirectional_read_resid`.
+    /// Flags. On emit the length-valid bits are added where `rsp_info` or
+    /// `sense` is not empty, and BIDI_RSP follows
+    /// `bidirectional_read_resid`.
     pub flags: FcpRspFlags,
     /// SCSI status.
     pub scsi_status: u8,
@@ -493,8 +494,9 @@ impl FcpRspRepr {
     }
 
     fn effective_flags(&self) -> u8 {
-        let mut f = self.flags.0
-            & !(FcpRspFlags::RSP_LEN_VALID | FcpRspFlags::SNS_LEN_VALID | FcpRspFlags::BIDI_RSP);
+        // A length-valid flag may stand with a zero length; BIDI_RSP only
+        // with the residual it announces.
+        let mut f = self.flags.0 & !FcpRspFlags::BIDI_RSP;
         if !self.rsp_info.is_empty() {
             f |= FcpRspFlags::RSP_LEN_VALID;
         }

@@ -62,6 +62,20 @@ fn header(route: Route, r_ctl: RCtl, fc_type: FcType, f_ctl: FCtl, seq_id: u8) -
     }
 }
 
+/// A frame for `payload`, padded to a whole word with fill bytes that
+/// F_CTL counts (FC-FS-4 §9.5).
+fn padded(mut h: FcHeaderRepr, payload: Bytes) -> Frame {
+    let fill = (4 - payload.len() % 4) % 4;
+    if fill == 0 {
+        return Frame::new(h, payload);
+    }
+    h.f_ctl = h.f_ctl.with_fill_bytes(fill as u8);
+    let mut v = Vec::with_capacity(payload.len() + fill);
+    v.extend_from_slice(&payload);
+    v.resize(payload.len() + fill, 0);
+    Frame::new(h, Bytes::from(v))
+}
+
 /// An ELS request (first sequence, sequence initiative passed) or reply
 /// (responder, last sequence), chosen by the payload's command.
 pub fn els(route: Route, els: &ElsRepr) -> Result<Frame, WireError> {
@@ -70,7 +84,7 @@ pub fn els(route: Route, els: &ElsRepr) -> Result<Frame, WireError> {
     } else {
         (RCtl::ELS_REQUEST, FCtl::request())
     };
-    Ok(Frame::new(
+    Ok(padded(
         header(route, r_ctl, FcType::ELS, f_ctl, 0),
         els.to_bytes()?,
     ))
@@ -83,7 +97,7 @@ pub fn ct(route: Route, iu: &CtIu, reply: bool) -> Result<Frame, WireError> {
     } else {
         (RCtl::CT_REQUEST, FCtl::request())
     };
-    Ok(Frame::new(
+    Ok(padded(
         header(route, r_ctl, FcType::CT, f_ctl, 0),
         iu.to_bytes()?,
     ))

@@ -578,8 +578,9 @@ fn sym_name(body: &Bytes, at: usize) -> Result<Bytes, WireError> {
 }
 
 fn sym_name_field_len(name: &Bytes) -> usize {
-    // Length byte + name, padded to a word.
-    (1 + name.len()).div_ceil(4) * 4
+    // Length byte + name. A frame carrying it is padded to a word with
+    // fill bytes (F_CTL), which are not part of the CT_IU.
+    1 + name.len().min(255)
 }
 
 fn put_sym_name(b: &mut [u8], at: usize, name: &Bytes) {

@@ -13,9 +13,7 @@
 //! table, checked in as the baseline.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use unifab_testkit::peers::{
-    IscsiTestCu, PassList, SuiteResult, Tgtd, conformance_dir, workspace_root,
-};
+use unifab_testkit::peers::{IscsiTestCu, PassList, SuiteResult, Tgtd, conformance_dir};
 
 /// A 1 GiB sparse LU on tmpfs (the size unifab's default LU has).
 fn tmpfs_lu() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -25,16 +23,6 @@ fn tmpfs_lu() -> (tempfile::TempDir, std::path::PathBuf) {
         .and_then(|f| f.set_len(1 << 30))
         .expect("sparse LU file");
     (dir, path)
-}
-
-fn record(name: &str, result: &SuiteResult) {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("conformance");
-    std::fs::create_dir_all(&dir).expect("target/conformance");
-    std::fs::write(dir.join(format!("{name}.txt")), result.to_table()).expect("write table");
-    std::fs::write(dir.join(format!("{name}.console")), &result.stdout).expect("write console");
 }
 
 fn check(list_name: &str, result: &SuiteResult) {
@@ -56,7 +44,7 @@ fn tgtd_passes_its_conformance_list() {
     let (_dir, path) = tmpfs_lu();
     let tgtd = Tgtd::start(&path).expect("tgtd starts");
     let result = IscsiTestCu::new(tgtd.url()).run().expect("suite runs");
-    record("tgtd", &result);
+    result.record("tgtd").expect("record the run");
     check("tgtd.pass", &result);
 }
 
@@ -68,6 +56,6 @@ fn tgtd_passes_its_multipath_conformance_list() {
         .multipath_url(tgtd.url())
         .run()
         .expect("suite runs");
-    record("tgtd-multipath", &result);
+    result.record("tgtd-multipath").expect("record the run");
     check("tgtd-multipath.pass", &result);
 }

@@ -43,11 +43,12 @@
 //!   same LU); without it those 4 tests skip.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
-use super::PeerError;
 use super::process::{display_command, find_program, run_with_limit, tail};
+use super::{PeerError, workspace_root};
 
 /// The Debian package that ships `iscsi-test-cu`.
 const PACKAGE: &str = "libiscsi-bin";
@@ -164,6 +165,38 @@ impl SuiteResult {
             out.push_str(&format!("{:<8} {}\n", t.outcome.as_str(), t.name));
         }
         out
+    }
+
+    /// Writes [`Self::to_table`] to `<target>/conformance/<name>.txt` and the
+    /// raw console output to `<name>.console` (target = `CARGO_TARGET_DIR`
+    /// or `<workspace>/target`), so every conformance run leaves a record
+    /// to read or to copy into `conformance/` as a baseline. Returns the
+    /// table's path.
+    ///
+    /// # Errors
+    /// [`PeerError::Io`] if the files cannot be written.
+    pub fn record(&self, name: &str) -> Result<PathBuf, PeerError> {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .map(|d| {
+                if d.is_absolute() {
+                    d
+                } else {
+                    workspace_root().join(d)
+                }
+            })
+            .unwrap_or_else(|| workspace_root().join("target"));
+        let dir = target.join("conformance");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| PeerError::io(format!("creating {}", dir.display()), e))?;
+        let table = dir.join(format!("{name}.txt"));
+        std::fs::write(&table, self.to_table())
+            .map_err(|e| PeerError::io(format!("writing {}", table.display()), e))?;
+        let console = dir.join(format!("{name}.console"));
+        std::fs::write(&console, &self.stdout)
+            .map_err(|e| PeerError::io(format!("writing {}", console.display()), e))?;
+        Ok(table)
     }
 }
 
@@ -547,7 +580,6 @@ fn parse_summary<'a>(lines: impl Iterator<Item = &'a str>) -> Result<RunSummary,
 mod tests {
     #![allow(clippy::expect_used)]
     use super::*;
-    use std::path::PathBuf;
 
     /// Where a recorded console output lives for the parser's tests.
     fn fixture(name: &str) -> PathBuf {

@@ -23,7 +23,8 @@
 //!
 //! let dir = tempfile::tempdir_in("/dev/shm")?;
 //! let unifab = Unifab::builder().file_lu(dir.path().join("lu0.img"), 1 << 30).start()?;
-//! let result = IscsiTestCu::new(unifab.url()).run()?;
+//! let result = IscsiTestCu::new(unifab.url()).multipath_url(unifab.url()).run()?;
+//! result.record("unifab")?; // target/conformance/unifab.{txt,console}
 //! let list = PassList::load(unifab_testkit::peers::conformance_dir().join("unifab.pass"))?;
 //! list.check(&result).map_err(|failure| failure.to_string())?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -14,7 +14,8 @@
 #   seq 1 MiB read     qemu-img bench                                 1M     8
 #   seq 1 MiB write    qemu-img bench -w                              1M     8
 #   rand 4 KiB read    iscsi-perf -r (libiscsi)                       4K    32
-#   TCP loopback       iperf3, one stream: the ceiling for 1 MiB transfers
+#   TCP loopback       iperf3, one stream, 1 MiB writes: the ceiling for
+#                      1 MiB transfers
 #
 # qemu-img bench runs a fixed number of requests: a short probe run first
 # (also a warm-up) measures each target's rate, and the count is then set so
@@ -146,6 +147,7 @@ measure() { # measure TARGET WORKLOAD-LINE REPEAT -> appends to CSV
 }
 
 START=$SECONDS
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for line in "${WORKLOADS[@]}"; do
     for t in "${TARGETS[@]}"; do calibrate "$t" "$line"; done
 done
@@ -170,6 +172,7 @@ col() { # col TARGET WORKLOAD FIELD(9=iops,10=mbps) -> median of that column
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "—" || b == "—" || b == 0) print "—"; else printf "%.2f", a / b }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "—" || b == "—" || b == 0) print "—"; else printf "%.0f%%", 100 * a / b }'; }
 
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 IPERF=$(col loopback tcp 10)
 U=unifab
 ((ONLY_TGTD)) && U=none
@@ -191,5 +194,7 @@ U=unifab
     done
     echo "| tcp loopback | iperf3 (1 stream) | — | — | $IPERF | — | — | — | 100% |"
     echo
-    echo "Took $((SECONDS - START)) s. Raw runs: $CSV"
+    echo "Took $((SECONDS - START)) s; load average (1/5/15 min) at start $LOAD_START, at end $LOAD_END"
+    echo "(other work on the machine competes for the same cores: compare ratios within one run, not across runs)."
+    echo "Raw runs: $CSV"
 } | tee "$OUT_DIR/results.md"

@@ -103,7 +103,7 @@ EOF
     until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
         if ! kill -0 "$UNIFAB_PID" 2>/dev/null; then
             tail -30 "$dir/unifab.log" >&2
-            die "unifab is not runnable: it exited while starting (log above, config $dir/unifab.toml)"
+            die "unifab is not runnable: it exited while starting (log above; its config and log are copied to the output directory)"
         fi
         ((SECONDS < deadline)) || { tail -30 "$dir/unifab.log" >&2; die "unifab is not runnable: port $port never opened"; }
         sleep 0.05
@@ -153,6 +153,8 @@ iscsi_perf() {
 }
 
 # iperf3_loopback SECONDS -> prints "MB/s" (one TCP stream, 10^6 bytes/s)
+# 1 MiB application writes (-l 1M), like the 1 MiB transfers it bounds
+# (iperf3's default 128 KiB writes measured ~20% lower here).
 # The server is not one-off (-1): the readiness probe is a connection too.
 iperf3_loopback() {
     local secs=$1 port pid out
@@ -162,7 +164,7 @@ iperf3_loopback() {
     pid=$!
     wait_port "$port" 5 || { stop_pid "$pid"; die "iperf3 server did not start"; }
     sleep 0.2
-    out=$(iperf3 -c 127.0.0.1 -p "$port" -t "$secs" -J) || { stop_pid "$pid"; printf '%s\n' "$out" >&2; die "iperf3 client failed"; }
+    out=$(iperf3 -c 127.0.0.1 -p "$port" -t "$secs" -l 1M -J) || { stop_pid "$pid"; printf '%s\n' "$out" >&2; die "iperf3 client failed"; }
     stop_pid "$pid"
     printf '%s' "$out" | python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))'
 }

@@ -45,7 +45,7 @@ for list in $lists; do
         <(printf '%s\n' "$current") | comm -23 - "$retired")
     if [[ -n "$dropped" ]]; then
         echo "check-ratchet: $list no longer lists tests it listed before:" >&2
-        printf '  %s\n' $dropped >&2
+        printf '%s\n' "$dropped" | sed 's/^/  /' >&2
         echo "  A listed test must keep passing. If libiscsi itself renamed or removed it," >&2
         echo "  add it to conformance/retired.txt with the reason." >&2
         status=1

@@ -17,6 +17,7 @@
 #   fcoe-utils        fipvlan (FIP peer)
 #   iperf3            loopback ceiling for benchmarks
 #   clang m4 libelf-dev pkg-config libpcap-dev   builds of AF_XDP / pcap crates
+#   (shell linter)    the "shellcheck" package, used by test-all.sh
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
 # Usage: bash scripts/setup.sh        (takes ~1 s when all is present; on a
@@ -26,7 +27,7 @@ set -euo pipefail
 
 APT_PACKAGES=(
     libiscsi-bin tgt qemu-utils qemu-block-extra tshark fcoe-utils iperf3
-    clang m4 libelf-dev pkg-config libpcap-dev
+    clang m4 libelf-dev pkg-config libpcap-dev shellcheck
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }
@@ -72,6 +73,17 @@ else
     say "all Debian packages already installed"
 fi
 
+# The tgt package ships a system service that would hold 0.0.0.0:3260 (the
+# port `unifab run` uses by default). Tests start their own private tgtd
+# instances, so the system one is stopped and disabled where systemd runs it.
+if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
+    if systemctl is-enabled --quiet tgt.service 2>/dev/null \
+        || systemctl is-active --quiet tgt.service 2>/dev/null; then
+        say "stopping and disabling the system tgt service (tests run their own tgtd)"
+        "${SUDO[@]}" systemctl disable --now tgt.service
+    fi
+fi
+
 # --- Rust tools ---------------------------------------------------------------
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust with rustup first"
 for component in rustfmt clippy; do
@@ -113,6 +125,7 @@ check() {
     fi
 }
 check "iscsi-test-cu --help" iscsi-test-cu --help
+# shellcheck disable=SC2016 # expanded by the inner bash
 check "iscsi-test-cu lists the ALL family" \
     bash -c 'n=$(iscsi-test-cu --list | grep -c "^ALL\.[^.]*\.[^.]*$"); echo "$n tests"; [ "$n" -ge 200 ]'
 check "iscsi-perf present" bash -c 'iscsi-perf 2>&1 | grep -q "Usage: iscsi-perf"'
@@ -125,8 +138,12 @@ check "tshark --version" tshark --version
 check "fipvlan --version" fipvlan --version
 check "iperf3 --version" iperf3 --version
 check "clang --version" clang --version
+check "shellcheck --version" shellcheck --version
 check "pkg-config finds libpcap" pkg-config --exists libpcap
 check "pkg-config finds libelf" pkg-config --exists libelf
 check "tmpfs at /dev/shm" test -d /dev/shm -a -w /dev/shm
+if ! python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 3260))' 2>/dev/null; then
+    echo "  note: 127.0.0.1:3260 (unifab run's default portal) is taken by another process here" >&2
+fi
 
 say "done"

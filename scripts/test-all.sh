@@ -10,7 +10,8 @@
 #   4. cargo deny check bans licenses sources   (+ advisories when the RustSec
 #      database can be fetched: it lives on GitHub, which these machines do
 #      not reach; the step then says so loudly — see deny.toml)
-#   5. scripts/check-ratchet.sh    conformance lists only grow
+#   5. scripts/check-ratchet.sh    conformance lists only grow; shellcheck
+#      on every shell script
 #   6. cargo build --workspace --release   (the unifab binary the peer tests
 #      launch: UNIFAB_BIN is exported pointing at target/release/unifab)
 #   7. cargo test --workspace      unit, integration and real-peer tests
@@ -93,8 +94,11 @@ else
 fi
 
 # 5 ---------------------------------------------------------------------------
-step "conformance ratchet only grows"
+step "conformance ratchet only grows; shellcheck"
 bash scripts/check-ratchet.sh
+mapfile -t SHELL_SCRIPTS < <(git ls-files '*.sh' .ci/run 2>/dev/null || ls scripts/*.sh benches/peers/*.sh .ci/run)
+shellcheck -x "${SHELL_SCRIPTS[@]}"
+echo "shellcheck: ${#SHELL_SCRIPTS[@]} scripts clean"
 
 # 6 ---------------------------------------------------------------------------
 step "cargo build --workspace --release"

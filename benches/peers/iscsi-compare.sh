@@ -41,7 +41,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-# shellcheck source=lib.sh
+# shellcheck source=benches/peers/lib.sh
 . "$HERE/lib.sh"
 
 ONLY_TGTD=0

@@ -1,3 +1,5 @@
+# shellcheck shell=bash disable=SC2034
+# (SC2034: the start_* functions set variables for the sourcing script.)
 # benches/peers/lib.sh — helpers for the peer benchmark scripts (sourced).
 #
 # Starting and stopping targets on loopback (tgtd, unifab), free ports,
@@ -46,11 +48,11 @@ make_lu() { # make_lu PATH SIZE-BYTES
 # control port in a C short, LUN 0 is its controller so the data LU is LUN 1,
 # and SIGTERM is ignored (stop_pid uses SIGKILL).
 start_tgtd() {
-    local dir=$1 lu=$2 attempt port control
+    local dir=$1 lu=$2 port control
     need tgtd tgt
     need tgtadm tgt
     mkdir -p "$dir"
-    for attempt in 1 2 3 4 5; do
+    for _ in 1 2 3 4 5; do
         port=$(free_port)
         control=$((port % 32768))
         TGT_IPC_SOCKET="$dir/socket" tgtd -f -C "$control" --iscsi "portal=127.0.0.1:$port" \

@@ -728,6 +728,23 @@ impl BlockBackend for FileBackend {
     }
 }
 
+/// True when `file` lives on tmpfs or ramfs (`fstatfs` magic numbers).
+fn file_in_ram(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs writes a `statfs` into the pointer we own.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs succeeded, so the struct is initialised.
+    let st = unsafe { st.assume_init() };
+    let magic = st.f_type;
+    magic == TMPFS_MAGIC || magic == RAMFS_MAGIC
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -897,21 +914,4 @@ mod tests {
         f.read_at(10, &mut got).unwrap();
         assert_eq!(got, want);
     }
-}
-
-/// True when `file` lives on tmpfs or ramfs (`fstatfs` magic numbers).
-fn file_in_ram(file: &File) -> bool {
-    use std::os::fd::AsRawFd;
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: fstatfs writes a `statfs` into the pointer we own.
-    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return false;
-    }
-    // SAFETY: fstatfs succeeded, so the struct is initialised.
-    let st = unsafe { st.assume_init() };
-    let magic = st.f_type as i64;
-    magic == TMPFS_MAGIC || magic == RAMFS_MAGIC
 }

@@ -2,4 +2,5 @@
 //! can send malformed PDUs, and launchers for the real peers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod peers;
 pub mod raw_iscsi;

@@ -32,6 +32,9 @@ pub struct Config {
     /// Operator endpoint.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// The FC fabric and the gateway's FC ports.
+    #[serde(default)]
+    pub fabric: Option<crate::fc::FabricSection>,
 }
 
 /// One logical unit.
@@ -232,6 +235,9 @@ pub enum Backend {
     Memory,
     /// A file (created sparse if missing).
     File(PathBuf),
+    /// A LU behind an FC target port, through the gateway's fabric
+    /// (`fc://WWPN/LUN`).
+    Fc(crate::fc::FcUrl),
 }
 
 impl LuConfig {
@@ -247,9 +253,14 @@ impl LuConfig {
                 ));
             }
             Ok(Backend::File(PathBuf::from(p)))
+        } else if self.backend.starts_with("fc://") {
+            self.backend
+                .parse()
+                .map(Backend::Fc)
+                .map_err(|e| format!("lu {:?}: backend {e}", self.name))
         } else {
             Err(format!(
-                "lu {:?}: unknown backend {:?} (expected \"memory\" or \"file:/path\")",
+                "lu {:?}: unknown backend {:?} (expected \"memory\", \"file:/path\" or \"fc://WWPN/LUN\")",
                 self.name, self.backend
             ))
         }
@@ -307,6 +318,7 @@ impl Config {
                 login_timeout: None,
             }),
             admin: AdminConfig::default(),
+            fabric: None,
         }
     }
 
@@ -419,6 +431,7 @@ impl Config {
                 }
             }
         }
+        crate::fc::validate(self)?;
         Ok(())
     }
 }

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod capture;
 pub mod config;
+pub mod fc;
 pub mod pcap_check;
 pub mod run;
 pub mod show;

@@ -67,6 +67,7 @@ pub fn build_lu(
             .with_context(|| format!("lu {:?}: opening {}", lu.name, path.display()))?;
             Arc::new(b)
         }
+        Backend::Fc(_) => bail!("lu {:?}: an fc:// LU is built by the FC plane", lu.name),
     };
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
@@ -101,6 +102,7 @@ fn sanitize(name: &str) -> String {
 /// The running gateway's state as the admin endpoint shows it.
 struct View {
     server: Option<TargetServer>,
+    fc: Option<Arc<crate::fc::FcPlane>>,
     luns: Vec<(String, Arc<EmulatedLu>)>,
     metrics: Arc<Metrics>,
 }
@@ -138,7 +140,7 @@ impl AdminView for View {
                     .collect();
                 Some(serde_json::Value::Array(v).to_string())
             }
-            _ => None,
+            other => self.fc.as_ref().and_then(|f| f.show(other)),
         }
     }
 
@@ -160,6 +162,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     let mut lu_list = Vec::new();
     let mut backends = Vec::new();
     for lu in &cfg.lu {
+        if let Ok(Backend::Fc(_)) = lu.parsed_backend() {
+            continue;
+        }
         let (built, backend) = build_lu(lu, &data_dir)?;
         backends.push(backend);
         let d = built.describe();
@@ -174,6 +179,23 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         lu_list.push((lu.name.clone(), built));
     }
 
+    // The FC plane: target N_Ports over the LUs above, then fc:// LUs.
+    let mut fc_lus: HashMap<String, Arc<dyn LogicalUnit>> = HashMap::new();
+    let fc = match &cfg.fabric {
+        Some(f) => Some(Arc::new(crate::fc::FcPlane::start(f, |name| {
+            lus.get(name).map(|l| l.clone() as Arc<dyn LogicalUnit>)
+        })?)),
+        None => None,
+    };
+    if let Some(plane) = &fc {
+        for lu in &cfg.lu {
+            if let Ok(Backend::Fc(url)) = lu.parsed_backend() {
+                fc_lus.insert(lu.name.clone(), plane.remote_lu(lu, url));
+                info!(lu = %lu.name, remote = %url, "remote logical unit configured");
+            }
+        }
+    }
+
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::default());
     let mut server_handle = None;
@@ -184,14 +206,18 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         for t in &iscsi.target {
             let scsi = Arc::new(ScsiTarget::new());
             for (i, name) in t.luns.iter().enumerate() {
-                let lu = lus
-                    .get(name)
-                    .with_context(|| format!("lun {name:?} is not defined"))?;
+                let lu: Arc<dyn LogicalUnit> = match lus.get(name) {
+                    Some(l) => l.clone(),
+                    None => fc_lus
+                        .get(name)
+                        .cloned()
+                        .with_context(|| format!("lun {name:?} is not defined"))?,
+                };
                 let index = u16::try_from(i).ok().and_then(Lun::from_index);
                 let Some(lun) = index else {
                     bail!("target {}: too many LUNs", t.iqn);
                 };
-                scsi.insert(lun, lu.clone() as Arc<dyn LogicalUnit>);
+                scsi.insert(lun, lu);
             }
             nodes.push(TargetNode {
                 name: t.iqn.clone(),
@@ -261,6 +287,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         Ok(l) => {
             let view = Arc::new(View {
                 server: server_handle.clone(),
+                fc: fc.clone(),
                 luns: lu_list,
                 metrics,
             });

@@ -1,0 +1,659 @@
+//! The FC plane inside the gateway: the `[fabric]` configuration, the
+//! software switch, the gateway's own FCP target N_Ports presenting LUs,
+//! the FCP initiator N_Port behind `fc://WWPN/LUN` backends, and the
+//! operator's views (`unifab show flogi`, `fcns`, `zones`).
+//!
+//! ```toml
+//! [fabric]
+//! domain = 1                                  # 1–239
+//! switch_wwn = "10:00:00:00:c9:00:00:01"
+//! default_zone = "permit"                     # or "deny"
+//! active_zoneset = "cfg"                      # optional
+//!
+//! [[fabric.zone]]
+//! name = "z_host"
+//! members = ["pwwn:21:00:00:00:c9:00:00:0a", "fcid:0x010200"]
+//!
+//! [[fabric.zoneset]]
+//! name = "cfg"
+//! zones = ["z_host"]
+//!
+//! [[fabric.target]]                          # an FCP target N_Port
+//! wwpn = "21:00:00:00:c9:00:00:0a"
+//! luns = ["disk"]                             # LUN 0, 1, … in order
+//!
+//! [fabric.initiator]                          # for fc:// backends
+//! wwpn = "21:00:00:00:c9:00:00:0b"
+//! nexus = "per-initiator"                     # or "shared"
+//!
+//! [[lu]]
+//! name = "via-fc"
+//! backend = "fc://21:00:00:00:c9:00:00:0a/0"
+//! ```
+//!
+//! Decisions:
+//!
+//! - With `nexus = "per-initiator"` (the default) each front-end initiator
+//!   port reaches the target through an NPIV port of its own (FDISC on the
+//!   initiator N_Port), named from the front-end port, so reservations and
+//!   unit attentions stay per host.
+//! - A remote LU's identity (VPD 0x80/0x83) is derived from its URL, as
+//!   for `iscsi://` LUs; `identity = "passthrough"` is not offered yet.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+use tracing::{info, warn};
+use unifab_fc::exchange::Timeouts;
+use unifab_fc::fabric::zoning::{Zone, ZoneMember, ZoneSet};
+use unifab_fc::fabric::{FabricConfig, LoginKind};
+use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
+use unifab_fc::nport::NPortConfig;
+use unifab_fc::wire::Wwn;
+use unifab_fc::wire::header::FcType;
+use unifab_scsi_core::remote::Identity;
+use unifab_scsi_core::{LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget};
+
+use crate::config::{Backend, Config, LuConfig};
+
+/// The default switch name.
+pub const DEFAULT_SWITCH_WWN: &str = "10:00:00:00:00:00:00:01";
+
+fn default_domain() -> u8 {
+    1
+}
+
+fn default_switch_wwn() -> String {
+    DEFAULT_SWITCH_WWN.into()
+}
+
+/// `[fabric]`: the software FC fabric and the gateway's own FC ports.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FabricSection {
+    /// Domain ID (1–239, default 1).
+    #[serde(default = "default_domain")]
+    pub domain: u8,
+    /// Switch name (WWN).
+    #[serde(default = "default_switch_wwn")]
+    pub switch_wwn: String,
+    /// `"permit"` (default) or `"deny"`: whether ports in no active zone
+    /// may talk to each other.
+    #[serde(default)]
+    pub default_zone: Option<String>,
+    /// Zones.
+    #[serde(default)]
+    pub zone: Vec<ZoneSection>,
+    /// Zone sets.
+    #[serde(default)]
+    pub zoneset: Vec<ZoneSetSection>,
+    /// The zone set activated at start.
+    #[serde(default)]
+    pub active_zoneset: Option<String>,
+    /// FCP target N_Ports presenting LUs.
+    #[serde(default)]
+    pub target: Vec<FcTargetSection>,
+    /// The FCP initiator N_Port behind `fc://` backends.
+    #[serde(default)]
+    pub initiator: Option<FcInitiatorSection>,
+}
+
+/// `[[fabric.zone]]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneSection {
+    /// Name.
+    pub name: String,
+    /// Members: `"pwwn:…"` or `"fcid:0x……"`.
+    pub members: Vec<String>,
+}
+
+/// `[[fabric.zoneset]]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneSetSection {
+    /// Name.
+    pub name: String,
+    /// Zone names.
+    pub zones: Vec<String>,
+}
+
+/// `[[fabric.target]]`: an FCP target N_Port of the gateway.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FcTargetSection {
+    /// Port name.
+    pub wwpn: String,
+    /// Node name (default: the port name with NAA 2 → 1 flipped).
+    #[serde(default)]
+    pub wwnn: Option<String>,
+    /// LU names: LUN 0, 1, … in order.
+    pub luns: Vec<String>,
+}
+
+/// `[fabric.initiator]`: the gateway's FCP initiator N_Port.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FcInitiatorSection {
+    /// Port name (default derived from the switch name).
+    #[serde(default)]
+    pub wwpn: Option<String>,
+    /// Node name.
+    #[serde(default)]
+    pub wwnn: Option<String>,
+    /// `"per-initiator"` (default) or `"shared"`.
+    #[serde(default)]
+    pub nexus: Option<String>,
+    /// Seconds within which every command ends (default 30).
+    #[serde(default)]
+    pub command_timeout: Option<f64>,
+}
+
+/// An `fc://WWPN/LUN` backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FcUrl {
+    /// The target port.
+    pub wwpn: Wwn,
+    /// The LUN index at that port.
+    pub lun: u16,
+}
+
+impl fmt::Display for FcUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fc://{}/{}", self.wwpn, self.lun)
+    }
+}
+
+impl FromStr for FcUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FcUrl, String> {
+        let rest = s
+            .strip_prefix("fc://")
+            .ok_or_else(|| format!("{s:?} is not an fc:// URL"))?;
+        let (w, l) = rest
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: expected fc://WWPN/LUN"))?;
+        let wwpn = w.parse::<Wwn>().map_err(|e| format!("{s:?}: {e}"))?;
+        let lun = l
+            .parse::<u16>()
+            .ok()
+            .filter(|n| Lun::from_index(*n).is_some())
+            .ok_or_else(|| format!("{s:?}: LUN {l:?} is not a number below 16384"))?;
+        Ok(FcUrl { wwpn, lun })
+    }
+}
+
+fn wwn(field: &str, s: &str) -> Result<Wwn, String> {
+    s.parse::<Wwn>()
+        .map_err(|_| format!("{field}: {s:?} is not a WWN (20:00:00:25:b5:00:00:01)"))
+}
+
+/// Node name for a port name when none is given.
+fn node_name_for(port: Wwn) -> Wwn {
+    Wwn(port.0 ^ 0x0100_0000_0000_0000)
+}
+
+impl FabricSection {
+    fn switch(&self) -> Result<Wwn, String> {
+        wwn("fabric.switch_wwn", &self.switch_wwn)
+    }
+
+    fn initiator_wwpn(&self) -> Result<Wwn, String> {
+        match self.initiator.as_ref().and_then(|i| i.wwpn.as_ref()) {
+            Some(w) => wwn("fabric.initiator.wwpn", w),
+            // 21:00 and the switch's low six bytes.
+            None => Ok(Wwn(
+                (0x2100 << 48) | (self.switch()?.0 & 0x0000_ffff_ffff_ffff),
+            )),
+        }
+    }
+
+    fn per_nexus(&self) -> bool {
+        self.initiator
+            .as_ref()
+            .and_then(|i| i.nexus.as_deref())
+            .is_none_or(|n| n == "per-initiator")
+    }
+}
+
+/// Cross-checks of `[fabric]` and of `fc://` LUs.
+pub fn validate(cfg: &Config) -> Result<(), String> {
+    let fc_lus: Vec<&LuConfig> = cfg
+        .lu
+        .iter()
+        .filter(|l| matches!(l.parsed_backend(), Ok(Backend::Fc(_))))
+        .collect();
+    let Some(f) = &cfg.fabric else {
+        if let Some(l) = fc_lus.first() {
+            return Err(format!(
+                "lu {:?}: an fc:// backend needs a [fabric] section",
+                l.name
+            ));
+        }
+        return Ok(());
+    };
+    if !(1..=239).contains(&f.domain) {
+        return Err(format!("fabric.domain {} is not in 1–239", f.domain));
+    }
+    f.switch()?;
+    match f.default_zone.as_deref() {
+        None | Some("permit" | "deny") => {}
+        Some(o) => return Err(format!("fabric.default_zone {o:?}: \"permit\" or \"deny\"")),
+    }
+    let mut zones = HashSet::new();
+    for z in &f.zone {
+        if !zones.insert(z.name.as_str()) {
+            return Err(format!("fabric.zone {:?} is defined twice", z.name));
+        }
+        for m in &z.members {
+            m.parse::<ZoneMember>()
+                .map_err(|e| format!("fabric.zone {:?}: {e}", z.name))?;
+        }
+    }
+    let mut sets = HashSet::new();
+    for s in &f.zoneset {
+        if !sets.insert(s.name.as_str()) {
+            return Err(format!("fabric.zoneset {:?} is defined twice", s.name));
+        }
+        for z in &s.zones {
+            if !zones.contains(z.as_str()) {
+                return Err(format!(
+                    "fabric.zoneset {:?}: zone {z:?} is not defined",
+                    s.name
+                ));
+            }
+        }
+    }
+    if let Some(a) = &f.active_zoneset {
+        if !sets.contains(a.as_str()) {
+            return Err(format!("fabric.active_zoneset {a:?} is not a defined zoneset"));
+        }
+    }
+    let names: HashSet<&str> = cfg.lu.iter().map(|l| l.name.as_str()).collect();
+    let mut ports = HashSet::new();
+    for t in &f.target {
+        let w = wwn("fabric.target.wwpn", &t.wwpn)?;
+        if !ports.insert(w) {
+            return Err(format!("fabric.target {} is defined twice", t.wwpn));
+        }
+        if let Some(n) = &t.wwnn {
+            wwn("fabric.target.wwnn", n)?;
+        }
+        if t.luns.is_empty() {
+            return Err(format!("fabric.target {} has no luns", t.wwpn));
+        }
+        for l in &t.luns {
+            if !names.contains(l.as_str()) {
+                return Err(format!("fabric.target {}: lun {l:?} is not a defined lu", t.wwpn));
+            }
+            if fc_lus.iter().any(|x| x.name == *l) {
+                return Err(format!(
+                    "fabric.target {}: lun {l:?} is itself an fc:// LU",
+                    t.wwpn
+                ));
+            }
+        }
+    }
+    let iw = f.initiator_wwpn()?;
+    if ports.contains(&iw) {
+        return Err(format!("fabric.initiator.wwpn {iw} is also a target's"));
+    }
+    if let Some(i) = &f.initiator {
+        if let Some(n) = &i.wwnn {
+            wwn("fabric.initiator.wwnn", n)?;
+        }
+        match i.nexus.as_deref() {
+            None | Some("per-initiator" | "shared") => {}
+            Some(o) => {
+                return Err(format!(
+                    "fabric.initiator.nexus {o:?}: \"per-initiator\" or \"shared\""
+                ));
+            }
+        }
+        if let Some(t) = i.command_timeout {
+            if !(t.is_finite() && t > 0.0) {
+                return Err("fabric.initiator.command_timeout must be positive".into());
+            }
+        }
+    }
+    for l in fc_lus {
+        if l.size.is_some() {
+            return Err(format!(
+                "lu {:?}: an fc:// LU takes its size from the remote target",
+                l.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The running FC plane.
+#[derive(Debug)]
+pub struct FcPlane {
+    switch: Switch,
+    node: FcNode,
+    initiator: Wwn,
+    per_nexus: bool,
+    names: Vec<(Wwn, String)>,
+}
+
+impl FcPlane {
+    /// Starts the switch, the target N_Ports (their LUs found with
+    /// `lookup`) and the initiator N_Port. Must run inside the runtime.
+    pub fn start(
+        f: &FabricSection,
+        lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
+    ) -> anyhow::Result<FcPlane> {
+        let switch_name = f.switch().map_err(anyhow::Error::msg)?;
+        let timeouts = Timeouts::default();
+        let switch = Switch::new(FabricConfig {
+            domain: f.domain,
+            switch_name,
+            timeouts,
+            rx_data_field_size: 2048,
+            default_zone_permit: f.default_zone.as_deref() != Some("deny"),
+        });
+        switch.with_fabric(|fab| -> anyhow::Result<()> {
+            for z in &f.zone {
+                let members = z
+                    .members
+                    .iter()
+                    .map(|m| m.parse::<ZoneMember>())
+                    .collect::<Result<Vec<_>, _>>()?;
+                fab.define_zone(Zone {
+                    name: z.name.clone(),
+                    members,
+                });
+            }
+            for s in &f.zoneset {
+                fab.define_zone_set(ZoneSet {
+                    name: s.name.clone(),
+                    zones: s.zones.clone(),
+                });
+            }
+            if let Some(a) = &f.active_zoneset {
+                fab.activate_zone_set(a)?;
+            }
+            Ok(())
+        })?;
+        let node = FcNode::spawn(&switch, "gateway");
+        let mut names = Vec::new();
+        for (k, t) in f.target.iter().enumerate() {
+            let wwpn = wwn("fabric.target.wwpn", &t.wwpn).map_err(anyhow::Error::msg)?;
+            let wwnn = match &t.wwnn {
+                Some(n) => wwn("fabric.target.wwnn", n).map_err(anyhow::Error::msg)?,
+                None => node_name_for(wwpn),
+            };
+            let scsi = ScsiTarget::new();
+            for (i, name) in t.luns.iter().enumerate() {
+                let lu = lookup(name).with_context(|| format!("lu {name:?} is not defined"))?;
+                let lun = u16::try_from(i)
+                    .ok()
+                    .and_then(Lun::from_index)
+                    .with_context(|| format!("fabric.target {wwpn}: too many LUNs"))?;
+                scsi.insert(lun, lu);
+            }
+            let mut cfg = NPortConfig::new(wwpn, wwnn);
+            cfg.target = true;
+            cfg.timeouts = timeouts;
+            cfg.relative_port_id = u16::try_from(k + 1).unwrap_or(u16::MAX);
+            cfg.symbolic_name = format!("unifab FCP target {wwpn}");
+            let iface = format!("fc1/{}", k + 1);
+            node.add_port(&iface, cfg, Some(scsi))
+                .map_err(|e| anyhow::anyhow!("fabric.target {wwpn}: {e}"))?;
+            names.push((wwpn, iface));
+            println!("FC target {wwpn} with {} LUN(s)", t.luns.len());
+        }
+        let initiator = f.initiator_wwpn().map_err(anyhow::Error::msg)?;
+        let wwnn = match f.initiator.as_ref().and_then(|i| i.wwnn.as_ref()) {
+            Some(n) => wwn("fabric.initiator.wwnn", n).map_err(anyhow::Error::msg)?,
+            None => node_name_for(initiator),
+        };
+        let mut cfg = NPortConfig::new(initiator, wwnn);
+        cfg.initiator = true;
+        cfg.discover = true;
+        cfg.timeouts = timeouts;
+        cfg.symbolic_name = format!("unifab FCP initiator {initiator}");
+        if let Some(t) = f.initiator.as_ref().and_then(|i| i.command_timeout) {
+            cfg.command_timeout = Duration::from_secs_f64(t);
+        }
+        let iface = format!("fc1/{}", f.target.len() + 1);
+        node.add_port(&iface, cfg, None)
+            .map_err(|e| anyhow::anyhow!("fabric.initiator: {e}"))?;
+        names.push((initiator, iface));
+        info!(domain = f.domain, switch = %switch_name, "FC fabric running");
+        Ok(FcPlane {
+            switch,
+            node,
+            initiator,
+            per_nexus: f.per_nexus(),
+            names,
+        })
+    }
+
+    /// The remote LU of an `fc://` backend.
+    pub fn remote_lu(&self, lu: &LuConfig, url: FcUrl) -> Arc<RemoteLu> {
+        let factory = Arc::new(FcpInitiatorFactory::new(
+            self.node.clone(),
+            self.initiator,
+            url.wwpn,
+            self.per_nexus,
+        ));
+        let remote = Arc::new(RemoteLu::new(
+            RemoteLuConfig {
+                name: lu.name.clone(),
+                backend: url.to_string(),
+                remote_lun: Lun::from_index(url.lun).unwrap_or(Lun::ZERO),
+                identity: Identity::Derived {
+                    seed: url.to_string(),
+                },
+                task_set_depth: 1024,
+            },
+            factory,
+        ));
+        // Learn the capacity once the target is reachable.
+        let probe = remote.clone();
+        let name = lu.name.clone();
+        tokio::spawn(async move {
+            for _ in 0..30 {
+                match probe.probe().await {
+                    Ok((bs, blocks)) => {
+                        info!(lu = %name, block_size = bs, blocks, "fc:// LU reachable");
+                        return;
+                    }
+                    Err(e) => {
+                        warn!(lu = %name, error = %e, "fc:// LU not reachable yet");
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                }
+            }
+        });
+        remote
+    }
+
+    /// The switch (zoning changes, counters).
+    pub fn switch(&self) -> &Switch {
+        &self.switch
+    }
+
+    fn interface(&self, port_index: usize, wwpn: Wwn) -> String {
+        self.names
+            .iter()
+            .find(|(w, _)| *w == wwpn)
+            .map(|(_, n)| n.clone())
+            .unwrap_or_else(|| format!("vfc{}", port_index + 1))
+    }
+
+    /// JSON for `unifab show flogi|fcns|zones`, or `None` for other views.
+    pub fn show(&self, what: &str) -> Option<String> {
+        let v = match what {
+            "flogi" => {
+                let logins = self.switch.with_fabric(|f| {
+                    f.logins()
+                        .into_iter()
+                        .map(|l| (l.clone(), f.port_name(l.port).map(str::to_string)))
+                        .collect::<Vec<_>>()
+                });
+                logins
+                    .into_iter()
+                    .map(|(l, port)| {
+                        let iface = match (&port, l.kind) {
+                            (Some(p), LoginKind::Flogi) => p.clone(),
+                            (Some(p), LoginKind::Fdisc) => format!("{p} (npiv)"),
+                            (None, _) => self.interface(l.port.0, l.port_name),
+                        };
+                        serde_json::json!({
+                            "interface": iface,
+                            "fcid": l.fc_id.to_string(),
+                            "port name": l.port_name.to_string(),
+                            "node name": l.node_name.to_string(),
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            }
+            "fcns" => self
+                .switch
+                .with_fabric(|f| f.name_server())
+                .into_iter()
+                .map(|e| {
+                    let feats = e.fc4_features.get(FcType::FCP);
+                    let fc4 = if e.fc4_types.contains(FcType::FCP) {
+                        let role = match (feats & 1 != 0, feats & 2 != 0) {
+                            (true, true) => ":init,target",
+                            (true, false) => ":target",
+                            (false, true) => ":init",
+                            (false, false) => "",
+                        };
+                        format!("scsi-fcp{role}")
+                    } else {
+                        "-".into()
+                    };
+                    serde_json::json!({
+                        "fcid": e.fc_id.to_string(),
+                        "type": "N",
+                        "pwwn": e.port_name.to_string(),
+                        "nwwn": e.node_name.to_string(),
+                        "fc4-type:feature": fc4,
+                        "symbolic name": String::from_utf8_lossy(&e.symbolic_port_name),
+                    })
+                })
+                .collect(),
+            "zones" => self.switch.with_fabric(|f| {
+                let z = f.zoning();
+                let active = z.active().map(str::to_string);
+                let mut rows = Vec::new();
+                for set in z.zone_sets() {
+                    for zname in &set.zones {
+                        let members = z
+                            .zones()
+                            .find(|x| &x.name == zname)
+                            .map(|x| x.members.clone())
+                            .unwrap_or_default();
+                        for m in members {
+                            rows.push(serde_json::json!({
+                                "zoneset": set.name,
+                                "zone": zname,
+                                "member": m.to_string(),
+                                "active": active.as_deref() == Some(set.name.as_str()),
+                            }));
+                        }
+                    }
+                }
+                rows
+            }),
+            _ => return None,
+        };
+        Some(serde_json::Value::Array(v).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fc_urls() {
+        let u: FcUrl = "fc://21:00:00:00:c9:00:00:0a/3".parse().unwrap();
+        assert_eq!(u.wwpn, Wwn(0x2100_0000_c900_000a));
+        assert_eq!(u.lun, 3);
+        assert_eq!(u.to_string(), "fc://21:00:00:00:c9:00:00:0a/3");
+        assert!("fc://21:00/0".parse::<FcUrl>().is_err());
+        assert!("fc://21:00:00:00:c9:00:00:0a".parse::<FcUrl>().is_err());
+        assert!("fc://21:00:00:00:c9:00:00:0a/70000".parse::<FcUrl>().is_err());
+        assert!("iscsi://x/y/0".parse::<FcUrl>().is_err());
+    }
+
+    const CFG: &str = r#"
+[[lu]]
+name = "disk"
+backend = "memory"
+size = "64MiB"
+
+[[lu]]
+name = "via-fc"
+backend = "fc://21:00:00:00:c9:00:00:0a/0"
+
+[fabric]
+domain = 7
+switch_wwn = "10:00:00:00:c9:00:00:01"
+default_zone = "deny"
+active_zoneset = "cfg"
+
+[[fabric.zone]]
+name = "z1"
+members = ["pwwn:21:00:00:00:c9:00:00:0a", "pwwn:21:00:00:00:c9:00:00:0b"]
+
+[[fabric.zoneset]]
+name = "cfg"
+zones = ["z1"]
+
+[[fabric.target]]
+wwpn = "21:00:00:00:c9:00:00:0a"
+luns = ["disk"]
+
+[fabric.initiator]
+wwpn = "21:00:00:00:c9:00:00:0b"
+"#;
+
+    #[test]
+    fn the_documented_fabric_parses_and_checks() {
+        let c = Config::parse(CFG, "fc.toml").unwrap();
+        let f = c.fabric.as_ref().unwrap();
+        assert_eq!(f.domain, 7);
+        assert_eq!(f.initiator_wwpn().unwrap(), Wwn(0x2100_0000_c900_000b));
+        assert!(f.per_nexus());
+        assert_eq!(
+            c.lu[1].parsed_backend().unwrap(),
+            Backend::Fc(FcUrl {
+                wwpn: Wwn(0x2100_0000_c900_000a),
+                lun: 0
+            })
+        );
+        let bad = |from: &str, to: &str| {
+            Config::parse(&CFG.replace(from, to), "fc.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad("domain = 7", "domain = 240").contains("domain"));
+        assert!(bad("zones = [\"z1\"]", "zones = [\"z9\"]").contains("z9"));
+        assert!(bad("active_zoneset = \"cfg\"", "active_zoneset = \"nope\"").contains("nope"));
+        assert!(bad("\"pwwn:21:00:00:00:c9:00:00:0b\"", "\"pwwn:xx\"").contains("zone member"));
+        assert!(bad("luns = [\"disk\"]", "luns = [\"via-fc\"]").contains("itself an fc://"));
+        assert!(bad("default_zone = \"deny\"", "default_zone = \"maybe\"").contains("default_zone"));
+        let e = bad("[fabric]\ndomain = 7", "[fabric]\ndomain = 7\nbogus = 1");
+        assert!(e.starts_with("fc.toml:") && e.contains("bogus"), "{e}");
+        // An fc:// LU without a fabric.
+        let no_fabric = CFG.split("[fabric]").next().unwrap();
+        assert!(
+            Config::parse(no_fabric, "x")
+                .unwrap_err()
+                .to_string()
+                .contains("needs a [fabric]")
+        );
+    }
+}

@@ -889,6 +889,9 @@ impl CtIu {
     /// Parses a CT_IU. `answering` is the command of the request an
     /// FS_ACC answers, when known.
     pub fn parse(payload: &Bytes, answering: Option<CtCommand>) -> Result<CtIu, WireError> {
+        if payload.len() > super::MAX_PAYLOAD {
+            return Err(WireError::PayloadTooLong(payload.len()));
+        }
         let preamble = CtPreamble::parse(payload)?;
         let body = payload.slice(PREAMBLE_LEN..);
         let ns =

@@ -860,6 +860,9 @@ impl ElsRepr {
     pub fn parse(payload: &Bytes, answering: Option<ElsCode>) -> Result<ElsRepr, WireError> {
         let p = &payload[..];
         check_len(p, 4)?;
+        if p.len() > super::MAX_PAYLOAD {
+            return Err(WireError::PayloadTooLong(p.len()));
+        }
         let code = ElsCode(p[0]);
         Ok(match code {
             ElsCode::LS_RJT => {

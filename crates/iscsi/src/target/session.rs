@@ -1627,9 +1627,6 @@ impl Session {
                 self.fail_task(itt, TaskResult::aborted());
             }
         }
-        if t.function == TmfCode::TARGET_COLD_RESET {
-            self.events.push_back(Event::TargetColdReset);
-        }
         self.tmfs.insert(
             t.itt,
             PendingTmf {
@@ -1678,6 +1675,11 @@ impl Session {
             _ => code,
         };
         self.send_tmf_response(t.request.itt, code);
+        // The sessions go only once the response is on its way (the LU's
+        // reset may take a round trip, e.g. to a remote LU).
+        if t.request.function == TmfCode::TARGET_COLD_RESET {
+            self.events.push_back(Event::TargetColdReset);
+        }
         self.after_completion();
     }
 

@@ -208,7 +208,7 @@ impl FabricSection {
             Some(w) => wwn("fabric.initiator.wwpn", w),
             // 21:00 and the switch's low six bytes.
             None => Ok(Wwn(
-                (0x2100 << 48) | (self.switch()?.0 & 0x0000_ffff_ffff_ffff),
+                (0x2100 << 48) | (self.switch()?.0 & 0x0000_ffff_ffff_ffff)
             )),
         }
     }
@@ -271,7 +271,9 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
     }
     if let Some(a) = &f.active_zoneset {
         if !sets.contains(a.as_str()) {
-            return Err(format!("fabric.active_zoneset {a:?} is not a defined zoneset"));
+            return Err(format!(
+                "fabric.active_zoneset {a:?} is not a defined zoneset"
+            ));
         }
     }
     let names: HashSet<&str> = cfg.lu.iter().map(|l| l.name.as_str()).collect();
@@ -289,7 +291,10 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
         }
         for l in &t.luns {
             if !names.contains(l.as_str()) {
-                return Err(format!("fabric.target {}: lun {l:?} is not a defined lu", t.wwpn));
+                return Err(format!(
+                    "fabric.target {}: lun {l:?} is not a defined lu",
+                    t.wwpn
+                ));
             }
             if fc_lus.iter().any(|x| x.name == *l) {
                 return Err(format!(
@@ -584,7 +589,11 @@ mod tests {
         assert_eq!(u.to_string(), "fc://21:00:00:00:c9:00:00:0a/3");
         assert!("fc://21:00/0".parse::<FcUrl>().is_err());
         assert!("fc://21:00:00:00:c9:00:00:0a".parse::<FcUrl>().is_err());
-        assert!("fc://21:00:00:00:c9:00:00:0a/70000".parse::<FcUrl>().is_err());
+        assert!(
+            "fc://21:00:00:00:c9:00:00:0a/70000"
+                .parse::<FcUrl>()
+                .is_err()
+        );
         assert!("iscsi://x/y/0".parse::<FcUrl>().is_err());
     }
 
@@ -644,7 +653,9 @@ wwpn = "21:00:00:00:c9:00:00:0b"
         assert!(bad("active_zoneset = \"cfg\"", "active_zoneset = \"nope\"").contains("nope"));
         assert!(bad("\"pwwn:21:00:00:00:c9:00:00:0b\"", "\"pwwn:xx\"").contains("zone member"));
         assert!(bad("luns = [\"disk\"]", "luns = [\"via-fc\"]").contains("itself an fc://"));
-        assert!(bad("default_zone = \"deny\"", "default_zone = \"maybe\"").contains("default_zone"));
+        assert!(
+            bad("default_zone = \"deny\"", "default_zone = \"maybe\"").contains("default_zone")
+        );
         let e = bad("[fabric]\ndomain = 7", "[fabric]\ndomain = 7\nbogus = 1");
         assert!(e.starts_with("fc.toml:") && e.contains("bogus"), "{e}");
         // An fc:// LU without a fabric.

@@ -39,7 +39,14 @@ pub async fn show(what: &str, admin_addr: SocketAddr, json: bool) -> anyhow::Res
         ],
         "luns" => &["name", "backend", "block_size", "blocks", "bytes", "naa"],
         "flogi" => &["interface", "fcid", "port name", "node name"],
-        "fcns" => &["fcid", "type", "pwwn", "nwwn", "fc4-type:feature", "symbolic name"],
+        "fcns" => &[
+            "fcid",
+            "type",
+            "pwwn",
+            "nwwn",
+            "fc4-type:feature",
+            "symbolic name",
+        ],
         "zones" => &["zoneset", "zone", "member", "active"],
         _ => &[],
     };

@@ -142,7 +142,12 @@ fn write_fc_fuzz_seeds() {
     use unifab::capture::pcap::read_frames;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
     let mut n = 0;
-    for name in ["fcoe-t11.pcap", "fip-adv.cap", "fcoe-drop-rddata.cap", "fcoe-t11-short.cap"] {
+    for name in [
+        "fcoe-t11.pcap",
+        "fip-adv.cap",
+        "fcoe-drop-rddata.cap",
+        "fcoe-t11-short.cap",
+    ] {
         let file = std::fs::read(capture(name)).unwrap();
         let mut stream = Vec::new();
         for fr in read_frames(&file).unwrap() {

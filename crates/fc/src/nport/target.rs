@@ -474,12 +474,15 @@ impl NPort {
             }
         };
         let bidi = x.read_len > 0 && x.write_len > 0;
+        // The device server's own residual wins (it knows what a write
+        // needed); otherwise the data produced against FCP_DL decides, for
+        // a command announced without data too (an overrun of 0). For a
+        // bidirectional command it is the write residual, and the read
+        // residual is derived.
         let (main, bidi_res) = if bidi {
             (result.residual, derived_read)
-        } else if x.read_len > 0 {
-            (result.residual.or(derived_read), None)
         } else {
-            (result.residual, None)
+            (result.residual.or(derived_read), None)
         };
         let mut rsp = FcpRspRepr {
             scsi_status: result.status.0,

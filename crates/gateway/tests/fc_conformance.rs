@@ -1,0 +1,236 @@
+//! Conformance through FC: libiscsi's suite (`iscsi-test-cu --test ALL
+//! --dataloss --allow-sanitize`, 230 tests) against unifab's iSCSI target
+//! whose LU is `fc://…`: iSCSI target → RemoteLu → FCP initiator (an NPIV
+//! port per host session) → the software fabric → FCP target N_Port →
+//! file LU. It must pass exactly the tests the same file LU passes when
+//! exported directly, measured in the same run, with one session and with
+//! two (the MultipathIO suite).
+//!
+//! Needs the release binary (`cargo build --release -p unifab`) and
+//! `iscsi-test-cu` (Debian `libiscsi-bin`); a missing one fails the test
+//! with its name.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use unifab_testkit::peers::{IscsiTestCu, Outcome, SuiteResult, Unifab, unifab_bin};
+
+const TARGET_WWPN: &str = "21:00:00:00:c9:00:00:0a";
+const INITIATOR_WWPN: &str = "21:00:00:00:c9:00:00:0b";
+const IQN: &str = "iqn.2026-11.io.unifab:via-fc";
+
+/// `unifab run` with an fc:// LU; killed on drop.
+struct FcGateway {
+    child: Child,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl FcGateway {
+    /// Fails with the gateway's log if it is not running any more.
+    fn check_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!("unifab exited ({status}):\n{}", tail.join("\n"));
+        }
+    }
+}
+
+impl Drop for FcGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    unifab_testkit::peers::free_tcp_port().expect("a free port")
+}
+
+fn start_fc_gateway(dir: &Path) -> FcGateway {
+    let bin = unifab_bin().expect("the release binary (cargo build --release -p unifab)");
+    let admin_port = free_port();
+    let cfg = format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{dir}/lu.img"
+size = "1GiB"
+
+[[lu]]
+name = "via-fc"
+backend = "fc://{TARGET_WWPN}/0"
+
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:01"
+
+[[fabric.target]]
+wwpn = "{TARGET_WWPN}"
+luns = ["disk"]
+
+[fabric.initiator]
+wwpn = "{INITIATOR_WWPN}"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "{IQN}"
+luns = ["via-fc"]
+
+[admin]
+listen = "127.0.0.1:{admin_port}"
+data_dir = "{dir}/state"
+"#,
+        dir = dir.display()
+    );
+    let path = dir.join("unifab.toml");
+    std::fs::write(&path, cfg).unwrap();
+    let log = dir.join("unifab.log");
+    let mut child = Command::new(bin)
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .current_dir(dir)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn unifab");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let addr = loop {
+        assert!(Instant::now() < deadline, "unifab did not print its portal");
+        let line = lines
+            .next()
+            .expect("unifab exited before printing its portal")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("iSCSI target ") {
+            let addr: SocketAddr = rest.split(" on ").nth(1).unwrap().trim().parse().unwrap();
+            break addr;
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    FcGateway {
+        child,
+        addr,
+        admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
+        log,
+    }
+}
+
+fn url(addr: SocketAddr) -> String {
+    format!("iscsi://{addr}/{IQN}/0")
+}
+
+fn outcomes(r: &SuiteResult, o: Outcome) -> BTreeSet<String> {
+    r.tests
+        .iter()
+        .filter(|t| t.outcome == o)
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+fn compare(name: &str, via_fc: &SuiteResult, direct: &SuiteResult) {
+    assert!(
+        via_fc.is_complete(),
+        "{name}: the suite through FC did not reach its end ({}):\n{}",
+        via_fc.status,
+        via_fc.stderr_tail
+    );
+    assert!(direct.is_complete(), "{name}: the direct run did not end");
+    let failed = outcomes(via_fc, Outcome::Failed);
+    let fc_passed = outcomes(via_fc, Outcome::Passed);
+    let direct_passed = outcomes(direct, Outcome::Passed);
+    let lost: Vec<&String> = direct_passed.difference(&fc_passed).collect();
+    let gained: Vec<&String> = fc_passed.difference(&direct_passed).collect();
+    println!(
+        "{name}: through FC {} passed, {} skipped, {} FAILED; direct {} passed, {} skipped, {} FAILED",
+        fc_passed.len(),
+        via_fc.count(Outcome::Skipped),
+        failed.len(),
+        direct_passed.len(),
+        direct.count(Outcome::Skipped),
+        direct.count(Outcome::Failed),
+    );
+    assert!(
+        failed.is_empty() && lost.is_empty() && gained.is_empty(),
+        "{name}: through FC FAILED {failed:?}; passed directly but not through FC {lost:?}; \
+         passed through FC only {gained:?}\n{}",
+        via_fc.to_table()
+    );
+}
+
+fn flogi(admin: SocketAddr) -> String {
+    let out = Command::new(unifab_bin().unwrap())
+        .args(["show", "flogi", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn run_pair(two_sessions: bool) {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let mut gw = start_fc_gateway(dir.path());
+    let table = flogi(gw.admin);
+    assert!(
+        table.contains(TARGET_WWPN) && table.contains(INITIATOR_WWPN),
+        "{table}"
+    );
+    let mut suite = IscsiTestCu::new(url(gw.addr));
+    if two_sessions {
+        suite = suite.multipath_url(url(gw.addr));
+    }
+    let via_fc = suite
+        .timeout(Duration::from_secs(600))
+        .run()
+        .expect("suite runs through FC");
+    gw.check_alive();
+    let label = if two_sessions {
+        "unifab-fc-multipath"
+    } else {
+        "unifab-fc"
+    };
+    via_fc.record(label).expect("record the run");
+    drop(gw);
+
+    let ddir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let direct_gw = Unifab::builder()
+        .file_lu(ddir.path().join("lu.img"), 1 << 30)
+        .start()
+        .expect("unifab starts");
+    let mut suite = IscsiTestCu::new(direct_gw.url());
+    if two_sessions {
+        suite = suite.multipath_url(direct_gw.url());
+    }
+    let direct = suite
+        .timeout(Duration::from_secs(600))
+        .run()
+        .expect("suite runs directly");
+    compare(label, &via_fc, &direct);
+}
+
+#[test]
+fn conformance_through_fc_equals_the_direct_export() {
+    run_pair(false);
+}
+
+#[test]
+fn conformance_through_fc_equals_the_direct_export_with_two_sessions() {
+    run_pair(true);
+}

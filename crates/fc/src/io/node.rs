@@ -382,7 +382,8 @@ struct Driver {
     out: Vec<Frame>,
     ctl: mpsc::Receiver<Control>,
     tick: tokio::time::Interval,
-    slots: Vec<Option<Slot>>,
+    /// Boxed: a slot is taken out and put back on every flush.
+    slots: Vec<Option<Box<Slot>>>,
     /// Per attachment (fabric port): the port frames are sent into.
     links: Vec<FabricPort>,
     replies: FastMap<CommandId, oneshot::Sender<Outcome>>,
@@ -502,7 +503,10 @@ impl Driver {
 
     fn slot_mut(&mut self, w: Wwn) -> Option<&mut Slot> {
         let i = self.slot_index(w)?;
-        self.slots.get_mut(i).and_then(Option::as_mut)
+        self.slots
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .map(|b| &mut **b)
     }
 
     fn control(&mut self, now: Instant, c: Control) {
@@ -518,13 +522,13 @@ impl Driver {
                 self.links.push(port);
                 let mut np = NPort::new(*cfg);
                 np.link_up(now);
-                self.slots.push(Some(Slot {
+                self.slots.push(Some(Box::new(Slot {
                     att,
                     port: np,
                     scsi,
                     virtual_users: 0,
                     waiting_login: false,
-                }));
+                })));
             }
             Control::AcquireVirtual { parent, wwpn } => {
                 if let Some(s) = self.slot_mut(wwpn) {
@@ -543,13 +547,13 @@ impl Driver {
                 cfg.initiator = true;
                 cfg.discover = true;
                 cfg.symbolic_name = format!("{} npiv", cfg.symbolic_name);
-                self.slots.push(Some(Slot {
+                self.slots.push(Some(Box::new(Slot {
                     att,
                     port: NPort::new(cfg),
                     scsi: None,
                     virtual_users: 1,
                     waiting_login: true,
-                }));
+                })));
             }
             Control::ReleaseVirtual { wwpn } => {
                 let Some(i) = self.slot_index(wwpn) else {

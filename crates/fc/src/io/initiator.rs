@@ -107,6 +107,15 @@ impl Initiator for FcpInitiator {
         if let Err(e) = sent {
             return Submitted::failed(e);
         }
+        // Driven to its end already (a target port of the same node with
+        // an answer at hand): nothing left to wait for or to abandon.
+        let mut rx = rx;
+        if let Ok(outcome) = rx.try_recv() {
+            return Submitted {
+                tag: id.0,
+                outcome: Box::pin(std::future::ready(outcome)),
+            };
+        }
         let mut guard = AbandonGuard {
             node: self.node.clone(),
             local: self.local,

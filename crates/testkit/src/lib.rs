@@ -3,3 +3,4 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod raw_iscsi;
+pub mod relay;

@@ -11,4 +11,5 @@ pub mod wire;
 pub mod chap;
 pub mod login;
 pub mod negotiate;
+pub mod sendtargets;
 pub mod text;

@@ -1153,11 +1153,25 @@ impl Negotiator {
         for kv in params {
             self.receive_one(kv, phase, &mut out)?;
         }
+        // FirstBurstLength is irrelevant when InitialR2T=Yes and
+        // ImmediateData=No (RFC 7143 §13.14): no unsolicited data at all.
+        if self.session.initial_r2t
+            && !self.session.immediate_data
+            && let Some(a) = out.answers.iter_mut().find(|a| a.key == "FirstBurstLength")
+        {
+            a.value = Special::Irrelevant.as_str().to_string();
+            // Both sides then keep the default (clamped below).
+            self.session.first_burst_length = SessionParams::default().first_burst_length;
+        }
         // FirstBurstLength ≤ MaxBurstLength (RFC 7143 §13.14).
         if self.session.first_burst_length > self.session.max_burst_length {
             self.session.first_burst_length = self.session.max_burst_length;
             let fbl = self.session.first_burst_length.to_string();
-            if let Some(a) = out.answers.iter_mut().find(|a| a.key == "FirstBurstLength") {
+            if let Some(a) = out
+                .answers
+                .iter_mut()
+                .find(|a| a.key == "FirstBurstLength" && a.value != "Irrelevant")
+            {
                 a.value = fbl;
             }
         }
@@ -1882,6 +1896,28 @@ mod tests {
             t.receive(&p, Phase::Operational),
             Err(NegotiationError::Duplicate { .. })
         ));
+    }
+
+    #[test]
+    fn first_burst_irrelevant_without_unsolicited_data() {
+        let mut limits = NegotiationLimits::default();
+        limits.immediate_data = false;
+        let mut t = Negotiator::new(Role::Target, limits, true);
+        let a = answer(
+            &mut t,
+            &[
+                ("FirstBurstLength", "262144"),
+                ("InitialR2T", "Yes"),
+                ("ImmediateData", "Yes"),
+            ],
+        );
+        assert_eq!(a[0], ("FirstBurstLength".into(), "Irrelevant".into()));
+        let mut t = target();
+        let a = answer(
+            &mut t,
+            &[("FirstBurstLength", "262144"), ("ImmediateData", "Yes")],
+        );
+        assert_eq!(a[0], ("FirstBurstLength".into(), "65536".into()));
     }
 
     #[test]

@@ -104,6 +104,22 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
     fn caps(&self) -> BackendCaps;
     /// `"memory"` or `"file:/path"`, for operators.
     fn describe(&self) -> String;
+
+    /// True when no operation can wait for a storage device (RAM, tmpfs):
+    /// callers may then run I/O inline on an async worker thread.
+    fn never_blocks(&self) -> bool {
+        false
+    }
+
+    /// Reads as much as can be read without waiting for a device
+    /// (`preadv2(RWF_NOWAIT)`: page-cache hits), returning the bytes read
+    /// from the start of `buf`. The caller reads the rest with
+    /// [`BlockBackend::read_at`] on a thread that may block. The default
+    /// reads nothing.
+    fn read_at_nowait(&self, offset: u64, buf: &mut [u8]) -> Result<usize, BackendError> {
+        let _ = (offset, buf);
+        Ok(0)
+    }
 }
 
 fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
@@ -190,6 +206,10 @@ impl MemoryBackend {
 impl BlockBackend for MemoryBackend {
     fn size(&self) -> u64 {
         self.size
+    }
+
+    fn never_blocks(&self) -> bool {
+        true
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
@@ -315,6 +335,10 @@ pub struct FileBackend {
     size: u64,
     read_only: bool,
     syncs: AtomicU64,
+    /// The file lives in RAM (tmpfs/ramfs): no operation waits for a device.
+    in_ram: bool,
+    /// `preadv2(RWF_NOWAIT)` works on this file system.
+    nowait_reads: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for FileBackend {
@@ -385,12 +409,15 @@ impl FileBackend {
             Some(want) => want,
             None => actual,
         };
+        let in_ram = file_in_ram(&file);
         Ok(FileBackend {
             file,
             path,
             size,
             read_only: options.read_only,
             syncs: AtomicU64::new(0),
+            in_ram,
+            nowait_reads: std::sync::atomic::AtomicBool::new(!in_ram),
         })
     }
 
@@ -537,6 +564,50 @@ impl FileBackend {
 impl BlockBackend for FileBackend {
     fn size(&self) -> u64 {
         self.size
+    }
+
+    fn never_blocks(&self) -> bool {
+        self.in_ram
+    }
+
+    fn read_at_nowait(&self, offset: u64, buf: &mut [u8]) -> Result<usize, BackendError> {
+        use std::os::fd::AsRawFd;
+        check_range(offset, buf.len() as u64, self.size)?;
+        if !self.nowait_reads.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            let iov = libc::iovec {
+                iov_base: rest.as_mut_ptr().cast(),
+                iov_len: rest.len(),
+            };
+            let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
+                return Ok(done);
+            };
+            // SAFETY: `iov` points into `buf`, which outlives the call; the
+            // kernel writes at most `iov_len` bytes there.
+            let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+            if n > 0 {
+                done += n as usize;
+                continue;
+            }
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
+                ) {
+                    // Not on this file system: stop trying.
+                    self.nowait_reads.store(false, Ordering::Relaxed);
+                }
+            }
+            // EAGAIN (not cached), EOF or an error: the blocking path
+            // finishes (and reports errors properly).
+            return Ok(done);
+        }
+        Ok(done)
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
@@ -826,4 +897,21 @@ mod tests {
         f.read_at(10, &mut got).unwrap();
         assert_eq!(got, want);
     }
+}
+
+/// True when `file` lives on tmpfs or ramfs (`fstatfs` magic numbers).
+fn file_in_ram(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs writes a `statfs` into the pointer we own.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs succeeded, so the struct is initialised.
+    let st = unsafe { st.assume_init() };
+    let magic = st.f_type as i64;
+    magic == TMPFS_MAGIC || magic == RAMFS_MAGIC
 }

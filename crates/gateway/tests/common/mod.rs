@@ -1,5 +1,10 @@
 //! Starting and stopping a real `unifab` process for integration tests.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::zombie_processes)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::zombie_processes
+)]
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

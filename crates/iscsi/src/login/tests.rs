@@ -460,7 +460,9 @@ fn limits_meet_in_the_middle() {
     let i = r.initiator.unwrap();
     assert_eq!(s.session, i.session);
     assert_eq!(s.session.max_burst_length, 65536);
-    assert_eq!(s.session.first_burst_length, 16384);
+    // InitialR2T=Yes, ImmediateData=No: FirstBurstLength is Irrelevant and
+    // both sides keep the default.
+    assert_eq!(s.session.first_burst_length, 65536);
     assert!(!s.session.immediate_data);
     assert!(s.session.initial_r2t);
     assert_eq!(s.session.default_time2wait, 5);

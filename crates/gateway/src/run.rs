@@ -23,6 +23,7 @@ use unifab_scsi_core::{
 
 use crate::admin::{self, AdminView, Metrics};
 use crate::config::{Backend, Config, LuConfig};
+use crate::remote::GatewayLu;
 
 /// A SCSI target as the iSCSI front end sees it.
 #[derive(Debug)]
@@ -67,6 +68,12 @@ pub fn build_lu(
             .with_context(|| format!("lu {:?}: opening {}", lu.name, path.display()))?;
             Arc::new(b)
         }
+        Backend::Iscsi(_) => {
+            bail!(
+                "lu {:?}: an iscsi:// LU is built by remote::build_remote_lu",
+                lu.name
+            )
+        }
     };
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
@@ -101,7 +108,7 @@ fn sanitize(name: &str) -> String {
 /// The running gateway's state as the admin endpoint shows it.
 struct View {
     server: Option<TargetServer>,
-    luns: Vec<(String, Arc<EmulatedLu>)>,
+    luns: Vec<(String, GatewayLu)>,
     metrics: Arc<Metrics>,
 }
 
@@ -128,11 +135,11 @@ impl AdminView for View {
                     .luns
                     .iter()
                     .map(|(name, lu)| {
-                        let d = lu.describe();
+                        let d = lu.lu().describe();
                         serde_json::json!({
                             "name": name, "backend": d.backend, "block_size": d.block_size,
                             "blocks": d.blocks, "bytes": u64::from(d.block_size) * d.blocks,
-                            "naa": format!("{:016x}", lu.naa()),
+                            "naa": lu.naa().map(|n| format!("{n:016x}")).unwrap_or_else(|| "remote".into()),
                         })
                     })
                     .collect();
@@ -156,10 +163,18 @@ impl AdminView for View {
 /// Serves `cfg` until a termination signal.
 pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     let data_dir = cfg.admin.data_dir.clone();
-    let mut lus: HashMap<String, Arc<EmulatedLu>> = HashMap::new();
+    let mut lus: HashMap<String, GatewayLu> = HashMap::new();
     let mut lu_list = Vec::new();
     let mut backends = Vec::new();
     for lu in &cfg.lu {
+        if let Ok(Backend::Iscsi(_)) = lu.parsed_backend() {
+            let remote = crate::remote::build_remote_lu(lu)?;
+            info!(lu = %lu.name, remote = %remote.config().backend, "remote logical unit configured");
+            crate::remote::spawn_probe(lu.name.clone(), remote.clone());
+            lus.insert(lu.name.clone(), GatewayLu::Remote(remote.clone()));
+            lu_list.push((lu.name.clone(), GatewayLu::Remote(remote)));
+            continue;
+        }
         let (built, backend) = build_lu(lu, &data_dir)?;
         backends.push(backend);
         let d = built.describe();
@@ -170,8 +185,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             block_size = d.block_size,
             "logical unit ready"
         );
-        lus.insert(lu.name.clone(), built.clone());
-        lu_list.push((lu.name.clone(), built));
+        lus.insert(lu.name.clone(), GatewayLu::Emulated(built.clone()));
+        lu_list.push((lu.name.clone(), GatewayLu::Emulated(built)));
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -191,7 +206,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
                 let Some(lun) = index else {
                     bail!("target {}: too many LUNs", t.iqn);
                 };
-                scsi.insert(lun, lu.clone() as Arc<dyn LogicalUnit>);
+                scsi.insert(lun, lu.lu());
             }
             nodes.push(TargetNode {
                 name: t.iqn.clone(),

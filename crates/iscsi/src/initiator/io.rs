@@ -69,6 +69,8 @@ pub struct InitiatorConfig {
     /// InitiatorAlias.
     pub initiator_alias: Option<String>,
     /// ISID of the session; a reconnect reuses it (session reinstatement).
+    /// Two sessions to one target must not share InitiatorName and ISID:
+    /// the second login ends the first.
     pub isid: [u8; 6],
     /// Our CHAP name and secret (CHAP is offered when set).
     pub chap: Option<ChapCredentials>,
@@ -95,11 +97,13 @@ impl InitiatorConfig {
     /// Defaults for an initiator named `initiator_name`: no CHAP, digests
     /// accepted but not preferred, ImmediateData=Yes, InitialR2T=No,
     /// 256 KiB receive segments, 1 MiB bursts, 256 KiB first burst.
+    /// The ISID is derived from the name ([`stable_isid`]).
     pub fn new(initiator_name: impl Into<String>) -> InitiatorConfig {
+        let initiator_name = initiator_name.into();
         InitiatorConfig {
-            initiator_name: initiator_name.into(),
+            isid: stable_isid(&[&initiator_name]),
+            initiator_name,
             initiator_alias: None,
-            isid: [0x80, 0x55, 0x4e, 0x46, 0x00, 0x01],
             chap: None,
             mutual_chap: None,
             chap_config: ChapConfig::default(),
@@ -1069,17 +1073,34 @@ pub fn upstream_name(port: &TransportId) -> String {
     }
 }
 
-/// A stable ISID for a front-end initiator port: type "random" (10b) with
-/// the 40 bits below from a hash of the port's name, so a reconnecting
-/// port reinstates its remote session, and the remote's I_T nexus differs
-/// from the one the host may have directly.
-pub fn upstream_isid(port: &TransportId) -> [u8; 6] {
+/// A stable ISID: type "random" (10b) with the 40 bits below from a hash
+/// of `parts`. The gateway derives its sessions' ISIDs from the front-end
+/// initiator port and the remote LU, so a reconnecting port reinstates its
+/// own remote session and no other (two LUs of one remote target, or the
+/// host's own direct session, never share an ISID).
+pub fn stable_isid(parts: &[&str]) -> [u8; 6] {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in port.port_name().bytes().chain(*b"unifab") {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    for p in parts {
+        for b in p.bytes().chain(std::iter::once(0u8)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
     }
     let b = h.to_be_bytes();
+    [0x80, b[1], b[2], b[3], b[4], b[5]]
+}
+
+/// The ISID of a front-end initiator port's session for the remote LU
+/// `salt` names.
+pub fn upstream_isid(port: &TransportId, salt: &str) -> [u8; 6] {
+    stable_isid(&[&port.port_name(), salt, "unifab"])
+}
+
+/// A fresh random ISID (type 10b), for a tool's one-off session.
+pub fn random_isid() -> [u8; 6] {
+    use rand::RngExt;
+    let r: u64 = rand::rng().random();
+    let b = r.to_be_bytes();
     [0x80, b[1], b[2], b[3], b[4], b[5]]
 }
 
@@ -1090,12 +1111,14 @@ pub fn upstream_isid(port: &TransportId) -> [u8; 6] {
 /// session, logged in under that port's name ([`upstream_name`]; with
 /// [`IscsiInitiatorFactory::fixed_name`] under one configured name) with
 /// a stable ISID of its own ([`upstream_isid`]). Shared, every port's
-/// tasks go through one session under the configured name.
+/// tasks go through one session under the configured name. Either way the
+/// gateway's own commands (capacity probes) use the shared session.
 #[derive(Debug)]
 pub struct IscsiInitiatorFactory {
     base: InitiatorConfig,
     portal: String,
     target: String,
+    salt: String,
     per_nexus: bool,
     fixed_name: bool,
     shared: Mutex<Option<IscsiInitiator>>,
@@ -1103,12 +1126,24 @@ pub struct IscsiInitiatorFactory {
 
 impl IscsiInitiatorFactory {
     /// A factory for `target` at `portal` with `base` settings (its name
-    /// and ISID serve the shared and control sessions).
-    pub fn new(base: InitiatorConfig, portal: &str, target: &str, per_nexus: bool) -> Self {
+    /// serves the shared and control sessions). `salt` names the remote LU
+    /// (e.g. its configured name): it goes into every ISID, so factories
+    /// for different LUs of one target never reinstate each other's
+    /// sessions. The shared session's ISID is derived from it as well.
+    pub fn new(
+        base: InitiatorConfig,
+        portal: &str,
+        target: &str,
+        salt: &str,
+        per_nexus: bool,
+    ) -> Self {
+        let mut base = base;
+        base.isid = stable_isid(&[&base.initiator_name, salt, "unifab-control"]);
         IscsiInitiatorFactory {
             base,
             portal: portal.to_string(),
             target: target.to_string(),
+            salt: salt.to_string(),
             per_nexus,
             fixed_name: false,
             shared: Mutex::new(None),
@@ -1131,7 +1166,7 @@ impl InitiatorFactory for IscsiInitiatorFactory {
                 if !self.fixed_name {
                     cfg.initiator_name = upstream_name(n.initiator());
                 }
-                cfg.isid = upstream_isid(n.initiator());
+                cfg.isid = upstream_isid(n.initiator(), &self.salt);
                 Ok(Arc::new(IscsiInitiator::start(
                     cfg,
                     &self.portal,

@@ -405,14 +405,20 @@ fn upstream_identity() {
         isid: Some([0x40, 0, 0, 0, 0, 2]),
     };
     assert_eq!(upstream_name(&a), "iqn.2026-11.io.example:h");
-    assert_eq!(upstream_isid(&a), upstream_isid(&a.clone()));
-    assert_ne!(upstream_isid(&a), upstream_isid(&b));
-    assert_eq!(upstream_isid(&a)[0] & 0xc0, 0x80, "random ISID type");
+    assert_eq!(upstream_isid(&a, "lu1"), upstream_isid(&a.clone(), "lu1"));
+    assert_ne!(upstream_isid(&a, "lu1"), upstream_isid(&b, "lu1"));
     assert_ne!(
-        upstream_isid(&a)[1..],
+        upstream_isid(&a, "lu1"),
+        upstream_isid(&a, "lu2"),
+        "two LUs of one target never share a session"
+    );
+    assert_eq!(upstream_isid(&a, "lu1")[0] & 0xc0, 0x80, "random ISID type");
+    assert_ne!(
+        upstream_isid(&a, "lu1")[1..],
         [0x40, 0, 0, 0, 1],
         "not the host's own ISID"
     );
+    assert_ne!(random_isid(), random_isid());
     assert_eq!(
         upstream_name(&TransportId::Fcp {
             wwpn: 0x2000_0025_b500_0001

@@ -2,5 +2,6 @@
 //! can send malformed PDUs, and launchers for the real peers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod peers;
 pub mod raw_iscsi;
 pub mod relay;

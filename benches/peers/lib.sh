@@ -1,0 +1,179 @@
+# shellcheck shell=bash disable=SC2034
+# (SC2034: the start_* functions set variables for the sourcing script.)
+# benches/peers/lib.sh — helpers for the peer benchmark scripts (sourced).
+#
+# Starting and stopping targets on loopback (tgtd, unifab), free ports,
+# waiting for listeners, and the measurements (qemu-img bench, iscsi-perf,
+# iperf3) with their output parsed into plain numbers.
+#
+# Every function fails loudly (non-zero, message on stderr); the caller runs
+# under `set -euo pipefail`.
+
+# The target name unifab serves (same constant as the testkit's
+# UNIFAB_DEFAULT_IQN).
+UNIFAB_IQN="iqn.2026-11.io.unifab:default"
+TGTD_IQN="iqn.2026-11.io.unifab:tgtd"
+
+export PATH="$PATH:/usr/sbin:/sbin"
+
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+note() { printf '%s\n' "$*" >&2; }
+
+need() { # need PROGRAM DEBIAN-PACKAGE
+    command -v "$1" >/dev/null 2>&1 \
+        || die "$1 not found: install the Debian package $2 (bash scripts/setup.sh)"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() { # wait_port PORT SECONDS
+    local port=$1 deadline=$((SECONDS + $2))
+    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.05
+    done
+}
+
+# A fully allocated LU file on tmpfs (no page allocation inside the timed
+# runs, for either target).
+make_lu() { # make_lu PATH SIZE-BYTES
+    rm -f "$1"
+    fallocate -l "$2" "$1" 2>/dev/null || dd if=/dev/zero of="$1" bs=1M count=$(($2 >> 20)) status=none
+}
+
+# start_tgtd WORKDIR LU-FILE -> sets TGTD_PID TGTD_PORT TGTD_URL
+# tgtd 1.0.85: foreground (-f), private management socket (TGT_IPC_SOCKET),
+# control port in a C short, LUN 0 is its controller so the data LU is LUN 1,
+# and SIGTERM is ignored (stop_pid uses SIGKILL).
+start_tgtd() {
+    local dir=$1 lu=$2 port control
+    need tgtd tgt
+    need tgtadm tgt
+    mkdir -p "$dir"
+    for _ in 1 2 3 4 5; do
+        port=$(free_port)
+        control=$((port % 32768))
+        TGT_IPC_SOCKET="$dir/socket" tgtd -f -C "$control" --iscsi "portal=127.0.0.1:$port" \
+            >"$dir/tgtd.log" 2>&1 &
+        TGTD_PID=$!
+        local deadline=$((SECONDS + 10))
+        until TGT_IPC_SOCKET="$dir/socket" tgtadm -C "$control" --lld iscsi --mode sys --op show >/dev/null 2>&1; do
+            kill -0 "$TGTD_PID" 2>/dev/null || { cat "$dir/tgtd.log" >&2; die "tgtd exited while starting"; }
+            ((SECONDS < deadline)) || { cat "$dir/tgtd.log" >&2; die "tgtd did not come up"; }
+            sleep 0.05
+        done
+        if grep -q "failed to create/bind to portal" "$dir/tgtd.log"; then
+            kill -KILL "$TGTD_PID"; wait "$TGTD_PID" 2>/dev/null || true
+            continue
+        fi
+        local adm=(env "TGT_IPC_SOCKET=$dir/socket" tgtadm -C "$control" --lld iscsi)
+        "${adm[@]}" --mode target --op new --tid 1 --targetname "$TGTD_IQN"
+        "${adm[@]}" --mode logicalunit --op new --tid 1 --lun 1 --backing-store "$lu"
+        "${adm[@]}" --mode target --op bind --tid 1 --initiator-address ALL
+        wait_port "$port" 10 || die "tgtd's portal 127.0.0.1:$port did not open"
+        TGTD_PORT=$port
+        TGTD_URL="iscsi://127.0.0.1:$port/$TGTD_IQN/1"
+        return 0
+    done
+    die "tgtd: every port tried was taken"
+}
+
+# start_unifab BINARY WORKDIR LU-FILE SIZE -> sets UNIFAB_PID UNIFAB_PORT UNIFAB_URL
+start_unifab() {
+    local bin=$1 dir=$2 lu=$3 size=$4 port
+    [[ -x "$bin" ]] || die "unifab is not runnable: no executable at $bin (build it with 'cargo build --release -p unifab' or set UNIFAB_BIN)"
+    mkdir -p "$dir"
+    port=$(free_port)
+    cat >"$dir/unifab.toml" <<EOF
+[[lu]]
+name = "lu0"
+backend = "file:$lu"
+size = "$((size >> 20))MiB"
+
+[iscsi]
+listen = ["127.0.0.1:$port"]
+
+[[iscsi.target]]
+iqn = "$UNIFAB_IQN"
+luns = ["lu0"]
+EOF
+    (cd "$dir" && exec "$bin" run --config "$dir/unifab.toml") >"$dir/unifab.log" 2>&1 &
+    UNIFAB_PID=$!
+    local deadline=$((SECONDS + 20))
+    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+        if ! kill -0 "$UNIFAB_PID" 2>/dev/null; then
+            tail -30 "$dir/unifab.log" >&2
+            die "unifab is not runnable: it exited while starting (log above; its config and log are copied to the output directory)"
+        fi
+        ((SECONDS < deadline)) || { tail -30 "$dir/unifab.log" >&2; die "unifab is not runnable: port $port never opened"; }
+        sleep 0.05
+    done
+    UNIFAB_PORT=$port
+    UNIFAB_URL="iscsi://127.0.0.1:$port/$UNIFAB_IQN/0"
+}
+
+stop_pid() { # stop_pid PID — SIGKILL and reap (tgtd ignores SIGTERM)
+    [[ -n "${1:-}" ]] || return 0
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# The LU's logical block length, from READ CAPACITY (16).
+block_length() { # block_length URL
+    iscsi-readcapacity16 "$1" | awk -F: '/^LOGICAL BLOCK LENGTH IN BYTES/ {gsub(/ /, "", $2); print $2}'
+}
+
+# qemu_bench URL SIZE DEPTH COUNT MODE(read|write) -> prints "SECONDS"
+# qemu-img bench through QEMU's own iSCSI driver (qemu-block-extra):
+#   -f raw        no format probing
+#   -t none       no host cache (cache.direct=on); no flushes are sent
+#   -s SIZE       request size; -S SIZE: consecutive (sequential) requests,
+#                 wrapping at the end of the LU
+#   -d DEPTH      requests in flight; -c COUNT requests in all
+#   -w --pattern=0xa5   writes (a non-zero pattern: nothing can skip zeros)
+qemu_bench() {
+    local url=$1 size=$2 depth=$3 count=$4 mode=$5 out
+    local args=(bench -f raw -t none -s "$size" -S "$size" -d "$depth" -c "$count")
+    [[ "$mode" == write ]] && args+=(-w --pattern=165)
+    out=$(qemu-img "${args[@]}" "$url" 2>&1) || { printf '%s\n' "$out" >&2; die "qemu-img bench failed: qemu-img ${args[*]} $url"; }
+    printf '%s\n' "$out" | awk '/Run completed in/ { print $4; found = 1 } END { exit !found }' \
+        || { printf '%s\n' "$out" >&2; die "qemu-img bench printed no run time"; }
+}
+
+# iscsi_perf URL BLOCKS DEPTH SECONDS -> prints "IOPS"
+# iscsi-perf (libiscsi-bin): random READ16s of BLOCKS blocks, DEPTH in flight,
+# for SECONDS; its last "iops average N" is the result.
+iscsi_perf() {
+    local url=$1 blocks=$2 depth=$3 secs=$4 out
+    out=$(iscsi-perf -r -m "$depth" -b "$blocks" -t "$secs" "$url" 2>&1) \
+        || { printf '%s\n' "$out" | tr '\r' '\n' | tail -5 >&2; die "iscsi-perf failed on $url"; }
+    printf '%s\n' "$out" | tr '\r' '\n' | grep -q '^finished\.' \
+        || { printf '%s\n' "$out" | tr '\r' '\n' | tail -5 >&2; die "iscsi-perf did not finish cleanly"; }
+    printf '%s\n' "$out" | tr '\r' '\n' | awk '/^iops average/ { v = $3 } END { if (v == "") exit 1; print v }'
+}
+
+# iperf3_loopback SECONDS -> prints "MB/s" (one TCP stream, 10^6 bytes/s)
+# 1 MiB application writes (-l 1M), like the 1 MiB transfers it bounds
+# (iperf3's default 128 KiB writes measured ~20% lower here).
+# The server is not one-off (-1): the readiness probe is a connection too.
+iperf3_loopback() {
+    local secs=$1 port pid out
+    need iperf3 iperf3
+    port=$(free_port)
+    iperf3 -s -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+    pid=$!
+    wait_port "$port" 5 || { stop_pid "$pid"; die "iperf3 server did not start"; }
+    sleep 0.2
+    out=$(iperf3 -c 127.0.0.1 -p "$port" -t "$secs" -l 1M -J) || { stop_pid "$pid"; printf '%s\n' "$out" >&2; die "iperf3 client failed"; }
+    stop_pid "$pid"
+    printf '%s' "$out" | python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))'
+}
+
+median() { # median NUMBER... -> the median (mean of the middle two if even)
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+        if (NR == 0) exit 1
+        if (NR % 2) printf "%.1f\n", v[(NR + 1) / 2]
+        else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}

@@ -1,0 +1,74 @@
+//! Free loopback ports and waiting for a listener.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::PeerError;
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+///
+/// The kernel picks it (bind to port 0) and the socket is closed again, so
+/// another process may take it before the caller binds it: launchers that use
+/// this retry with a new port when their daemon reports the port taken.
+///
+/// # Errors
+/// [`PeerError::Io`] if no socket can be bound at all.
+pub fn free_tcp_port() -> Result<u16, PeerError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| PeerError::io("binding 127.0.0.1:0 to find a free port", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| PeerError::io("reading the bound port", e))?
+        .port();
+    Ok(port)
+}
+
+/// Waits until something accepts TCP connections on `addr`, polling every
+/// 20 ms, for at most `timeout`. The probe connection is closed at once.
+///
+/// # Errors
+/// [`PeerError::PortTimeout`] if nothing accepted in time.
+pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> Result<(), PeerError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(PeerError::PortTimeout {
+                addr,
+                waited: timeout,
+            });
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn free_port_can_be_bound() {
+        let port = free_tcp_port().expect("free port");
+        assert_ne!(port, 0);
+        TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("port was free");
+    }
+
+    #[test]
+    fn waits_for_a_listener() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        wait_for_port(addr, Duration::from_secs(5)).expect("listener is there");
+    }
+
+    #[test]
+    fn times_out_without_a_listener() {
+        let port = free_tcp_port().expect("free port");
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let err = wait_for_port(addr, Duration::from_millis(100)).expect_err("nothing listens");
+        assert!(matches!(err, PeerError::PortTimeout { addr: a, .. } if a == addr));
+    }
+}

@@ -1,0 +1,448 @@
+//! [`Unifab`]: this workspace's own gateway binary, launched the way the
+//! peers are, so conformance tests and benchmarks treat it like tgtd.
+//!
+//! The binary is the release build (`cargo build --release -p unifab`):
+//! `UNIFAB_BIN` if set, else `$CARGO_TARGET_DIR/release/unifab`, else
+//! `<workspace>/target/release/unifab` ([`unifab_bin`]). A missing binary is
+//! an error, never a skip.
+//!
+//! Each instance gets a private directory (its working directory, so any
+//! `./unifab-data/` lands there), a generated `unifab.toml` and a free
+//! loopback port:
+//!
+//! ```toml
+//! [[lu]]
+//! name = "lu0"
+//! backend = "file:/dev/shm/x/lu0.img"   # or "memory"
+//! size = "1GiB"
+//! [iscsi]
+//! listen = ["127.0.0.1:PORT"]
+//! [[iscsi.target]]
+//! iqn = "iqn.2026-11.io.unifab:default"
+//! luns = ["lu0"]
+//! ```
+//!
+//! LUNs are numbered in the order of `luns`, so the first LU is LUN 0.
+
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::net::free_tcp_port;
+use super::process::{KillOnDrop, log_tail};
+use super::{PeerError, workspace_root};
+
+/// The target name `unifab run` serves its default LU under (LUN 0), and the
+/// name the launcher uses unless told otherwise.
+pub const UNIFAB_DEFAULT_IQN: &str = "iqn.2026-11.io.unifab:default";
+
+/// How many ports are tried when the chosen one turns out to be taken.
+const PORT_ATTEMPTS: usize = 5;
+
+/// The release binary: `UNIFAB_BIN`, else `$CARGO_TARGET_DIR/release/unifab`,
+/// else `<workspace>/target/release/unifab`.
+///
+/// # Errors
+/// [`PeerError::MissingUnifab`] if there is no executable file there.
+pub fn unifab_bin() -> Result<PathBuf, PeerError> {
+    let path = match std::env::var_os("UNIFAB_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace_root().join("target"));
+            let target = if target.is_absolute() {
+                target
+            } else {
+                workspace_root().join(target)
+            };
+            target.join("release").join("unifab")
+        }
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(PeerError::MissingUnifab { path })
+    }
+}
+
+/// A logical unit's backing store in the generated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Backend {
+    File(PathBuf),
+    Memory,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LuSpec {
+    name: String,
+    backend: Backend,
+    size: u64,
+}
+
+/// Settings for a [`Unifab`] instance; made by [`Unifab::builder`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct UnifabBuilder {
+    iqn: String,
+    lus: Vec<LuSpec>,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    ready_timeout: Duration,
+}
+
+impl UnifabBuilder {
+    /// The target name (default [`UNIFAB_DEFAULT_IQN`]).
+    pub fn iqn(mut self, iqn: impl Into<String>) -> Self {
+        self.iqn = iqn.into();
+        self
+    }
+
+    /// Adds a file-backed LU of `size` bytes (the file is created by
+    /// unifab if missing). LUNs follow the order of the calls.
+    pub fn file_lu(mut self, path: impl Into<PathBuf>, size: u64) -> Self {
+        let name = format!("lu{}", self.lus.len());
+        self.lus.push(LuSpec {
+            name,
+            backend: Backend::File(path.into()),
+            size,
+        });
+        self
+    }
+
+    /// Adds a memory-backed LU of `size` bytes.
+    pub fn memory_lu(mut self, size: u64) -> Self {
+        let name = format!("lu{}", self.lus.len());
+        self.lus.push(LuSpec {
+            name,
+            backend: Backend::Memory,
+            size,
+        });
+        self
+    }
+
+    /// Extra arguments after `run --config FILE`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// An environment variable for the process (e.g. `RUST_LOG`).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// How long to wait for the portal to accept connections (default 20 s).
+    pub fn ready_timeout(mut self, timeout: Duration) -> Self {
+        self.ready_timeout = timeout;
+        self
+    }
+
+    /// The configuration file this builder writes for `port`.
+    pub fn config_toml(&self, port: u16) -> String {
+        let mut out = String::new();
+        for lu in &self.lus {
+            let backend = match &lu.backend {
+                Backend::File(path) => format!("file:{}", path.display()),
+                Backend::Memory => "memory".to_owned(),
+            };
+            out.push_str(&format!(
+                "[[lu]]\nname = {}\nbackend = {}\nsize = {}\n\n",
+                toml_string(&lu.name),
+                toml_string(&backend),
+                toml_string(&size_string(lu.size)),
+            ));
+        }
+        let luns: Vec<String> = self.lus.iter().map(|lu| toml_string(&lu.name)).collect();
+        out.push_str(&format!(
+            "[iscsi]\nlisten = [{}]\n\n[[iscsi.target]]\niqn = {}\nluns = [{}]\n",
+            toml_string(&format!("127.0.0.1:{port}")),
+            toml_string(&self.iqn),
+            luns.join(", "),
+        ));
+        out
+    }
+
+    /// Starts `unifab run --config <generated file>` and waits until its
+    /// portal accepts connections.
+    ///
+    /// # Errors
+    /// [`PeerError::MissingUnifab`] without a release binary; otherwise the
+    /// step that failed, with unifab's log.
+    pub fn start(self) -> Result<Unifab, PeerError> {
+        let bin = unifab_bin()?;
+        if self.lus.is_empty() {
+            return Err(PeerError::io(
+                "unifab launcher",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "no LU configured: call file_lu or memory_lu",
+                ),
+            ));
+        }
+        let mut last_err = None;
+        for _ in 0..PORT_ATTEMPTS {
+            match self.try_start(&bin)? {
+                Ok(instance) => return Ok(instance),
+                Err(port_taken) => last_err = Some(port_taken),
+            }
+        }
+        Err(last_err
+            .unwrap_or_else(|| PeerError::io("unifab", std::io::ErrorKind::AddrInUse.into())))
+    }
+
+    /// `Ok(Err(_))`: the port was taken, try another.
+    fn try_start(&self, bin: &Path) -> Result<Result<Unifab, PeerError>, PeerError> {
+        let dir = tempfile::Builder::new()
+            .prefix("unifab-")
+            .tempdir()
+            .map_err(|e| PeerError::io("creating unifab's temporary directory", e))?;
+        let port = free_tcp_port()?;
+        let config_path = dir.path().join("unifab.toml");
+        std::fs::write(&config_path, self.config_toml(port))
+            .map_err(|e| PeerError::io(format!("writing {}", config_path.display()), e))?;
+        let log_path = dir.path().join("unifab.log");
+        let log = File::create(&log_path)
+            .map_err(|e| PeerError::io(format!("creating {}", log_path.display()), e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| PeerError::io("duplicating the log file handle", e))?;
+        let mut command = Command::new(bin);
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .args(&self.args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        let child = command.spawn().map_err(|source| PeerError::Spawn {
+            program: bin.display().to_string(),
+            source,
+        })?;
+        let mut instance = Unifab {
+            child: KillOnDrop(child),
+            port,
+            iqn: self.iqn.clone(),
+            log_path,
+            config_path,
+            dir,
+        };
+        let addr = instance.addr();
+        let deadline = Instant::now() + self.ready_timeout;
+        loop {
+            if let Some(status) = instance.child.exited() {
+                let log = instance.log();
+                if log.contains("in use") || log.contains("AddrInUse") {
+                    return Ok(Err(PeerError::Exited {
+                        program: "unifab".to_owned(),
+                        status,
+                        log,
+                    }));
+                }
+                return Err(PeerError::Exited {
+                    program: "unifab".to_owned(),
+                    status,
+                    log,
+                });
+            }
+            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(Ok(instance));
+            }
+            if Instant::now() >= deadline {
+                return Err(PeerError::NotReady {
+                    program: "unifab".to_owned(),
+                    waited: self.ready_timeout,
+                    reason: format!("nothing accepted connections on {addr}"),
+                    log: instance.log(),
+                });
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A running `unifab run --config …`; killed when dropped.
+#[derive(Debug)]
+pub struct Unifab {
+    child: KillOnDrop,
+    port: u16,
+    iqn: String,
+    log_path: PathBuf,
+    config_path: PathBuf,
+    // Last: removed after the child is killed.
+    dir: tempfile::TempDir,
+}
+
+impl Unifab {
+    /// Settings for an instance; add at least one LU.
+    pub fn builder() -> UnifabBuilder {
+        UnifabBuilder {
+            iqn: UNIFAB_DEFAULT_IQN.to_owned(),
+            lus: Vec::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            ready_timeout: Duration::from_secs(20),
+        }
+    }
+
+    /// The portal: 127.0.0.1 and [`Self::port`].
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The portal's TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The target's name.
+    pub fn iqn(&self) -> &str {
+        &self.iqn
+    }
+
+    /// A libiscsi URL for LUN 0 (the first LU).
+    pub fn url(&self) -> String {
+        self.url_for_lun(0)
+    }
+
+    /// A libiscsi URL for `lun`.
+    pub fn url_for_lun(&self, lun: u64) -> String {
+        format!("iscsi://{}/{}/{lun}", self.addr(), self.iqn)
+    }
+
+    /// The generated configuration file.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// The instance's working directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// unifab's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last 60 lines of unifab's output (stdout and stderr).
+    pub fn log(&self) -> String {
+        log_tail(&self.log_path, 60)
+    }
+
+    /// Whether unifab is still running (`Err` with its log if it exited).
+    ///
+    /// # Errors
+    /// [`PeerError::Exited`] if the process is gone.
+    pub fn check_alive(&mut self) -> Result<(), PeerError> {
+        match self.child.exited() {
+            None => Ok(()),
+            Some(status) => Err(PeerError::Exited {
+                program: "unifab".to_owned(),
+                status,
+                log: self.log(),
+            }),
+        }
+    }
+}
+
+/// A TOML basic string with `"` `\` and control characters escaped.
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A size in the largest binary unit that divides it exactly ("1GiB",
+/// "64MiB", "4KiB"), or plain bytes ("4097").
+fn size_string(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (unit, suffix) in UNITS {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn sizes_use_exact_units() {
+        assert_eq!(size_string(1 << 30), "1GiB");
+        assert_eq!(size_string(3 << 29), "1536MiB");
+        assert_eq!(size_string(4096), "4KiB");
+        assert_eq!(size_string(4097), "4097");
+        assert_eq!(size_string(0), "0");
+    }
+
+    #[test]
+    fn config_is_the_documented_toml() {
+        let builder = Unifab::builder()
+            .file_lu("/dev/shm/a \"b\"/lu0.img", 1 << 30)
+            .memory_lu(64 << 20);
+        let text = builder.config_toml(13260);
+        let value: toml::Table = text.parse().expect("valid TOML");
+        let lus = value["lu"].as_array().expect("lu array");
+        assert_eq!(lus.len(), 2);
+        assert_eq!(lus[0]["name"].as_str(), Some("lu0"));
+        assert_eq!(
+            lus[0]["backend"].as_str(),
+            Some("file:/dev/shm/a \"b\"/lu0.img")
+        );
+        assert_eq!(lus[0]["size"].as_str(), Some("1GiB"));
+        assert_eq!(lus[1]["backend"].as_str(), Some("memory"));
+        assert_eq!(lus[1]["size"].as_str(), Some("64MiB"));
+        let iscsi = value["iscsi"].as_table().expect("iscsi table");
+        assert_eq!(
+            iscsi["listen"].as_array().expect("listen")[0].as_str(),
+            Some("127.0.0.1:13260")
+        );
+        let target = &iscsi["target"].as_array().expect("targets")[0];
+        assert_eq!(target["iqn"].as_str(), Some(UNIFAB_DEFAULT_IQN));
+        let luns: Vec<&str> = target["luns"]
+            .as_array()
+            .expect("luns")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert_eq!(luns, ["lu0", "lu1"]);
+    }
+
+    #[test]
+    fn missing_binary_is_an_error_naming_the_fix() {
+        let err = PeerError::MissingUnifab {
+            path: PathBuf::from("/nonexistent/unifab"),
+        };
+        let text = err.to_string();
+        assert!(text.contains("cargo build --release -p unifab"), "{text}");
+        assert!(text.contains("UNIFAB_BIN"), "{text}");
+    }
+}

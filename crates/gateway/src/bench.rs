@@ -129,6 +129,10 @@ pub struct BenchArgs {
     /// No progress line.
     #[arg(long, short)]
     pub quiet: bool,
+    /// After a write, read or rw run: read back every chunk this run wrote
+    /// and verify it (the check after a fault).
+    #[arg(long)]
+    pub final_verify: bool,
 }
 
 // ---- latency histogram ----------------------------------------------------
@@ -375,6 +379,9 @@ pub struct Summary {
     pub problems: Vec<String>,
     /// Logins of the bench's session (1 + reconnections).
     pub logins: u64,
+    /// Digests in use on the last connection: `None`, `header`, `data` or
+    /// `header+data`.
+    pub digests: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -754,13 +761,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Duration::from_secs(5)
     };
     let mut read_phase: Option<Instant> = None;
+    let mut verifying = false;
     let mut ticker = tokio::time::interval(Duration::from_millis(250));
     loop {
         // Keep the queue full.
         let time_up = limit_time.is_some_and(|l| started.elapsed() >= l);
         let mut skipped = 0;
-        while in_flight.len() < args.qd && issued < total_ops && !time_up {
-            let pick = if args.rw == Rw::Wr {
+        while in_flight.len() < args.qd && (verifying || (issued < total_ops && !time_up)) {
+            let pick = if verifying {
+                script.pop_front()
+            } else if args.rw == Rw::Wr {
                 match script.front() {
                     // The read phase starts once every write has ended.
                     Some(&(_, Dir::Read)) if read_phase.is_none() => {
@@ -821,10 +831,21 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             issued += 1;
         }
         let done_issuing = match args.rw {
+            _ if verifying => script.is_empty(),
             Rw::Wr => script.is_empty(),
             _ => time_up || issued >= total_ops,
         };
         if in_flight.is_empty() && done_issuing {
+            if args.final_verify && !verifying && args.rw != Rw::Wr {
+                // Read back everything this run wrote.
+                verifying = true;
+                script.extend(
+                    (0..chunks)
+                        .filter(|&c| model.gens[c as usize] != 0)
+                        .map(|c| (c, Dir::Read)),
+                );
+                continue;
+            }
             break;
         }
         tokio::select! {
@@ -909,6 +930,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         None => (seconds, seconds),
     };
     let logins = ini.logins();
+    let digests = match ini.digests() {
+        Some(d) if d.header && d.data => "header+data",
+        Some(d) if d.header => "header",
+        Some(d) if d.data => "data",
+        _ => "None",
+    }
+    .to_string();
     ini.close();
     let dir_stats = |h: &Histogram, ops: u64, secs: f64| DirStats {
         ops,
@@ -935,6 +963,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         errors: tally.errors,
         problems: tally.problems,
         logins,
+        digests,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -977,8 +1006,14 @@ fn print_summary(s: &Summary) {
         );
     }
     println!(
-        "verified {} bytes: {} miscompares, {} unwritten sectors; {} retries, {} errors, {} logins",
-        s.verified_bytes, s.miscompares, s.unwritten_sectors, s.retries, s.errors, s.logins
+        "verified {} bytes: {} miscompares, {} unwritten sectors; {} retries, {} errors, {} logins, digests {}",
+        s.verified_bytes,
+        s.miscompares,
+        s.unwritten_sectors,
+        s.retries,
+        s.errors,
+        s.logins,
+        s.digests
     );
     for (r, n) in &s.retry_reasons {
         println!("  retried {n}x: {r}");

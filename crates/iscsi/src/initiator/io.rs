@@ -50,7 +50,7 @@ use unifab_scsi_core::initiator::{
 use unifab_scsi_core::{BoxFuture, ItNexus, Lun, TmfFunction, TmfResponse, TransportId};
 
 use super::session::{ConnectionError, Event, FfpParams, OutPdu, Session, SessionConfig, StartSn};
-use crate::chap::{ChapConfig, ChapCredentials};
+use crate::chap::{ChapAlgorithm, ChapConfig, ChapCredentials};
 use crate::login::{
     InitiatorLogin, InitiatorLoginConfig, InitiatorStep, LoginError, LoginOutcome, LoginStatus,
 };
@@ -149,6 +149,7 @@ struct Shared {
     logins: AtomicU64,
     connected_notify: Notify,
     last_error: Mutex<Option<String>>,
+    digests: Mutex<Option<Digests>>,
 }
 
 impl Shared {
@@ -235,6 +236,7 @@ impl IscsiInitiator {
             logins: AtomicU64::new(0),
             connected_notify: Notify::new(),
             last_error: Mutex::new(None),
+            digests: Mutex::new(None),
         });
         tokio::spawn(drive(
             shared.clone(),
@@ -286,6 +288,15 @@ impl IscsiInitiator {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The digests the last login negotiated (`None` before the first).
+    pub fn digests(&self) -> Option<Digests> {
+        *self
+            .shared
+            .digests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Commands queued or outstanding.
@@ -515,6 +526,37 @@ async fn recv_frame(
     }
 }
 
+/// [`connect_and_login`], and once more offering only CHAP_A=5 (MD5) if a
+/// CHAP login that offered more failed for good. tgtd 1.0.85 takes
+/// CHAP_A=7 for SHA-1 (the IANA registry's 7 is SHA-256, 6 is SHA-1), so a
+/// login that lets it pick 7 cannot succeed; MD5 is what every target
+/// implements. On success `cfg` keeps the algorithms that worked, so later
+/// reconnects go straight to them.
+async fn login_with_fallback(
+    cfg: &mut InitiatorConfig,
+    addr: &str,
+    target: Option<&str>,
+) -> Result<Connected, LoginFailure> {
+    match connect_and_login(cfg, addr, target).await {
+        Err(f)
+            if f.permanent
+                && cfg.chap.is_some()
+                && cfg.chap_config.algorithms.len() > 1
+                && cfg.chap_config.algorithms.contains(&ChapAlgorithm::MD5) =>
+        {
+            let mut md5 = cfg.clone();
+            md5.chap_config.algorithms = vec![ChapAlgorithm::MD5];
+            debug!(reason = %f.reason, "CHAP login failed; trying again with MD5 only");
+            let r = connect_and_login(&md5, addr, target).await;
+            if r.is_ok() {
+                *cfg = md5;
+            }
+            r
+        }
+        other => other,
+    }
+}
+
 /// TCP connect and login. `target` `None` opens a discovery session.
 async fn connect_and_login(
     cfg: &InitiatorConfig,
@@ -550,6 +592,15 @@ async fn connect_and_login(
         let Ok(Pdu::LoginResponse(rsp)) = frame.parse() else {
             return Err(LoginFailure::transient("expected a Login Response"));
         };
+        if rsp.status_class >= 2 {
+            // A refusal counts whatever else the header holds (tgtd zeroes
+            // the ISID in its failure responses).
+            return Err(LoginError::TargetRejected(LoginStatus::new(
+                rsp.status_class,
+                rsp.status_detail,
+            ))
+            .into());
+        }
         match sm.handle(&rsp, &frame.data, &mut rng) {
             InitiatorStep::Send(p) => {
                 send_login(&mut stream, &Pdu::LoginRequest(p.header), &p.data).await?;
@@ -592,6 +643,7 @@ async fn with_timers<F: std::future::Future>(shared: &Shared, fut: F) -> Option<
 }
 
 async fn drive(shared: Arc<Shared>, cfg: Arc<InitiatorConfig>, portal: String, target: String) {
+    let mut cfg = (*cfg).clone();
     let mut backoff = cfg.reconnect_min;
     let mut redirect: Option<String> = None;
     loop {
@@ -599,9 +651,10 @@ async fn drive(shared: Arc<Shared>, cfg: Arc<InitiatorConfig>, portal: String, t
             break;
         }
         let addr = redirect.take().unwrap_or_else(|| portal.clone());
+        let login_timeout = cfg.login_timeout;
         let attempt = tokio::time::timeout(
-            cfg.login_timeout,
-            connect_and_login(&cfg, &addr, Some(&target)),
+            login_timeout,
+            login_with_fallback(&mut cfg, &addr, Some(&target)),
         );
         let Some(result) = with_timers(&shared, attempt).await else {
             break;
@@ -612,6 +665,7 @@ async fn drive(shared: Arc<Shared>, cfg: Arc<InitiatorConfig>, portal: String, t
                 backoff = cfg.reconnect_min;
                 let n = shared.logins.fetch_add(1, Ordering::Relaxed) + 1;
                 info!(remote = %shared.remote, logins = n, digests = ?c.outcome.digests, "iSCSI session in full feature phase");
+                *shared.digests.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.outcome.digests);
                 let now = Instant::now();
                 let params = FfpParams::from_login(&c.outcome);
                 let sn = StartSn {
@@ -972,9 +1026,21 @@ pub async fn discover(
     portal: &str,
 ) -> Result<Vec<DiscoveredTarget>, InitiatorError> {
     let work = async {
-        let c = connect_and_login(cfg, portal, None)
-            .await
-            .map_err(|f| InitiatorError::Unreachable { reason: f.reason })?;
+        let mut cfg = cfg.clone();
+        let c = match login_with_fallback(&mut cfg, portal, None).await {
+            Ok(c) => c,
+            // Targets often require CHAP for their nodes but not for
+            // discovery (tgtd has no discovery account by default): ask
+            // again without it.
+            Err(f) if f.permanent && cfg.chap.is_some() => {
+                cfg.chap = None;
+                cfg.mutual_chap = None;
+                connect_and_login(&cfg, portal, None)
+                    .await
+                    .map_err(|_| InitiatorError::Unreachable { reason: f.reason })?
+            }
+            Err(f) => return Err(InitiatorError::Unreachable { reason: f.reason }),
+        };
         send_targets(c).await
     };
     tokio::time::timeout(cfg.login_timeout + cfg.session.command_timeout, work)

@@ -49,7 +49,9 @@ use bytes::Bytes;
 use tracing::{debug, trace};
 
 use unifab_scsi_core::initiator::{InitiatorError, Outcome, Request, is_idempotent};
-use unifab_scsi_core::{Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse};
+use unifab_scsi_core::{
+    DataDirection, Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse,
+};
 
 use crate::login::LoginOutcome;
 use crate::target::session::{DataSegment, RESERVED_TAG, sn_le, sn_lt};
@@ -234,6 +236,7 @@ struct Cmd<T> {
     data_out: Vec<Bytes>,
     data_out_len: u32,
     data_in_len: u32,
+    direction: DataDirection,
     deadline: Instant,
     idempotent: bool,
     attempts: u8,
@@ -546,6 +549,7 @@ impl<T> Session<T> {
         self.next_tag += 1;
         let deadline = now + self.cfg.command_timeout;
         let idempotent = is_idempotent(request.cdb.as_bytes());
+        let direction = request.direction();
         self.slots[usize::from(slot)] = Some(Cmd {
             tag,
             token: Some(token),
@@ -555,6 +559,7 @@ impl<T> Session<T> {
             data_out: request.data_out,
             data_out_len: request.data_out_len,
             data_in_len: request.data_in_len,
+            direction,
             deadline,
             idempotent,
             attempts: 0,
@@ -1331,20 +1336,24 @@ impl<T> Session<T> {
         c.corrupt = false;
         c.error = None;
         c.aborting = false;
-        let write = c.data_out_len > 0;
-        let read = c.data_in_len > 0;
+        let (read, write) = match c.direction {
+            DataDirection::None => (false, false),
+            DataDirection::In => (true, false),
+            DataDirection::Out => (false, true),
+            DataDirection::Bidirectional => (true, true),
+        };
         let edtl = if write { c.data_out_len } else { c.data_in_len };
         let mut cdb16 = [0u8; 16];
         let n = c.cdb.len().min(16);
         cdb16[..n].copy_from_slice(&c.cdb[..n]);
-        let ahs = if c.cdb.len() > 16 || (read && write) {
+        let ahs = if c.cdb.len() > 16 || (read && write && c.data_in_len > 0) {
             let mut v = Vec::new();
             if let Some(rest) = c.cdb.get(16..)
                 && !rest.is_empty()
             {
                 Ahs::extended_cdb(rest).emit(&mut v);
             }
-            if read && write {
+            if read && write && c.data_in_len > 0 {
                 Ahs::bidi_read_length(c.data_in_len).emit(&mut v);
             }
             Bytes::from(v)

@@ -77,6 +77,19 @@ async fn target(chap: Option<ChapSettings>, digests: Option<Vec<Digest>>) -> Tar
     }
 }
 
+/// The target's session table once the login has registered there (the
+/// initiator may be in full feature phase a moment before).
+async fn settled_sessions(t: &Target) -> Vec<crate::target::io::SessionInfo> {
+    for _ in 0..500 {
+        let s = t.server.sessions();
+        if !s.is_empty() {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the target never listed the session");
+}
+
 fn cfg() -> InitiatorConfig {
     let mut c = InitiatorConfig::new("iqn.2026-11.io.unifab:unit-initiator");
     c.session.command_timeout = Duration::from_secs(5);
@@ -165,7 +178,7 @@ async fn pipelined_verified_io_over_tcp() {
     ready(&ini).await;
     verified_io(&ini, 0, 1).await;
     assert_eq!(ini.logins(), 1);
-    assert_eq!(t.server.sessions().len(), 1);
+    assert_eq!(settled_sessions(&t).await.len(), 1);
     assert_eq!(
         t.server.sessions()[0].initiator,
         "iqn.2026-11.io.unifab:unit-initiator"
@@ -241,7 +254,10 @@ async fn chap_mutual_chap_and_digests() {
     c.mutual_chap = Some(ChapCredentials::new("tgt", tsecret.clone()));
     let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
     ini.wait_connected(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(t.server.sessions()[0].digests, "header=CRC32C,data=CRC32C");
+    assert_eq!(
+        settled_sessions(&t).await[0].digests,
+        "header=CRC32C,data=CRC32C"
+    );
     ready(&ini).await;
     verified_io(&ini, 4096, 7).await;
     ini.close();
@@ -298,7 +314,7 @@ async fn a_dropped_connection_is_reinstated_and_nothing_is_lost() {
     }
     assert!(ini.logins() >= 2, "logged in again");
     // One session at the target: the new login reinstated the old one.
-    assert_eq!(t.server.sessions().len(), 1);
+    assert_eq!(settled_sessions(&t).await.len(), 1);
     ready(&ini).await;
     for (lba, data) in acknowledged {
         let r = outcome(ini.submit(read16(lba, 64))).await.unwrap();

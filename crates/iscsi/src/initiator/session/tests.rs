@@ -532,6 +532,17 @@ fn status_sense_and_residuals_come_back_unchanged() {
     let r = p.ok(t);
     assert_eq!(r.data_in_total(), 512);
     assert_eq!(r.residual, Some(Residual::Overflow(512)));
+    // READ with an expected length of 0: still a read (R bit), and the
+    // target's overflow comes back.
+    let mut req = read16(0, 1);
+    req.data_in_len = 0;
+    let t = p.submit(req);
+    p.run();
+    let r = p.ok(t);
+    assert!(r.data_in.is_empty());
+    assert_eq!(r.residual, Some(Residual::Overflow(512)));
+    let c = *p.commands_at_target().last().unwrap();
+    assert!(c.read && !c.write && c.expected_data_transfer_length == 0);
     // A 32-byte CDB travels in an extended-CDB AHS; the LU refuses the
     // unknown opcode with its own sense.
     let t = p.submit(Request::new(Lun(0), Bytes::from(vec![0x7f; 32]), 0));

@@ -32,6 +32,7 @@
 //! then the caller's data slices as they are); Data-In stays as slices of
 //! the receive buffer.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,8 +58,8 @@ use crate::login::{
 use crate::negotiate::{Digest, NegotiationLimits};
 use crate::text::{TextAccumulator, TextParams};
 use crate::wire::{
-    Check, Digests, Framer, LogoutReason, LogoutRequest, Pdu, PduFrame, TextRequest, WireError,
-    digest, encode_header, encode_pdu, frame::padding,
+    BHS_LEN, Check, Digests, Framer, LogoutReason, LogoutRequest, Pdu, PduFrame, TextRequest,
+    WireError, digest, encode_header, encode_pdu, frame::padding,
 };
 
 /// How an initiator logs in and behaves.
@@ -137,10 +138,133 @@ enum Waiter {
     Tmf(oneshot::Sender<Result<TmfResponse, InitiatorError>>),
 }
 
+/// The session and, while a connection is up, what writes to it.
+#[derive(Debug)]
+struct Core {
+    session: Session<Waiter>,
+    out: Option<Outbox>,
+}
+
+impl std::ops::Deref for Core {
+    type Target = Session<Waiter>;
+    fn deref(&self) -> &Session<Waiter> {
+        &self.session
+    }
+}
+
+impl std::ops::DerefMut for Core {
+    fn deref_mut(&mut self) -> &mut Session<Waiter> {
+        &mut self.session
+    }
+}
+
+/// The connection's send side. Whoever holds the lock and finds the socket
+/// idle writes what the session has to send at once, without waiting
+/// (`try_write_vectored`): a command usually leaves from the submitting
+/// thread, and R2T data from the reader, with no task hand-off. When the
+/// socket is full, the writer task takes over (`busy`) and the others only
+/// queue behind it, keeping the byte order.
+#[derive(Debug)]
+struct Outbox {
+    wr: Arc<OwnedWriteHalf>,
+    digests: Digests,
+    arena: BytesMut,
+    /// Encoded, not yet written, in order.
+    pending: VecDeque<Bytes>,
+    /// The writer task is writing; others append to `pending` only.
+    busy: bool,
+    /// The writer task was asked to flush.
+    scheduled: bool,
+    /// A write failed: the connection is over.
+    failed: bool,
+}
+
+const IOV_MAX: usize = 64;
+
+/// Up to this many outstanding commands, a submitted command is written by
+/// the submitting thread at once; beyond, the writer task batches.
+const DIRECT_SEND_MAX: usize = 2;
+
+impl Core {
+    /// Asks the writer task to send what is queued (once per batch): true
+    /// when it has to be woken.
+    fn schedule_write(&mut self) -> bool {
+        match self.out.as_mut() {
+            Some(o) if !o.scheduled && !o.busy => {
+                o.scheduled = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Encodes what the session has to send and writes what the socket
+    /// takes now. True when the writer task must be woken (socket full or
+    /// failed).
+    fn flush(&mut self) -> bool {
+        let Some(o) = self.out.as_mut() else {
+            return false;
+        };
+        while let Some(pdu) = self.session.poll_transmit() {
+            encode_out(&pdu, o.digests, &mut o.arena, &mut o.pending);
+        }
+        if o.arena.capacity() < 1024 {
+            o.arena = BytesMut::with_capacity(16384);
+        }
+        if o.failed {
+            return true;
+        }
+        if o.busy || o.pending.is_empty() {
+            return o.busy;
+        }
+        loop {
+            let mut iov = [io::IoSlice::new(&[]); IOV_MAX];
+            let mut n = 0;
+            for (slot, c) in iov.iter_mut().zip(o.pending.iter()) {
+                *slot = io::IoSlice::new(c);
+                n += 1;
+            }
+            match o.wr.try_write_vectored(&iov[..n]) {
+                Ok(written) => {
+                    advance(&mut o.pending, written);
+                    if o.pending.is_empty() {
+                        return false;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    o.busy = true;
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    o.failed = true;
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// Drops `n` written bytes from the front of `chunks`.
+fn advance(chunks: &mut VecDeque<Bytes>, mut n: usize) {
+    while n > 0 {
+        let Some(front) = chunks.front_mut() else {
+            return;
+        };
+        if n >= front.len() {
+            n -= front.len();
+            chunks.pop_front();
+        } else {
+            let _ = front.split_to(n);
+            return;
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
-    session: Mutex<Session<Waiter>>,
-    /// New work for the writer.
+    session: Mutex<Core>,
+    /// The writer task must take over.
     tx_wake: Notify,
     /// State changes for the driver (close).
     driver_wake: Notify,
@@ -153,20 +277,21 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Session<Waiter>> {
+    fn lock(&self) -> MutexGuard<'_, Core> {
         self.session.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` on the session, then delivers its outcomes outside the lock.
+    /// Runs `f` on the session, sends what it produced, then delivers its
+    /// outcomes outside the lock.
     fn with<R>(&self, f: impl FnOnce(&mut Session<Waiter>) -> R) -> R {
         let mut events = Vec::new();
         let (r, wake) = {
             let mut s = self.lock();
-            let r = f(&mut s);
+            let r = f(&mut s.session);
             while let Some(e) = s.poll_event() {
                 events.push(e);
             }
-            (r, s.transmit_queue_len() > 0)
+            (r, s.flush())
         };
         deliver(events);
         if wake {
@@ -228,7 +353,10 @@ impl IscsiInitiator {
     pub fn start(cfg: InitiatorConfig, portal: &str, target: &str) -> IscsiInitiator {
         let now = Instant::now();
         let shared = Arc::new(Shared {
-            session: Mutex::new(Session::new(cfg.session.clone(), now)),
+            session: Mutex::new(Core {
+                session: Session::new(cfg.session.clone(), now),
+                out: None,
+            }),
             tx_wake: Notify::new(),
             driver_wake: Notify::new(),
             remote: format!("iscsi://{portal}/{target}"),
@@ -346,11 +474,23 @@ impl Initiator for IscsiInitiator {
         let now = Instant::now();
         let r = {
             let mut s = self.shared.lock();
-            s.submit(now, request, Waiter::Cmd(tx))
+            s.submit(now, request, Waiter::Cmd(tx)).map(|tag| {
+                // Alone on the wire: send now, from this thread (latency).
+                // Under load: let the writer gather what the front end
+                // hands over in the same turn into one write (syscalls).
+                let wake = if s.outstanding() <= DIRECT_SEND_MAX {
+                    s.flush()
+                } else {
+                    s.schedule_write()
+                };
+                (tag, wake)
+            })
         };
         match r {
-            Ok(tag) => {
-                self.shared.tx_wake.notify_one();
+            Ok((tag, wake)) => {
+                if wake {
+                    self.shared.tx_wake.notify_one();
+                }
                 Submitted {
                     tag,
                     outcome: Box::pin(OutcomeFuture {
@@ -752,6 +892,23 @@ async fn run_connection(shared: &Shared, c: Connected) -> ConnectionEnd {
         max_data_segment_length: outcome.connection.initiator_max_recv_data_segment_length,
     };
     let (mut rd, wr) = stream.into_split();
+    let wake = {
+        let mut core = shared.lock();
+        core.out = Some(Outbox {
+            wr: Arc::new(wr),
+            digests,
+            arena: BytesMut::with_capacity(16384),
+            pending: VecDeque::new(),
+            busy: false,
+            scheduled: false,
+            failed: false,
+        });
+        // What waited for this connection (commands sent again) goes now.
+        core.flush()
+    };
+    if wake {
+        shared.tx_wake.notify_one();
+    }
     let stop = Notify::new();
     let stopped = AtomicBool::new(false);
     let halt = || {
@@ -764,11 +921,13 @@ async fn run_connection(shared: &Shared, c: Connected) -> ConnectionEnd {
         end
     };
     let writer = async {
-        let end = write_loop(shared, wr, digests, &stop, &stopped).await;
+        let end = write_loop(shared, &stop, &stopped).await;
         halt();
         end
     };
     let (r, w) = tokio::join!(reader, writer);
+    // The send side goes with the connection (nothing more is written).
+    shared.lock().out = None;
     match (r, w) {
         (Some(e), _) => e,
         (None, Some(e)) => e,
@@ -785,6 +944,12 @@ async fn read_loop(
     stopped: &AtomicBool,
 ) -> Option<ConnectionEnd> {
     let mut events: Vec<Event<Waiter>> = Vec::new();
+    // The largest PDU the target may send: header, digests, our
+    // MaxRecvDataSegmentLength and its padding.
+    let max_pdu = BHS_LEN + 8 + framer.max_data_segment_length as usize + 3;
+    let mut last_pdu = 0usize;
+    let sleep = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(sleep);
     loop {
         let stop_wait = stop.notified();
         if stopped.load(Ordering::Acquire) {
@@ -794,37 +959,55 @@ async fn read_loop(
         let ready = match framer.check(rbuf) {
             Ok(Check::Complete(_)) => true,
             Ok(Check::Incomplete(need)) => {
-                if rbuf.capacity() < need {
-                    rbuf.reserve(need.max(65536) - rbuf.len());
-                } else if rbuf.capacity() - rbuf.len() < 4096 {
-                    rbuf.reserve(65536);
+                // Room for the whole PDU before reading on, so its data
+                // lands in place: growing the buffer later would copy what
+                // was already read. Between PDUs, room for the largest one.
+                let spare = rbuf.capacity() - rbuf.len();
+                let want = if rbuf.len() < BHS_LEN {
+                    // Expect a PDU like the last one (large reads come in
+                    // runs of MaxRecvDataSegmentLength Data-Ins).
+                    last_pdu.clamp(65536, max_pdu)
+                } else {
+                    need.saturating_sub(rbuf.len())
+                };
+                if spare < want {
+                    rbuf.reserve(want.max(65536));
                 }
                 false
             }
             Err(e) => return Some(ConnectionEnd::Wire(e)),
         };
         if !ready {
-            let next = shared
+            // One timer for the connection, moved only when it must fire
+            // earlier (or has fired): no timer churn per PDU.
+            let now = Instant::now();
+            let want = shared
                 .lock()
                 .poll_timeout()
-                .unwrap_or_else(|| Instant::now() + Duration::from_millis(500))
-                .min(Instant::now() + Duration::from_millis(500));
+                .unwrap_or(now + Duration::from_millis(500))
+                .min(now + Duration::from_millis(500));
+            let cur = sleep.deadline().into_std();
+            if want < cur || cur <= now {
+                sleep.as_mut().reset(want.into());
+            }
             tokio::select! {
                 r = rd.read_buf(rbuf) => match r {
                     Ok(0) => return Some(ConnectionEnd::Eof),
                     Ok(_) => {}
                     Err(e) => return Some(ConnectionEnd::Io(e)),
                 },
-                _ = tokio::time::sleep_until(next.into()) => {
+                _ = &mut sleep => {
                     let now = Instant::now();
-                    let r = {
+                    let (r, wake) = {
                         let mut s = shared.lock();
                         let r = s.handle_timeout(now);
                         while let Some(e) = s.poll_event() { events.push(e); }
-                        r
+                        (r, s.flush())
                     };
                     deliver(std::mem::take(&mut events));
-                    shared.tx_wake.notify_one();
+                    if wake {
+                        shared.tx_wake.notify_one();
+                    }
                     if let Err(e) = r {
                         return Some(ConnectionEnd::Session(e));
                     }
@@ -840,6 +1023,7 @@ async fn read_loop(
             loop {
                 match framer.decode(rbuf) {
                     Ok(Some(frame)) => {
+                        last_pdu = BHS_LEN + frame.ahs.len() + frame.data.len();
                         if let Err(e) = s.handle_frame(now, frame) {
                             failed = Some(ConnectionEnd::Session(e));
                             break;
@@ -861,7 +1045,7 @@ async fn read_loop(
             while let Some(e) = s.poll_event() {
                 events.push(e);
             }
-            s.transmit_queue_len() > 0
+            s.flush()
         };
         deliver(std::mem::take(&mut events));
         if wake {
@@ -879,7 +1063,7 @@ async fn read_loop(
 
 /// Encodes one PDU into slices: header (+ AHS and header digest), the data
 /// slices as they are, padding, data digest.
-fn encode_out(out: &OutPdu, digests: Digests, arena: &mut BytesMut, chunks: &mut Vec<Bytes>) {
+fn encode_out(out: &OutPdu, digests: Digests, arena: &mut BytesMut, chunks: &mut VecDeque<Bytes>) {
     let len = out.data.len();
     let hb = match encode_header(&out.pdu, &out.ahs, len as u32, digests.header) {
         Ok(h) => h,
@@ -889,9 +1073,9 @@ fn encode_out(out: &OutPdu, digests: Digests, arena: &mut BytesMut, chunks: &mut
         }
     };
     arena.extend_from_slice(hb.bhs_bytes());
-    chunks.push(arena.split().freeze());
+    chunks.push_back(arena.split().freeze());
     if let Some(a) = hb.ahs() {
-        chunks.push(a.clone());
+        chunks.push_back(a.clone());
     }
     if len == 0 {
         return;
@@ -899,89 +1083,88 @@ fn encode_out(out: &OutPdu, digests: Digests, arena: &mut BytesMut, chunks: &mut
     chunks.extend(out.data.slices().iter().cloned());
     let pad = padding(len);
     if !pad.is_empty() {
-        chunks.push(Bytes::from_static(pad));
+        chunks.push_back(Bytes::from_static(pad));
     }
     if digests.data {
         let crc = digest::data_digest(out.data.slices().iter().map(|b| &b[..]));
         arena.extend_from_slice(&digest::to_wire(crc));
-        chunks.push(arena.split().freeze());
+        chunks.push_back(arena.split().freeze());
     }
 }
 
-/// Writes every slice, in order, with vectored writes.
-async fn write_all_slices(w: &mut OwnedWriteHalf, mut chunks: &mut [Bytes]) -> io::Result<()> {
-    const MAX_IOV: usize = 512;
+/// Writes every chunk, in order, waiting for the socket as needed.
+async fn write_all_shared(w: &OwnedWriteHalf, chunks: &mut VecDeque<Bytes>) -> io::Result<()> {
     while !chunks.is_empty() {
-        let n = {
-            let iov: Vec<io::IoSlice<'_>> = chunks
-                .iter()
-                .take(MAX_IOV)
-                .map(|b| io::IoSlice::new(b))
-                .collect();
-            w.write_vectored(&iov).await?
-        };
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+        w.writable().await?;
+        let mut iov = [io::IoSlice::new(&[]); IOV_MAX];
+        let mut n = 0;
+        for (slot, c) in iov.iter_mut().zip(chunks.iter()) {
+            *slot = io::IoSlice::new(c);
+            n += 1;
         }
-        let mut left = n;
-        let mut skip = 0;
-        for c in chunks.iter_mut() {
-            if left >= c.len() {
-                left -= c.len();
-                skip += 1;
-            } else {
-                let _ = c.split_to(left);
-                break;
-            }
+        match w.try_write_vectored(&iov[..n]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => advance(chunks, written),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        chunks = &mut chunks[skip..];
     }
     Ok(())
 }
 
-async fn write_loop(
-    shared: &Shared,
-    mut wr: OwnedWriteHalf,
-    digests: Digests,
-    stop: &Notify,
-    stopped: &AtomicBool,
-) -> Option<ConnectionEnd> {
-    let mut arena = BytesMut::with_capacity(8192);
-    let mut batch: Vec<Bytes> = Vec::with_capacity(64);
+/// Takes over writing while the socket is full: drains what queued behind
+/// it, then hands writing back to whoever holds the lock.
+async fn write_loop(shared: &Shared, stop: &Notify, stopped: &AtomicBool) -> Option<ConnectionEnd> {
     loop {
         let stop_wait = stop.notified();
         let wake = shared.tx_wake.notified();
         if stopped.load(Ordering::Acquire) {
             return None;
         }
-        {
-            let mut s = shared.lock();
-            while let Some(out) = s.poll_transmit() {
-                encode_out(&out, digests, &mut arena, &mut batch);
-                if batch.len() >= 1024 {
-                    break;
-                }
+        let job = {
+            let mut core = shared.lock();
+            if let Some(o) = core.out.as_mut() {
+                o.scheduled = false;
             }
-        }
-        if batch.is_empty() {
+            // Encode what the session queued; write it now if the socket is
+            // ours, else it joins the pending chunks below.
+            core.flush();
+            match core.out.as_mut() {
+                None => return None,
+                Some(o) if o.failed => {
+                    return Some(ConnectionEnd::Io(io::Error::other("a write failed")));
+                }
+                Some(o) if o.busy => {
+                    if o.pending.is_empty() {
+                        o.busy = false;
+                        None
+                    } else {
+                        Some((o.wr.clone(), std::mem::take(&mut o.pending)))
+                    }
+                }
+                Some(_) => None,
+            }
+        };
+        let Some((wr, mut chunks)) = job else {
             tokio::select! {
                 _ = wake => {}
                 _ = stop_wait => return None,
             }
             continue;
-        }
-        if arena.capacity() < 1024 {
-            arena = BytesMut::with_capacity(8192);
-        }
+        };
         tokio::select! {
-            r = write_all_slices(&mut wr, &mut batch) => {
+            r = write_all_shared(&wr, &mut chunks) => {
                 if let Err(e) = r {
+                    if let Some(o) = shared.lock().out.as_mut() {
+                        o.failed = true;
+                    }
                     return Some(ConnectionEnd::Io(e));
                 }
             }
             _ = stop_wait => return None,
         }
-        batch.clear();
+        // Loop: more may have queued behind; `busy` clears once nothing has.
     }
 }
 

@@ -44,7 +44,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-# shellcheck source=lib.sh
+# shellcheck source=benches/peers/lib.sh
 . "$HERE/lib.sh"
 
 CHECK=1
@@ -170,6 +170,7 @@ for ((r = 1; r <= REPEATS; r++)); do
 done
 
 FAIL=0
+exec 4>"$OUT_DIR/results.md"
 {
     echo "## unifab → tgtd bridge vs tgtd direct (qemu-img bench, $REPEATS runs each, medians)"
     echo
@@ -201,7 +202,9 @@ FAIL=0
     d=$(median "${P50_DIRECT[@]}") b=$(median "${P50_BRIDGE[@]}")
     delta=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%+.1f", b - d }')
     echo "| read-4k-qd1 p50 (µs, unifab bench) | $d | $b | $delta µs | (informative) | |"
-} | tee "$OUT_DIR/results.md"
+} >&4
+exec 4>&-
+cat "$OUT_DIR/results.md"
 note "results in $OUT_DIR"
 if ((CHECK && FAIL)); then
     die "a target was missed (see the table)"

@@ -1058,7 +1058,8 @@ mod tests {
         let b = FileBackend::open(&path, Some(1 << 20), FileOptions::default()).unwrap();
         assert!(b.never_blocks(), "a /dev/shm file lives in RAM");
         let data: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
-        b.write_at(4096, &[Bytes::from(data.clone())], false).unwrap();
+        b.write_at(4096, &[Bytes::from(data.clone())], false)
+            .unwrap();
         let shared = b.read_shared(4096, 8192).unwrap().unwrap();
         assert_eq!(&shared[..], &data[..]);
         let mut copy = vec![0u8; 8192];
@@ -1066,10 +1067,18 @@ mod tests {
         assert_eq!(copy, data);
         // Out of range is an error, not a panic.
         assert!(b.read_shared((1 << 20) - 10, 20).unwrap().is_err());
-        assert!(b.write_at((1 << 20) - 10, &[Bytes::from(vec![1u8; 20])], false).is_err());
+        assert!(
+            b.write_at((1 << 20) - 10, &[Bytes::from(vec![1u8; 20])], false)
+                .is_err()
+        );
         // Writes through the mapping are seen by pread, and FUA syncs.
         let syncs = b.sync_count();
-        b.write_at(0, &[Bytes::from_static(b"ab"), Bytes::from_static(b"cd")], true).unwrap();
+        b.write_at(
+            0,
+            &[Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
+            true,
+        )
+        .unwrap();
         assert_eq!(b.sync_count(), syncs + 1);
         let mut four = [0u8; 4];
         b.read_at(0, &mut four).unwrap();

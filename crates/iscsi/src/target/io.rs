@@ -335,7 +335,11 @@ pub(crate) async fn run_ffp(
         while let Some(ev) = session.poll_event() {
             match ev {
                 Event::Execute { itt, task } => {
-                    setup.info.lock().unwrap_or_else(|e| e.into_inner()).commands += 1;
+                    setup
+                        .info
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .commands += 1;
                     let fut = router.dispatch(task);
                     running.push(Box::pin(async move { (itt, fut.await) }));
                 }
@@ -359,8 +363,7 @@ pub(crate) async fn run_ffp(
         // Tasks that finish on their first poll (RAM-backed reads and
         // writes) complete here, before anything is written, so their
         // responses share one vectored write.
-        while let Some(Some((itt, result))) =
-            futures_util::FutureExt::now_or_never(running.next())
+        while let Some(Some((itt, result))) = futures_util::FutureExt::now_or_never(running.next())
         {
             session.complete_task(itt, result);
         }

@@ -20,9 +20,10 @@
 #   (shell linter)    the "shellcheck" package, used by test-all.sh
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
-# Usage: bash scripts/setup.sh        (takes ~1 s when all is present; on a
-#                                      fresh machine apt ~2-4 min and the
-#                                      cargo-deny build ~5 min on 2 cores)
+# Usage: bash scripts/setup.sh
+# Time: 2 s when all is present; on a fresh Debian 12 (checked in a
+# debootstrap chroot) apt takes ~25 s (125 packages, 182 MB) and building
+# cargo-deny ~4.5 min on 2 cores.
 set -euo pipefail
 
 APT_PACKAGES=(

@@ -41,10 +41,12 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-pub use iscsi_test_cu::{IscsiTestCu, Outcome, RunSummary, SuiteResult, TestResult, parse_console};
+pub use iscsi_test_cu::{
+    IscsiTestCu, Outcome, ParsedConsole, RunSummary, SuiteResult, TestResult, parse_console,
+};
 pub use net::{free_tcp_port, wait_for_port};
 pub use process::find_program;
-pub use ratchet::{PassList, RatchetFailure, RatchetReport};
+pub use ratchet::{Broken, PassList, RatchetFailure, RatchetReport};
 pub use tgtd::{Chap, Digest, Tgtd, TgtdBuilder};
 pub use unifab::{UNIFAB_DEFAULT_IQN, Unifab, UnifabBuilder, unifab_bin};
 

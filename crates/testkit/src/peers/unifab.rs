@@ -165,6 +165,13 @@ impl UnifabBuilder {
             toml_string(&self.iqn),
             luns.join(", "),
         ));
+        // The admin endpoint on an ephemeral port and state in a private
+        // directory, so parallel test gateways never collide.
+        let state = std::env::temp_dir().join(format!("unifab-test-state-{port}"));
+        out.push_str(&format!(
+            "\n[admin]\nlisten = \"127.0.0.1:0\"\ndata_dir = {}\n",
+            toml_string(&state.display().to_string()),
+        ));
         out
     }
 

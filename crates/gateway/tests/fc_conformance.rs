@@ -171,9 +171,9 @@ fn compare(name: &str, via_fc: &SuiteResult, direct: &SuiteResult) {
     );
 }
 
-fn flogi(admin: SocketAddr) -> String {
+fn show(what: &str, admin: SocketAddr) -> String {
     let out = Command::new(unifab_bin().unwrap())
-        .args(["show", "flogi", "--admin", &admin.to_string()])
+        .args(["show", what, "--admin", &admin.to_string()])
         .output()
         .unwrap();
     assert!(

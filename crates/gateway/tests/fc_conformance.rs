@@ -187,10 +187,15 @@ fn show(what: &str, admin: SocketAddr) -> String {
 fn run_pair(two_sessions: bool) {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
     let mut gw = start_fc_gateway(dir.path());
-    let table = flogi(gw.admin);
+    let table = show("flogi", gw.admin);
     assert!(
         table.contains(TARGET_WWPN) && table.contains(INITIATOR_WWPN),
         "{table}"
+    );
+    let ns = show("fcns", gw.admin);
+    assert!(
+        ns.contains("scsi-fcp:target") && ns.contains("scsi-fcp:init"),
+        "{ns}"
     );
     let mut suite = IscsiTestCu::new(url(gw.addr));
     if two_sessions {

@@ -23,7 +23,7 @@
 //! - START STOP UNIT and PREVENT ALLOW MEDIUM REMOVAL succeed and change
 //!   nothing: the medium is not removable and never stops.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -159,7 +159,7 @@ struct Inner {
     thin: bool,
     state: Mutex<LuState>,
     /// Nexus ids already registered in `state.ua` (fast-path check).
-    seen: RwLock<HashSet<u64>>,
+    seen: RwLock<crate::idmap::IdSet<u64>>,
     /// Pending unit attentions over all nexuses (fast-path check).
     ua_total: AtomicUsize,
     /// A RESERVE or persistent reservation/registration exists.
@@ -359,7 +359,7 @@ impl EmulatedLu {
                     wce,
                     swp: false,
                 }),
-                seen: RwLock::new(HashSet::new()),
+                seen: RwLock::new(crate::idmap::IdSet::default()),
                 ua_total: AtomicUsize::new(0),
                 reserved: AtomicBool::new(reserved),
                 write_protected: AtomicBool::new(ro),

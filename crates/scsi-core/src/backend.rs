@@ -851,7 +851,9 @@ impl BlockBackend for FileBackend {
 
     fn caps(&self) -> BackendCaps {
         BackendCaps {
-            discard: !self.read_only,
+            // The file can deallocate; a read-only one refuses the call
+            // (like every write), but stays a thin-provisioned medium.
+            discard: true,
             discard_zeroes: true,
             allocation_status: true,
             volatile_cache: true,

@@ -20,8 +20,19 @@
 //!   blocks it names (INVALID FIELD IN CDB); ORWRITE and COMPARE AND WRITE
 //!   hold an exclusive write lock, plain writes a shared one, so both are
 //!   atomic against other writers.
-//! - START STOP UNIT and PREVENT ALLOW MEDIUM REMOVAL succeed and change
-//!   nothing: the medium is not removable and never stops.
+//! - On a fixed LU (the default) START STOP UNIT and PREVENT ALLOW MEDIUM
+//!   REMOVAL succeed and change nothing. On a removable LU
+//!   ([`EmulatedLuConfig::removable`], INQUIRY RMB=1) START STOP UNIT with
+//!   LOEJ ejects and loads the medium; while it is ejected every command
+//!   that needs the medium gets NOT READY, MEDIUM NOT PRESENT. PREVENT is
+//!   held per I_T nexus; while any nexus holds it, eject and load are
+//!   refused (ILLEGAL REQUEST, MEDIUM REMOVAL PREVENTED). A nexus's
+//!   prevention ends with PREVENT=0, its loss (logout, connection drop),
+//!   and every prevention ends with a LOGICAL UNIT RESET or TARGET RESET
+//!   (SPC-4 §6.13; SBC-3 §5.7).
+//! - WRITE ATOMIC(16) holds the exclusive write lock, like COMPARE AND
+//!   WRITE, so no other write interleaves with it; it has no alignment or
+//!   granularity restriction and no atomic boundary support.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -61,6 +72,14 @@ pub struct EmulatedLuConfig {
     pub name: String,
     /// Logical block length: 512 or 4096.
     pub block_size: u32,
+    /// Physical block length reported by READ CAPACITY(16) (LOGICAL BLOCKS
+    /// PER PHYSICAL BLOCK EXPONENT): a power-of-two multiple of
+    /// `block_size`, at most 2^15 logical blocks. `None`: the logical
+    /// block length.
+    pub physical_block_size: Option<u32>,
+    /// Removable medium (INQUIRY RMB=1): START STOP UNIT LOEJ ejects and
+    /// loads it, PREVENT ALLOW MEDIUM REMOVAL guards it.
+    pub removable: bool,
     /// T10 vendor identification (≤ 8 ASCII characters).
     pub vendor: String,
     /// Product identification (≤ 16).
@@ -93,6 +112,8 @@ impl Default for EmulatedLuConfig {
         EmulatedLuConfig {
             name: "lu0".into(),
             block_size: 512,
+            physical_block_size: None,
+            removable: false,
             vendor: "UNIFAB".into(),
             product: "EMULATED DISK".into(),
             revision: "0001".into(),
@@ -115,6 +136,10 @@ pub enum LuError {
     /// Only 512 and 4096 are supported.
     #[error("unsupported block size {0}")]
     BlockSize(u32),
+    /// The physical block length is not a power-of-two multiple of the
+    /// logical block length (at most 2^15 logical blocks).
+    #[error("unsupported physical block size {0}")]
+    PhysicalBlockSize(u32),
     /// The backend holds no whole block.
     #[error("backend of {0} bytes holds no block")]
     TooSmall(u64),
@@ -145,6 +170,8 @@ struct LuState {
     pr: PrState,
     wce: bool,
     swp: bool,
+    /// I_T nexuses holding PREVENT MEDIUM REMOVAL.
+    prevent: HashSet<PortKey>,
 }
 
 #[derive(Debug)]
@@ -153,6 +180,10 @@ struct Inner {
     backend: Arc<dyn BlockBackend>,
     bs: u64,
     shift: u32,
+    /// LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT.
+    lbppbe: u8,
+    /// A removable medium that is ejected.
+    ejected: AtomicBool,
     blocks: AtomicU64,
     naa: u64,
     serial: String,
@@ -281,6 +312,31 @@ fn first_bytes(data: Vec<Bytes>, n: usize) -> Vec<Bytes> {
     out
 }
 
+/// Whether `cmd` needs the medium: on a removable LU with the medium
+/// ejected it gets NOT READY, MEDIUM NOT PRESENT. Commands about the
+/// device server itself (INQUIRY, REPORT LUNS, sense, mode and
+/// reservation data, START STOP UNIT, PREVENT ALLOW) do not.
+fn needs_medium(cmd: &Command) -> bool {
+    !matches!(
+        cmd,
+        Command::Inquiry { .. }
+            | Command::RequestSense { .. }
+            | Command::ReportLuns { .. }
+            | Command::ReportSupportedOpcodes { .. }
+            | Command::ReportSupportedTmfs { .. }
+            | Command::ReportTargetPortGroups { .. }
+            | Command::PersistentReserveIn { .. }
+            | Command::PersistentReserveOut { .. }
+            | Command::Reserve { .. }
+            | Command::Release { .. }
+            | Command::ModeSense { .. }
+            | Command::ModeSelect { .. }
+            | Command::StartStopUnit { .. }
+            | Command::PreventAllow { .. }
+            | Command::SendDiagnostic { .. }
+    )
+}
+
 /// Command classes for RESERVE(6) and persistent reservation conflicts.
 fn access_of(cmd: &Command) -> Access {
     match cmd {
@@ -315,6 +371,17 @@ impl EmulatedLu {
         if bs != 512 && bs != 4096 {
             return Err(LuError::BlockSize(bs));
         }
+        let lbppbe = match config.physical_block_size {
+            None => 0,
+            Some(p) if p >= bs && p % bs == 0 && (p / bs).is_power_of_two() => {
+                let e = (p / bs).trailing_zeros();
+                if e > 15 {
+                    return Err(LuError::PhysicalBlockSize(p));
+                }
+                e as u8
+            }
+            Some(p) => return Err(LuError::PhysicalBlockSize(p)),
+        };
         let blocks = backend.size() / u64::from(bs);
         if blocks == 0 {
             return Err(LuError::TooSmall(backend.size()));
@@ -348,6 +415,8 @@ impl EmulatedLu {
             inner: Arc::new(Inner {
                 bs: u64::from(bs),
                 shift: bs.trailing_zeros(),
+                lbppbe,
+                ejected: AtomicBool::new(false),
                 blocks: AtomicU64::new(blocks),
                 naa,
                 serial,
@@ -358,6 +427,7 @@ impl EmulatedLu {
                     pr,
                     wce,
                     swp: false,
+                    prevent: HashSet::new(),
                 }),
                 seen: RwLock::new(HashSet::new()),
                 ua_total: AtomicUsize::new(0),
@@ -530,6 +600,9 @@ impl Inner {
             Ok(c) => c,
             Err(e) => return TaskResult::check_condition(Sense::from(e)),
         };
+        if self.ejected.load(Ordering::Acquire) && needs_medium(&cmd) {
+            return check(SenseKey::NOT_READY, asc::MEDIUM_NOT_PRESENT);
+        }
         self.dispatch(cmd, task).await
     }
 
@@ -588,10 +661,81 @@ impl Inner {
                 }
                 TaskResult::good()
             }
-            Command::StartStopUnit { .. } | Command::PreventAllow { prevent: 0 | 1, .. } => {
+            Command::StartStopUnit {
+                power_condition,
+                loej,
+                start,
+                ..
+            } => {
+                // A power condition other than START_VALID ignores LOEJ
+                // and START (SBC-3 §5.25).
+                if !self.cfg.removable || !loej || power_condition != 0 {
+                    return TaskResult::good();
+                }
+                let st = self.lock();
+                if !st.prevent.is_empty() {
+                    return illegal(asc::MEDIUM_REMOVAL_PREVENTED);
+                }
+                self.ejected.store(!start, Ordering::Release);
+                TaskResult::good()
+            }
+            Command::PreventAllow {
+                prevent: p @ (0 | 1),
+                ..
+            } => {
+                if self.cfg.removable {
+                    let mut st = self.lock();
+                    let key = PortKey::of(&task.nexus);
+                    if p == 1 {
+                        st.prevent.insert(key);
+                    } else {
+                        st.prevent.remove(&key);
+                    }
+                }
                 TaskResult::good()
             }
             Command::PreventAllow { .. } => bad_cdb(4, Some(1)),
+            Command::WriteAtomic16 {
+                wrprotect,
+                dpo,
+                fua,
+                lba,
+                boundary,
+                blocks,
+                group,
+                control,
+            } => {
+                if wrprotect != 0 {
+                    return bad_cdb(1, Some(7));
+                }
+                if self.write_protected.load(Ordering::Acquire) {
+                    return write_protected();
+                }
+                if let Some(r) = self.range(lba, u64::from(blocks)) {
+                    return r;
+                }
+                if u32::from(blocks) > self.max_atomic_blocks() {
+                    return bad_cdb(12, None);
+                }
+                // MAXIMUM ATOMIC BOUNDARY SIZE is zero: no boundaries.
+                if boundary != 0 {
+                    return bad_cdb(10, None);
+                }
+                let io = BlockIo {
+                    size: CdbSize::Sixteen,
+                    lba,
+                    blocks: u32::from(blocks),
+                    protect: 0,
+                    dpo,
+                    fua,
+                    fua_nv: false,
+                    rarc: false,
+                    bytchk: 0,
+                    group,
+                    control,
+                };
+                self.write_locked(io, task, false, true).await
+            }
             Command::SendDiagnostic {
                 self_test_code,
                 self_test,
@@ -642,6 +786,7 @@ impl Inner {
                 let mut v = vec![0u8; 32];
                 v[0..8].copy_from_slice(&self.blocks().saturating_sub(1).to_be_bytes());
                 v[8..12].copy_from_slice(&(self.bs as u32).to_be_bytes());
+                v[13] = self.lbppbe;
                 if self.thin {
                     v[14] = 0x80 | 0x40; // LBPME, LBPRZ
                 }
@@ -650,6 +795,7 @@ impl Inner {
             Command::Read(io) => self.read(io, task).await,
             Command::Write(io) => self.write(io, task, false).await,
             Command::WriteAndVerify(io) => self.write(io, task, true).await,
+            Command::Sanitize { .. } => illegal(asc::INVALID_COMMAND_OPERATION_CODE),
             Command::Verify(io) => self.verify(io, task).await,
             Command::OrWrite(io) => self.orwrite(io, task).await,
             Command::CompareAndWrite(io) => self.compare_and_write(io, task).await,
@@ -870,10 +1016,27 @@ impl Inner {
         }
     }
 
-    async fn write(self: &Arc<Self>, io: BlockIo, mut task: Task, verify: bool) -> TaskResult {
+    /// MAXIMUM ATOMIC TRANSFER LENGTH (VPD 0xB0).
+    fn max_atomic_blocks(&self) -> u32 {
+        self.cfg.max_transfer_blocks.min(u32::from(u16::MAX))
+    }
+
+    async fn write(self: &Arc<Self>, io: BlockIo, task: Task, verify: bool) -> TaskResult {
         if let Some(r) = self.io_checks(&io, true, u64::from(self.cfg.max_transfer_blocks)) {
             return r;
         }
+        self.write_locked(io, task, verify, false).await
+    }
+
+    /// Writes the whole blocks of data-out; `exclusive` holds the write
+    /// lock exclusively (no other write interleaves).
+    async fn write_locked(
+        self: &Arc<Self>,
+        io: BlockIo,
+        mut task: Task,
+        verify: bool,
+        exclusive: bool,
+    ) -> TaskResult {
         let wanted = u64::from(io.blocks) << self.shift;
         let residual = self.out_residual(&task, wanted);
         let have = task.data_out_total() as u64;
@@ -888,7 +1051,10 @@ impl Inner {
         let off = io.lba << self.shift;
         let res = self
             .io(move |me| {
-                let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                let _shared =
+                    (!exclusive).then(|| me.write_lock.read().unwrap_or_else(|p| p.into_inner()));
+                let _exclusive =
+                    exclusive.then(|| me.write_lock.write().unwrap_or_else(|p| p.into_inner()));
                 me.backend.write_at(off, &data, fua)?;
                 if verify {
                     let mut back = vec![0u8; n as usize];
@@ -1302,8 +1468,9 @@ impl Inner {
                 return bad_cdb(2, None);
             }
             let mut v = Vec::with_capacity(96);
-            // Direct access, not removable, SPC-4, HiSup + format 2.
-            v.extend_from_slice(&[0x00, 0x00, 0x06, 0x12, 0, 0, 0, 0x02]);
+            // Direct access, RMB, SPC-4, HiSup + format 2.
+            let rmb = if self.cfg.removable { 0x80 } else { 0 };
+            v.extend_from_slice(&[0x00, rmb, 0x06, 0x12, 0, 0, 0, 0x02]);
             // TPGS = 01b (implicit ALUA) for REPORT TARGET PORT GROUPS; CmdQue.
             v[5] = 0x10;
             ascii_field(&mut v, &self.cfg.vendor, 8);
@@ -1326,16 +1493,21 @@ impl Inner {
             0xb0 => {
                 v.resize(64, 0);
                 v[5] = MAX_CAW_BLOCKS as u8;
-                v[6..8].copy_from_slice(&1u16.to_be_bytes());
+                let lbppb = 1u32 << self.lbppbe;
+                v[6..8].copy_from_slice(&(lbppb as u16).to_be_bytes());
                 v[8..12].copy_from_slice(&self.cfg.max_transfer_blocks.to_be_bytes());
                 let opt = (128 * 1024 / self.bs as u32).min(self.cfg.max_transfer_blocks);
                 v[12..16].copy_from_slice(&opt.to_be_bytes());
                 if self.thin {
                     v[20..24].copy_from_slice(&(MAX_UNMAP_BLOCKS as u32).to_be_bytes());
                     v[24..28].copy_from_slice(&(MAX_UNMAP_DESCRIPTORS as u32).to_be_bytes());
-                    v[28..32].copy_from_slice(&1u32.to_be_bytes());
+                    v[28..32].copy_from_slice(&lbppb.to_be_bytes());
                 }
                 v[36..44].copy_from_slice(&MAX_WRITE_SAME_BLOCKS.to_be_bytes());
+                // MAXIMUM ATOMIC TRANSFER LENGTH; ATOMIC ALIGNMENT and
+                // ATOMIC TRANSFER LENGTH GRANULARITY 0 (no restriction);
+                // no atomic boundaries.
+                v[44..48].copy_from_slice(&self.max_atomic_blocks().to_be_bytes());
             }
             0xb1 => {
                 v.resize(64, 0);
@@ -1647,6 +1819,7 @@ const SUPPORTED: &[(u8, Option<u16>)] = &[
     (0x90, None),
     (0x91, None),
     (0x93, None),
+    (0x9c, None),
     (0x9e, Some(0x10)),
     (0x9e, Some(0x12)),
     (0xa0, None),
@@ -1701,6 +1874,7 @@ fn usage_data(op: u8, sa: Option<u16>) -> Vec<u8> {
             | 0xaf
             | 0x41
             | 0x93
+            | 0x9c
     );
     if block_io {
         usage[1] &= !0xe0;
@@ -1845,6 +2019,7 @@ impl LogicalUnit for EmulatedLu {
                 };
                 let mut st = inner.lock();
                 st.reserve6 = None;
+                st.prevent.clear();
                 // LOGICAL UNIT RESET: a unit attention for every I_T nexus,
                 // the requester's included (SAM-5 §6.3.2; libiscsi's
                 // MultipathIO.Reset counts it on the resetting path too).
@@ -1862,6 +2037,7 @@ impl LogicalUnit for EmulatedLu {
                 let w = ts.abort_matching(move |x, _| *x == n);
                 let me = PortKey::of(&nexus);
                 let mut st = inner.lock();
+                st.prevent.remove(&me);
                 if st.reserve6.as_ref() == Some(&me) {
                     st.reserve6 = None;
                     inner.update_reserved(&st);
@@ -1910,6 +2086,7 @@ impl LogicalUnit for EmulatedLu {
         drop(inner.tasks.abort_matching(move |x, _| *x == n));
         let me = PortKey::of(nexus);
         let mut st = inner.lock();
+        st.prevent.remove(&me);
         if st.reserve6.as_ref() == Some(&me) {
             st.reserve6 = None;
             inner.update_reserved(&st);

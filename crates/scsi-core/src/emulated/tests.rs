@@ -1030,3 +1030,205 @@ async fn target_report_luns_missing_lun_and_map_change_ua() {
     );
     t.nexus_loss(&n);
 }
+
+fn start_stop(loej: bool, start: bool) -> [u8; 6] {
+    [0x1b, 0, 0, 0, (u8::from(loej) << 1) | u8::from(start), 0]
+}
+fn prevent(p: u8) -> [u8; 6] {
+    [0x1e, 0, 0, 0, p, 0]
+}
+
+#[tokio::test]
+async fn removable_medium_eject_load_and_prevention() {
+    let lu = lu_with(EmulatedLuConfig {
+        removable: true,
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    let b = ready_nexus(&lu, "b").await;
+    let d = data(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
+    assert_eq!(d[1] & 0x80, 0x80, "RMB");
+    // Eject, then medium commands are NOT READY; INQUIRY still works.
+    assert_good(&run(&lu, &a, &start_stop(true, false), &[]).await);
+    for cdb in [
+        tur().to_vec(),
+        rw10(0x28, 0, 0, 1).to_vec(),
+        vec![0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    ] {
+        assert_sense(
+            &run(&lu, &b, &cdb, &[]).await,
+            SenseKey::NOT_READY,
+            asc::MEDIUM_NOT_PRESENT,
+        );
+    }
+    assert_good(&run(&lu, &b, &inquiry(false, 0, 36), &[]).await);
+    // PREVENT while ejected is accepted, and then load is refused too.
+    assert_good(&run(&lu, &a, &prevent(1), &[]).await);
+    assert_sense(
+        &run(&lu, &a, &start_stop(true, true), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::MEDIUM_REMOVAL_PREVENTED,
+    );
+    assert_good(&run(&lu, &a, &prevent(0), &[]).await);
+    assert_good(&run(&lu, &a, &start_stop(true, true), &[]).await);
+    assert_good(&run(&lu, &a, &tur(), &[]).await);
+    // A prevention by one nexus guards against every nexus.
+    assert_good(&run(&lu, &a, &prevent(1), &[]).await);
+    assert_sense(
+        &run(&lu, &b, &start_stop(true, false), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::MEDIUM_REMOVAL_PREVENTED,
+    );
+    // START without LOEJ does not touch the medium.
+    assert_good(&run(&lu, &b, &start_stop(false, false), &[]).await);
+    assert_good(&run(&lu, &b, &tur(), &[]).await);
+    // PREVENT 2 and 3 are refused.
+    assert_sense(
+        &run(&lu, &a, &prevent(2), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    // The holder's nexus loss ends its prevention.
+    lu.nexus_loss(&a);
+    assert_good(&run(&lu, &b, &start_stop(true, false), &[]).await);
+    assert_good(&run(&lu, &b, &start_stop(true, true), &[]).await);
+    // A LU reset ends every prevention.
+    assert_good(&run(&lu, &b, &prevent(1), &[]).await);
+    let resp = lu
+        .task_management(TmfRequest {
+            nexus: b.clone(),
+            lun: Lun::ZERO,
+            function: TmfFunction::LogicalUnitReset,
+        })
+        .await;
+    assert_eq!(resp, TmfResponse::FunctionComplete);
+    assert_ua(
+        &run(&lu, &b, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_good(&run(&lu, &b, &start_stop(true, false), &[]).await);
+    // So does a target reset.
+    assert_good(&run(&lu, &b, &start_stop(true, true), &[]).await);
+    assert_good(&run(&lu, &b, &prevent(1), &[]).await);
+    lu.task_management(TmfRequest {
+        nexus: b.clone(),
+        lun: Lun::ZERO,
+        function: TmfFunction::TargetReset,
+    })
+    .await;
+    assert_good(&run(&lu, &b, &start_stop(true, false), &[]).await);
+}
+
+#[tokio::test]
+async fn fixed_medium_ignores_loej_and_prevent() {
+    let lu = lu();
+    let a = ready_nexus(&lu, "a").await;
+    let d = data(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
+    assert_eq!(d[1] & 0x80, 0, "RMB");
+    assert_good(&run(&lu, &a, &prevent(1), &[]).await);
+    assert_good(&run(&lu, &a, &start_stop(true, false), &[]).await);
+    assert_good(&run(&lu, &a, &tur(), &[]).await);
+}
+
+#[tokio::test]
+async fn physical_block_size_sets_lbppbe() {
+    let lu = lu_with(EmulatedLuConfig {
+        physical_block_size: Some(4096),
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    let rc16 = [0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
+    let d = data(&run(&lu, &a, &rc16, &[]).await);
+    assert_eq!(d[13] & 0x0f, 3, "8 logical blocks per physical block");
+    let bl = data(&run(&lu, &a, &inquiry(true, 0xb0, 64), &[]).await);
+    assert_eq!(u16::from_be_bytes([bl[6], bl[7]]), 8, "OTLG");
+    assert_eq!(
+        u32::from_be_bytes([bl[28], bl[29], bl[30], bl[31]]),
+        8,
+        "OUG"
+    );
+    // Unaligned unmapping WRITE SAME still succeeds.
+    assert_good(&run(&lu, &a, &rw16(0x93, 0x09, 3, 5), &[]).await);
+    let plain = lu_with(EmulatedLuConfig::default());
+    let z = ready_nexus(&plain, "z").await;
+    let d = data(&run(&plain, &z, &rc16, &[]).await);
+    assert_eq!(d[13] & 0x0f, 0);
+    for bad in [256, 1536, 512 << 16] {
+        let e = EmulatedLu::new(
+            EmulatedLuConfig {
+                physical_block_size: Some(bad),
+                ..Default::default()
+            },
+            Arc::new(MemoryBackend::new(BLOCKS * 512)),
+        );
+        assert!(
+            matches!(e, Err(LuError::PhysicalBlockSize(b)) if b == bad),
+            "{bad}"
+        );
+    }
+}
+
+fn write_atomic16(flags: u8, lba: u64, boundary: u16, n: u16) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x9c;
+    c[1] = flags;
+    c[2..10].copy_from_slice(&lba.to_be_bytes());
+    c[10..12].copy_from_slice(&boundary.to_be_bytes());
+    c[12..14].copy_from_slice(&n.to_be_bytes());
+    c
+}
+
+#[tokio::test]
+async fn write_atomic16_writes_and_refuses() {
+    let lu = lu();
+    let a = ready_nexus(&lu, "a").await;
+    let payload: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+    assert_good(&run(&lu, &a, &write_atomic16(0x18, 10, 0, 2), &payload).await);
+    let back = data(&run(&lu, &a, &rw10(0x28, 0, 10, 2), &[]).await);
+    assert_eq!(back, payload);
+    // Zero blocks at the end is GOOD, past it out of range.
+    assert_good(&run(&lu, &a, &write_atomic16(0, BLOCKS, 0, 0), &[]).await);
+    for lba in [BLOCKS + 1, 1 << 63, u64::MAX] {
+        assert_sense(
+            &run(&lu, &a, &write_atomic16(0, lba, 0, 0), &[]).await,
+            SenseKey::ILLEGAL_REQUEST,
+            asc::LBA_OUT_OF_RANGE,
+        );
+    }
+    assert_sense(
+        &run(&lu, &a, &write_atomic16(0, BLOCKS - 1, 0, 2), &payload).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::LBA_OUT_OF_RANGE,
+    );
+    for flags in [0x20, 0xe0] {
+        assert_sense(
+            &run(&lu, &a, &write_atomic16(flags, 0, 0, 1), &payload[..512]).await,
+            SenseKey::ILLEGAL_REQUEST,
+            asc::INVALID_FIELD_IN_CDB,
+        );
+    }
+    assert_sense(
+        &run(&lu, &a, &write_atomic16(0, 0, 1, 1), &payload[..512]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    let bl = data(&run(&lu, &a, &inquiry(true, 0xb0, 64), &[]).await);
+    let max_atomic = u32::from_be_bytes([bl[44], bl[45], bl[46], bl[47]]);
+    let max_xfer = u32::from_be_bytes([bl[8], bl[9], bl[10], bl[11]]);
+    assert!(max_atomic > 0 && max_atomic <= max_xfer);
+    // REPORT SUPPORTED OPCODES lists it with DPO and FUA usable.
+    let rsoc = [0xa3, 0x0c, 0x01, 0x9c, 0, 0, 0, 0, 1, 0, 0, 0];
+    let d = data(&run(&lu, &a, &rsoc, &[]).await);
+    assert_eq!(d[1] & 0x07, 0x03, "supported");
+    assert_eq!(d[4 + 1] & 0x18, 0x18, "DPO FUA in usage data");
+    let ro = lu_with(EmulatedLuConfig {
+        read_only: true,
+        ..Default::default()
+    });
+    let r = ready_nexus(&ro, "a").await;
+    assert_sense(
+        &run(&ro, &r, &write_atomic16(0, 0, 0, 1), &payload[..512]).await,
+        SenseKey::DATA_PROTECT,
+        asc::WRITE_PROTECTED,
+    );
+}

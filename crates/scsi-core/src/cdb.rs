@@ -46,6 +46,8 @@ pub mod opcode {
     pub const MODE_SENSE_10: u8 = 0x5a;
     pub const PERSISTENT_RESERVE_IN: u8 = 0x5e;
     pub const PERSISTENT_RESERVE_OUT: u8 = 0x5f;
+    pub const EXTENDED_COPY: u8 = 0x83;
+    pub const RECEIVE_COPY_RESULTS: u8 = 0x84;
     pub const READ_16: u8 = 0x88;
     pub const COMPARE_AND_WRITE: u8 = 0x89;
     pub const WRITE_16: u8 = 0x8a;
@@ -459,6 +461,28 @@ pub enum Command {
         service_action: u8,
         /// Parameter list length.
         param_len: u16,
+        /// Control byte.
+        control: u8,
+    },
+    /// THIRD-PARTY COPY OUT (83h): EXTENDED COPY(LID1) is service
+    /// action 00h.
+    ExtendedCopy {
+        /// SERVICE ACTION (5 bits).
+        service_action: u8,
+        /// Parameter list length.
+        param_len: u32,
+        /// Control byte.
+        control: u8,
+    },
+    /// THIRD-PARTY COPY IN (84h): RECEIVE COPY RESULTS (LID1 service
+    /// actions: 00h COPY STATUS, 03h OPERATING PARAMETERS).
+    ReceiveCopyResults {
+        /// SERVICE ACTION (5 bits).
+        service_action: u8,
+        /// LIST IDENTIFIER.
+        list_id: u8,
+        /// Allocation length.
+        alloc_len: u32,
         /// Control byte.
         control: u8,
     },
@@ -1113,6 +1137,29 @@ impl Command {
                     control: control(b[15], 15)?,
                 }
             }
+            EXTENDED_COPY => {
+                let b: [u8; 16] = take(cdb)?;
+                reserved(b[1], 0xe0, 1)?;
+                zero(&b[2..10], 2)?;
+                reserved(b[14], 0xff, 14)?;
+                Command::ExtendedCopy {
+                    service_action: b[1] & 0x1f,
+                    param_len: be32([b[10], b[11], b[12], b[13]]),
+                    control: control(b[15], 15)?,
+                }
+            }
+            RECEIVE_COPY_RESULTS => {
+                let b: [u8; 16] = take(cdb)?;
+                reserved(b[1], 0xe0, 1)?;
+                zero(&b[3..10], 3)?;
+                reserved(b[14], 0xff, 14)?;
+                Command::ReceiveCopyResults {
+                    service_action: b[1] & 0x1f,
+                    list_id: b[2],
+                    alloc_len: be32([b[10], b[11], b[12], b[13]]),
+                    control: control(b[15], 15)?,
+                }
+            }
             SANITIZE => {
                 let b: [u8; 10] = take(cdb)?;
                 reserved(b[1], 0x40, 1)?;
@@ -1586,6 +1633,30 @@ impl Command {
                 b[15] = control;
                 16
             }
+            Command::ExtendedCopy {
+                service_action,
+                param_len,
+                control,
+            } => {
+                b[0] = EXTENDED_COPY;
+                b[1] = service_action & 0x1f;
+                b[10..14].copy_from_slice(&param_len.to_be_bytes());
+                b[15] = control;
+                16
+            }
+            Command::ReceiveCopyResults {
+                service_action,
+                list_id,
+                alloc_len,
+                control,
+            } => {
+                b[0] = RECEIVE_COPY_RESULTS;
+                b[1] = service_action & 0x1f;
+                b[2] = list_id;
+                b[10..14].copy_from_slice(&alloc_len.to_be_bytes());
+                b[15] = control;
+                16
+            }
             Command::Sanitize {
                 immed,
                 ause,
@@ -1955,6 +2026,8 @@ mod tests {
         (0x5a, 10),
         (0x5e, 10),
         (0x5f, 10),
+        (0x83, 16),
+        (0x84, 16),
         (0x88, 16),
         (0x89, 16),
         (0x8a, 16),

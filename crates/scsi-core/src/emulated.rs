@@ -30,6 +30,23 @@
 //!   prevention ends with PREVENT=0, its loss (logout, connection drop),
 //!   and every prevention ends with a LOGICAL UNIT RESET or TARGET RESET
 //!   (SPC-4 §6.13; SBC-3 §5.7).
+//! - SANITIZE (OVERWRITE, BLOCK ERASE, CRYPTO ERASE, EXIT FAILURE MODE)
+//!   runs on a thread of its own. While it runs, every command but
+//!   INQUIRY, REPORT LUNS and REQUEST SENSE gets NOT READY, SANITIZE IN
+//!   PROGRESS; it goes on through ABORT TASK, resets and nexus loss (SBC-4
+//!   §4.11). BLOCK ERASE and CRYPTO ERASE deallocate the medium (it reads
+//!   back as zeros); OVERWRITE writes the final pass's pattern (the
+//!   pattern, or its inverse after an even number of inverted passes) at
+//!   most [`EmulatedLuConfig::sanitize_rate`] bytes a second, so a
+//!   sanitize does not starve other LUs on the same storage. A failed
+//!   sanitize leaves the medium in failure mode (MEDIUM ERROR, SANITIZE
+//!   COMMAND FAILED) until a sanitize succeeds or EXIT FAILURE MODE.
+//! - EXTENDED COPY (LID1) copies block-to-block segments within this LU
+//!   (identification CSCDs naming its NAA designator; [`xcopy`] has the
+//!   limits); a list with LIST ID USAGE 00b keeps its result for RECEIVE
+//!   COPY RESULTS COPY STATUS on the same I_T nexus (the last
+//!   [`COPY_RESULTS_KEPT`] lists) until that nexus is lost or the LU is
+//!   reset.
 //! - WRITE ATOMIC(16) holds the exclusive write lock, like COMPARE AND
 //!   WRITE, so no other write interleaves with it; it has no alignment or
 //!   granularity restriction and no atomic boundary support.
@@ -101,6 +118,8 @@ pub struct EmulatedLuConfig {
     pub write_cache: bool,
     /// Refuse all writes (DATA PROTECT).
     pub read_only: bool,
+    /// Most bytes a second a SANITIZE OVERWRITE writes; 0: no limit.
+    pub sanitize_rate: u64,
     /// Backend I/O mode.
     pub io_mode: IoMode,
     /// Task set depth (TASK SET FULL beyond).
@@ -123,6 +142,7 @@ impl Default for EmulatedLuConfig {
             max_transfer_blocks: 16384,
             write_cache: true,
             read_only: false,
+            sanitize_rate: DEFAULT_SANITIZE_RATE,
             io_mode: IoMode::default(),
             task_set_depth: 256,
         }
@@ -151,6 +171,12 @@ pub enum LuError {
     Io(#[from] std::io::Error),
 }
 
+/// Default [`EmulatedLuConfig::sanitize_rate`]: 128 MiB/s.
+pub const DEFAULT_SANITIZE_RATE: u64 = 128 << 20;
+
+/// Held EXTENDED COPY results kept for RECEIVE COPY RESULTS.
+pub const COPY_RESULTS_KEPT: usize = 16;
+
 /// Most unit attentions queued per I_T nexus.
 const UA_QUEUE: usize = 8;
 /// MAXIMUM COMPARE AND WRITE LENGTH.
@@ -162,6 +188,21 @@ const MAX_UNMAP_BLOCKS: u64 = 1 << 20;
 /// MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT.
 const MAX_UNMAP_DESCRIPTORS: usize = 256;
 
+/// SANITIZE service actions (SBC-4 Table 83).
+const SANITIZE_OVERWRITE: u8 = 0x01;
+const SANITIZE_BLOCK_ERASE: u8 = 0x02;
+const SANITIZE_CRYPTO_ERASE: u8 = 0x03;
+const SANITIZE_EXIT_FAILURE_MODE: u8 = 0x1f;
+
+/// What a SANITIZE does to the medium.
+#[derive(Debug)]
+enum SanitizeJob {
+    /// Every block becomes this image.
+    Overwrite(Vec<u8>),
+    /// Deallocate (or zero) every block.
+    Erase,
+}
+
 #[derive(Debug)]
 struct LuState {
     /// Every I_T nexus identity seen, with its pending unit attentions.
@@ -172,6 +213,8 @@ struct LuState {
     swp: bool,
     /// I_T nexuses holding PREVENT MEDIUM REMOVAL.
     prevent: HashSet<PortKey>,
+    /// Held EXTENDED COPY results: nexus, list identifier, status.
+    copy_results: VecDeque<(PortKey, u8, xcopy::CopyStatus)>,
 }
 
 #[derive(Debug)]
@@ -184,6 +227,10 @@ struct Inner {
     lbppbe: u8,
     /// A removable medium that is ejected.
     ejected: AtomicBool,
+    /// A SANITIZE operation is running.
+    sanitizing: AtomicBool,
+    /// The last SANITIZE failed (sanitize failure mode).
+    sanitize_failed: AtomicBool,
     blocks: AtomicU64,
     naa: u64,
     serial: String,
@@ -334,6 +381,7 @@ fn needs_medium(cmd: &Command) -> bool {
             | Command::StartStopUnit { .. }
             | Command::PreventAllow { .. }
             | Command::SendDiagnostic { .. }
+            | Command::ReceiveCopyResults { .. }
     )
 }
 
@@ -356,6 +404,7 @@ fn access_of(cmd: &Command) -> Access {
         | Command::PreFetch { .. }
         | Command::GetLbaStatus { .. }
         | Command::ModeSense { .. }
+        | Command::ReceiveCopyResults { .. }
         | Command::ReadDefectData { .. } => Access::Read,
         _ => Access::Write,
     }
@@ -417,6 +466,8 @@ impl EmulatedLu {
                 shift: bs.trailing_zeros(),
                 lbppbe,
                 ejected: AtomicBool::new(false),
+                sanitizing: AtomicBool::new(false),
+                sanitize_failed: AtomicBool::new(false),
                 blocks: AtomicU64::new(blocks),
                 naa,
                 serial,
@@ -428,6 +479,7 @@ impl EmulatedLu {
                     wce,
                     swp: false,
                     prevent: HashSet::new(),
+                    copy_results: VecDeque::new(),
                 }),
                 seen: RwLock::new(HashSet::new()),
                 ua_total: AtomicUsize::new(0),
@@ -600,8 +652,25 @@ impl Inner {
             Ok(c) => c,
             Err(e) => return TaskResult::check_condition(Sense::from(e)),
         };
+        if self.sanitizing.load(Ordering::Acquire)
+            && !matches!(
+                cmd,
+                Command::Inquiry { .. } | Command::ReportLuns { .. } | Command::RequestSense { .. }
+            )
+        {
+            return check(
+                SenseKey::NOT_READY,
+                asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+            );
+        }
         if self.ejected.load(Ordering::Acquire) && needs_medium(&cmd) {
             return check(SenseKey::NOT_READY, asc::MEDIUM_NOT_PRESENT);
+        }
+        if self.sanitize_failed.load(Ordering::Acquire)
+            && needs_medium(&cmd)
+            && !matches!(cmd, Command::Sanitize { .. })
+        {
+            return check(SenseKey::MEDIUM_ERROR, asc::SANITIZE_COMMAND_FAILED);
         }
         self.dispatch(cmd, task).await
     }
@@ -612,7 +681,14 @@ impl Inner {
             Command::RequestSense {
                 desc, alloc_len, ..
             } => {
-                let s = Sense::new(SenseKey::NO_SENSE, asc::NO_ADDITIONAL_SENSE);
+                let s = if self.sanitizing.load(Ordering::Acquire) {
+                    Sense::new(
+                        SenseKey::NOT_READY,
+                        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+                    )
+                } else {
+                    Sense::new(SenseKey::NO_SENSE, asc::NO_ADDITIONAL_SENSE)
+                };
                 data_in(sense_bytes(&s, desc), usize::from(alloc_len))
             }
             Command::Inquiry {
@@ -795,7 +871,40 @@ impl Inner {
             Command::Read(io) => self.read(io, task).await,
             Command::Write(io) => self.write(io, task, false).await,
             Command::WriteAndVerify(io) => self.write(io, task, true).await,
-            Command::Sanitize { .. } => illegal(asc::INVALID_COMMAND_OPERATION_CODE),
+            Command::Sanitize {
+                immed,
+                service_action,
+                param_len,
+                ..
+            } => self.sanitize(task, immed, service_action, param_len).await,
+            Command::ExtendedCopy {
+                service_action,
+                param_len,
+                ..
+            } => self.extended_copy(task, service_action, param_len).await,
+            Command::ReceiveCopyResults {
+                service_action,
+                list_id,
+                alloc_len,
+                ..
+            } => match service_action {
+                0x03 => data_in(xcopy::operating_parameters(), alloc_len as usize),
+                0x00 => {
+                    let key = PortKey::of(&task.nexus);
+                    let st = self.lock();
+                    let found = st
+                        .copy_results
+                        .iter()
+                        .rev()
+                        .find(|(k, id, _)| *k == key && *id == list_id)
+                        .map(|(_, _, s)| *s);
+                    match found {
+                        Some(s) => data_in(s.to_bytes(), alloc_len as usize),
+                        None => bad_cdb(2, None),
+                    }
+                }
+                _ => bad_cdb(1, Some(4)),
+            },
             Command::Verify(io) => self.verify(io, task).await,
             Command::OrWrite(io) => self.orwrite(io, task).await,
             Command::CompareAndWrite(io) => self.compare_and_write(io, task).await,
@@ -1013,6 +1122,242 @@ impl Inner {
             Some(Ok(b)) => TaskResult::with_data(b),
             Some(Err(e)) => backend_failed(&e, false),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
+        }
+    }
+
+    /// EXTENDED COPY (LID1): checks the parameter list, then copies each
+    /// segment within this LU.
+    async fn extended_copy(
+        self: &Arc<Self>,
+        task: Task,
+        service_action: u8,
+        param_len: u32,
+    ) -> TaskResult {
+        if service_action != 0 {
+            return bad_cdb(1, Some(4));
+        }
+        if param_len == 0 {
+            return TaskResult::good();
+        }
+        if self.write_protected.load(Ordering::Acquire) {
+            return write_protected();
+        }
+        // Longer than any list the limits allow: refused by the parser
+        // from its header; no need to gather more than the limit.
+        let cap = 16 + xcopy::MAX_DESCRIPTOR_LIST_LENGTH as usize + 64;
+        let want = (param_len as usize).min(cap);
+        let p = gather(&task.data_out, 0, want);
+        if p.len() < want {
+            return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
+        }
+        let plan = match xcopy::CopyPlan::parse(&p, self.naa, self.bs as u32) {
+            Ok(plan) => plan,
+            Err(sense) => return TaskResult::check_condition(sense),
+        };
+        let mut status = xcopy::CopyStatus {
+            ok: true,
+            segments: 0,
+            bytes: 0,
+        };
+        let mut result = TaskResult::good();
+        for seg in &plan.segments {
+            let n = u64::from(seg.blocks);
+            if self.range(seg.src_lba, n).is_some() || self.range(seg.dst_lba, n).is_some() {
+                status.ok = false;
+                result = check(SenseKey::COPY_ABORTED, asc::NO_ADDITIONAL_SENSE);
+                break;
+            }
+            let len = n << self.shift;
+            let (src, dst) = (seg.src_lba << self.shift, seg.dst_lba << self.shift);
+            let res = self
+                .io(move |me| {
+                    let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                    copy_within(me.backend.as_ref(), src, dst, len)
+                })
+                .await;
+            match res {
+                Some(Ok(())) => {
+                    status.segments += 1;
+                    status.bytes += len;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "EXTENDED COPY segment failed");
+                    status.ok = false;
+                    result = check(
+                        SenseKey::COPY_ABORTED,
+                        xcopy::COPY_TARGET_DEVICE_NOT_REACHABLE,
+                    );
+                    break;
+                }
+                None => {
+                    status.ok = false;
+                    result = check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
+                    break;
+                }
+            }
+        }
+        if plan.list_id_usage == 0 {
+            let key = PortKey::of(&task.nexus);
+            let mut st = self.lock();
+            st.copy_results
+                .retain(|(k, id, _)| !(*k == key && *id == plan.list_id));
+            if st.copy_results.len() >= COPY_RESULTS_KEPT {
+                st.copy_results.pop_front();
+            }
+            st.copy_results.push_back((key, plan.list_id, status));
+        }
+        result
+    }
+
+    /// SANITIZE: checks the request, starts the operation on its own
+    /// thread and, without IMMED, waits for it (or for the task's abort).
+    async fn sanitize(
+        self: &Arc<Self>,
+        task: Task,
+        immed: bool,
+        service_action: u8,
+        param_len: u16,
+    ) -> TaskResult {
+        let job = match service_action {
+            SANITIZE_EXIT_FAILURE_MODE => {
+                if param_len != 0 {
+                    return bad_cdb(7, None);
+                }
+                self.sanitize_failed.store(false, Ordering::Release);
+                return TaskResult::good();
+            }
+            SANITIZE_OVERWRITE => {
+                let bs = self.bs as usize;
+                let len = usize::from(param_len);
+                if len <= 4 || len > bs + 4 {
+                    return bad_cdb(7, None);
+                }
+                let p = gather(&task.data_out, 0, len);
+                if p.len() < len {
+                    return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
+                }
+                let invert = p[0] & 0x80 != 0;
+                let test = (p[0] >> 5) & 3;
+                let count = p[0] & 0x1f;
+                if test != 0 {
+                    return bad_param(0, Some(6));
+                }
+                if count == 0 {
+                    return bad_param(0, Some(4));
+                }
+                let ipl = usize::from(u16::from_be_bytes([p[2], p[3]]));
+                if ipl == 0 || ipl > bs || ipl + 4 != len {
+                    return bad_param(2, None);
+                }
+                let pattern = &p[4..len];
+                // The last pass leaves the pattern inverted when passes
+                // alternate and their number is even.
+                let flip = invert && count % 2 == 0;
+                let block: Vec<u8> = pattern
+                    .iter()
+                    .cycle()
+                    .take(bs)
+                    .map(|b| if flip { !b } else { *b })
+                    .collect();
+                SanitizeJob::Overwrite(block)
+            }
+            SANITIZE_BLOCK_ERASE | SANITIZE_CRYPTO_ERASE => {
+                if param_len != 0 {
+                    return bad_cdb(7, None);
+                }
+                SanitizeJob::Erase
+            }
+            _ => return bad_cdb(1, Some(4)),
+        };
+        if self.write_protected.load(Ordering::Acquire) {
+            return write_protected();
+        }
+        if self.sanitizing.swap(true, Ordering::AcqRel) {
+            return check(
+                SenseKey::NOT_READY,
+                asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+            );
+        }
+        let me = self.clone();
+        let work = move || {
+            let ok = match me.sanitize_run(&job) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(error = %e, "SANITIZE failed");
+                    false
+                }
+            };
+            me.sanitize_failed.store(!ok, Ordering::Release);
+            me.sanitizing.store(false, Ordering::Release);
+        };
+        #[cfg(feature = "tokio")]
+        {
+            if std::thread::Builder::new()
+                .name("unifab-sanitize".into())
+                .spawn(work)
+                .is_err()
+            {
+                self.sanitizing.store(false, Ordering::Release);
+                return check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
+            }
+            if immed {
+                return TaskResult::good();
+            }
+            while self.sanitizing.load(Ordering::Acquire) {
+                // An aborted SANITIZE task ends; the operation goes on.
+                if !self.tasks.contains(&task.nexus, task.tag) {
+                    return TaskResult::aborted();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        #[cfg(not(feature = "tokio"))]
+        {
+            let _ = immed;
+            work();
+        }
+        if self.sanitize_failed.load(Ordering::Acquire) {
+            check(SenseKey::MEDIUM_ERROR, asc::SANITIZE_COMMAND_FAILED)
+        } else {
+            TaskResult::good()
+        }
+    }
+
+    /// The sanitize operation itself (on the sanitize thread).
+    fn sanitize_run(&self, job: &SanitizeJob) -> Result<(), BackendError> {
+        let size = self.blocks() << self.shift;
+        match job {
+            SanitizeJob::Erase => {
+                let _g = self.write_lock.write().unwrap_or_else(|p| p.into_inner());
+                if self.thin {
+                    self.backend.discard(0, size)?;
+                } else {
+                    self.backend.write_zeroes(0, size)?;
+                }
+                self.backend.flush()
+            }
+            SanitizeJob::Overwrite(block) => {
+                let per = ((1usize << 20) / block.len()).max(1);
+                let chunk = Bytes::from(block.repeat(per));
+                let rate = self.cfg.sanitize_rate;
+                let started = std::time::Instant::now();
+                let mut pos = 0u64;
+                while pos < size {
+                    let n = (size - pos).min(chunk.len() as u64) as usize;
+                    {
+                        let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                        self.backend.write_at(pos, &[chunk.slice(..n)], false)?;
+                    }
+                    pos += n as u64;
+                    if rate != 0 {
+                        let due = std::time::Duration::from_secs_f64(pos as f64 / rate as f64);
+                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                            std::thread::sleep(wait);
+                        }
+                    }
+                }
+                self.backend.flush()
+            }
         }
     }
 
@@ -1487,7 +1832,19 @@ impl Inner {
         }
         let mut v = vec![0x00, page, 0, 0];
         match page {
-            0x00 => v.extend_from_slice(&[0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2]),
+            0x00 => v.extend_from_slice(&[0x00, 0x80, 0x83, 0x8f, 0xb0, 0xb1, 0xb2]),
+            0x8f => {
+                // Third-party Copy: a Supported Commands descriptor
+                // (0001h) naming EXTENDED COPY(LID1) and RECEIVE COPY
+                // RESULTS' COPY STATUS and OPERATING PARAMETERS.
+                let cmds: [u8; 7] = [0x83, 1, 0x00, 0x84, 2, 0x00, 0x03];
+                let mut d = vec![0x00, 0x01, 0, 0, cmds.len() as u8];
+                d.extend_from_slice(&cmds);
+                d.resize(d.len().div_ceil(4) * 4, 0);
+                let dlen = (d.len() - 4) as u16;
+                d[2..4].copy_from_slice(&dlen.to_be_bytes());
+                v.extend_from_slice(&d);
+            }
             0x80 => v.extend_from_slice(self.serial.as_bytes()),
             0x83 => self.device_id(nexus, &mut v),
             0xb0 => {
@@ -1512,6 +1869,9 @@ impl Inner {
             0xb1 => {
                 v.resize(64, 0);
                 v[4..6].copy_from_slice(&1u16.to_be_bytes()); // non-rotating
+                // WABEREQ = WACEREQ = 01b: reads after a BLOCK or CRYPTO
+                // ERASE succeed (the medium reads as zeros).
+                v[7] = 0x50;
             }
             0xb2 => {
                 v.resize(8, 0);
@@ -1724,6 +2084,29 @@ impl Inner {
     }
 }
 
+/// Copies `len` bytes at `src` to `dst` on `backend` in 1 MiB pieces,
+/// backwards when the destination overlaps the source from above.
+fn copy_within(
+    backend: &dyn BlockBackend,
+    src: u64,
+    dst: u64,
+    len: u64,
+) -> Result<(), BackendError> {
+    const PIECE: u64 = 1 << 20;
+    let backwards = dst > src && dst < src + len;
+    let mut buf = vec![0u8; PIECE.min(len) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = PIECE.min(len - done);
+        let at = if backwards { len - done - n } else { done };
+        let piece = buf.get_mut(..n as usize).unwrap_or_default();
+        backend.read_at(src + at, piece)?;
+        backend.write_at(dst + at, &[Bytes::copy_from_slice(piece)], false)?;
+        done += n;
+    }
+    Ok(())
+}
+
 /// A mode page for page control `pc` (0 current, 1 changeable mask,
 /// 2 default).
 fn mode_page(code: u8, pc: u8, wce: bool, swp: bool) -> Vec<u8> {
@@ -1804,12 +2187,19 @@ const SUPPORTED: &[(u8, Option<u16>)] = &[
     (0x37, None),
     (0x41, None),
     (0x42, None),
+    (0x48, Some(0x01)),
+    (0x48, Some(0x02)),
+    (0x48, Some(0x03)),
+    (0x48, Some(0x1f)),
     (0x55, None),
     (0x56, None),
     (0x57, None),
     (0x5a, None),
     (0x5e, None),
     (0x5f, None),
+    (0x83, Some(0x00)),
+    (0x84, Some(0x00)),
+    (0x84, Some(0x03)),
     (0x88, None),
     (0x89, None),
     (0x8a, None),
@@ -2020,6 +2410,7 @@ impl LogicalUnit for EmulatedLu {
                 let mut st = inner.lock();
                 st.reserve6 = None;
                 st.prevent.clear();
+                st.copy_results.clear();
                 // LOGICAL UNIT RESET: a unit attention for every I_T nexus,
                 // the requester's included (SAM-5 §6.3.2; libiscsi's
                 // MultipathIO.Reset counts it on the resetting path too).
@@ -2087,6 +2478,7 @@ impl LogicalUnit for EmulatedLu {
         let me = PortKey::of(nexus);
         let mut st = inner.lock();
         st.prevent.remove(&me);
+        st.copy_results.retain(|(k, _, _)| *k != me);
         if st.reserve6.as_ref() == Some(&me) {
             st.reserve6 = None;
             inner.update_reserved(&st);
@@ -2108,6 +2500,8 @@ impl LogicalUnit for EmulatedLu {
         }
     }
 }
+
+pub mod xcopy;
 
 #[cfg(test)]
 mod tests;

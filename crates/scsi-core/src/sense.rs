@@ -27,6 +27,8 @@ impl SenseKey {
     pub const BLANK_CHECK: SenseKey = SenseKey(0x8);
     /// ABORTED COMMAND.
     pub const ABORTED_COMMAND: SenseKey = SenseKey(0xb);
+    /// COPY ABORTED.
+    pub const COPY_ABORTED: SenseKey = SenseKey(0xa);
     /// MISCOMPARE.
     pub const MISCOMPARE: SenseKey = SenseKey(0xe);
 }

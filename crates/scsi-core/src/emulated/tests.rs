@@ -433,7 +433,7 @@ async fn vpd_pages_and_capacity() {
     let n = ready_nexus(&lu, "a").await;
     let d = data(&run(&lu, &n, &inquiry(true, 0, 255), &[]).await);
     let pages = &d[4..];
-    assert_eq!(pages, &[0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2]);
+    assert_eq!(pages, &[0x00, 0x80, 0x83, 0x8f, 0xb0, 0xb1, 0xb2]);
     for &p in pages {
         let r = run(&lu, &n, &inquiry(true, p, 255), &[]).await;
         assert_good(&r);
@@ -1228,6 +1228,297 @@ async fn write_atomic16_writes_and_refuses() {
     let r = ready_nexus(&ro, "a").await;
     assert_sense(
         &run(&ro, &r, &write_atomic16(0, 0, 0, 1), &payload[..512]).await,
+        SenseKey::DATA_PROTECT,
+        asc::WRITE_PROTECTED,
+    );
+}
+
+fn sanitize(immed: bool, sa: u8, param_len: u16) -> [u8; 10] {
+    let mut c = [0u8; 10];
+    c[0] = 0x48;
+    c[1] = (u8::from(immed) << 7) | sa;
+    c[7..9].copy_from_slice(&param_len.to_be_bytes());
+    c
+}
+
+fn overwrite_params(flags: u8, pattern: &[u8]) -> Vec<u8> {
+    let mut p = vec![flags, 0];
+    p.extend_from_slice(&(pattern.len() as u16).to_be_bytes());
+    p.extend_from_slice(pattern);
+    p
+}
+
+#[tokio::test]
+async fn sanitize_overwrite_erase_and_refusals() {
+    let lu = lu_with(EmulatedLuConfig {
+        sanitize_rate: 0,
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    // OVERWRITE with a 3-byte pattern repeated through every block.
+    let p = overwrite_params(0x01, &[1, 2, 3]);
+    assert_good(&run(&lu, &a, &sanitize(false, 1, p.len() as u16), &p).await);
+    let expect: Vec<u8> = [1u8, 2, 3].iter().cycle().take(512).copied().collect();
+    for lba in [0, BLOCKS as u32 - 1] {
+        assert_eq!(
+            data(&run(&lu, &a, &rw10(0x28, 0, lba, 1), &[]).await),
+            expect
+        );
+    }
+    // Two inverted passes leave the inverse.
+    let p = overwrite_params(0x82, &[0x0f]);
+    assert_good(&run(&lu, &a, &sanitize(false, 1, p.len() as u16), &p).await);
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, 7, 1), &[]).await),
+        vec![0xf0; 512]
+    );
+    // BLOCK ERASE and CRYPTO ERASE: zeros, deallocated.
+    for sa in [2, 3] {
+        assert_good(&run(&lu, &a, &rw10(0x2a, 0, 0, 1), &[0xaa; 512]).await);
+        assert_good(&run(&lu, &a, &sanitize(false, sa, 0), &[]).await);
+        assert_eq!(
+            data(&run(&lu, &a, &rw10(0x28, 0, 0, 1), &[]).await),
+            vec![0; 512]
+        );
+    }
+    let gls = rw16(0x9e, 0x12, 0, 0);
+    let mut gls = gls;
+    gls[10..14].copy_from_slice(&64u32.to_be_bytes());
+    let d = data(&run(&lu, &a, &gls, &[]).await);
+    assert_eq!(d[20], 1, "deallocated");
+    // Refusals: service actions, lengths, parameter fields.
+    let invalid = |r: &TaskResult| {
+        let s = sense_of(r);
+        assert_eq!(s.key, SenseKey::ILLEGAL_REQUEST, "{s:?}");
+        assert!(
+            s.asc == asc::INVALID_FIELD_IN_CDB || s.asc == asc::INVALID_FIELD_IN_PARAMETER_LIST,
+            "{s:?}"
+        );
+    };
+    for sa in [0, 4, 0x10, 0x1e] {
+        invalid(&run(&lu, &a, &sanitize(false, sa, 0), &[]).await);
+    }
+    for sa in [2, 3, 0x1f] {
+        invalid(&run(&lu, &a, &sanitize(false, sa, 8), &[0; 8]).await);
+    }
+    assert_good(&run(&lu, &a, &sanitize(false, 0x1f, 0), &[]).await);
+    let full = overwrite_params(0x01, &[0xaa; 512]);
+    for len in [0u16, 1, 4, 517] {
+        invalid(
+            &run(
+                &lu,
+                &a,
+                &sanitize(false, 1, len),
+                &vec![0; usize::from(len)],
+            )
+            .await,
+        );
+    }
+    let mut zero_count = full.clone();
+    zero_count[0] = 0;
+    invalid(&run(&lu, &a, &sanitize(false, 1, 516), &zero_count).await);
+    let mut bad_ipl = full.clone();
+    bad_ipl[2..4].copy_from_slice(&0u16.to_be_bytes());
+    invalid(&run(&lu, &a, &sanitize(false, 1, 516), &bad_ipl).await);
+    let mut reserved = sanitize(false, 2, 0);
+    reserved[1] |= 0x40;
+    invalid(&run(&lu, &a, &reserved, &[]).await);
+    // Listed per service action.
+    for sa in [1u8, 2, 3, 0x1f] {
+        let rsoc = [0xa3, 0x0c, 0x02, 0x48, 0, sa, 0, 0, 1, 0, 0, 0];
+        let d = data(&run(&lu, &a, &rsoc, &[]).await);
+        assert_eq!(d[1] & 0x07, 0x03, "{sa:#x} supported");
+    }
+    let d = data(&run(&lu, &a, &inquiry(true, 0xb1, 64), &[]).await);
+    assert_eq!(d[7], 0x50, "WABEREQ WACEREQ");
+    // A write-protected LU refuses it.
+    let ro = lu_with(EmulatedLuConfig {
+        read_only: true,
+        ..Default::default()
+    });
+    let r = ready_nexus(&ro, "a").await;
+    assert_sense(
+        &run(&ro, &r, &sanitize(false, 2, 0), &[]).await,
+        SenseKey::DATA_PROTECT,
+        asc::WRITE_PROTECTED,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sanitize_in_progress_refuses_commands_until_done() {
+    // 4 MiB at 4 MiB/s: about a second in progress.
+    let lu = lu_with(EmulatedLuConfig {
+        sanitize_rate: 4 << 20,
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    let p = overwrite_params(0x01, &[0x5a]);
+    assert_good(&run(&lu, &a, &sanitize(true, 1, p.len() as u16), &p).await);
+    assert_sense(
+        &run(&lu, &a, &tur(), &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+    );
+    assert_sense(
+        &run(&lu, &a, &rw10(0x28, 0, 0, 1), &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+    );
+    assert_good(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
+    let s = data(&run(&lu, &a, &[0x03, 0, 0, 0, 18, 0], &[]).await);
+    assert_eq!((s[2] & 0x0f, s[12], s[13]), (0x02, 0x04, 0x1b));
+    // A LU reset does not stop it.
+    lu.task_management(TmfRequest {
+        nexus: a.clone(),
+        lun: Lun::ZERO,
+        function: TmfFunction::LogicalUnitReset,
+    })
+    .await;
+    assert_ua(
+        &run(&lu, &a, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_sense(
+        &run(&lu, &a, &tur(), &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+    );
+    loop {
+        let r = run(&lu, &a, &tur(), &[]).await;
+        if r.status == Status::GOOD {
+            break;
+        }
+        assert_sense(
+            &r,
+            SenseKey::NOT_READY,
+            asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, BLOCKS as u32 - 1, 1), &[]).await),
+        vec![0x5a; 512]
+    );
+}
+
+fn xcopy_cdb(len: u32) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x83;
+    c[10..14].copy_from_slice(&len.to_be_bytes());
+    c
+}
+
+fn rcr_cdb(sa: u8, list_id: u8) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x84;
+    c[1] = sa;
+    c[2] = list_id;
+    c[10..14].copy_from_slice(&1024u32.to_be_bytes());
+    c
+}
+
+/// A one-segment LID1 list copying `n` blocks within the LU named `naa`.
+fn xcopy_list(list_id: u8, usage: u8, naa: u64, n: u16, src: u64, dst: u64) -> Vec<u8> {
+    let mut p = vec![0u8; 16];
+    p[0] = list_id;
+    p[1] = usage << 3;
+    p[3] = 32;
+    p[11] = 28;
+    let mut cscd = vec![0u8; 32];
+    cscd[0] = 0xe4;
+    cscd[4] = 0x01;
+    cscd[5] = 0x03;
+    cscd[7] = 8;
+    cscd[8..16].copy_from_slice(&naa.to_be_bytes());
+    cscd[29..32].copy_from_slice(&[0, 2, 0]);
+    p.extend(cscd);
+    let mut seg = vec![0u8; 28];
+    seg[0] = 0x02;
+    seg[3] = 24;
+    seg[10..12].copy_from_slice(&n.to_be_bytes());
+    seg[12..20].copy_from_slice(&src.to_be_bytes());
+    seg[20..28].copy_from_slice(&dst.to_be_bytes());
+    p.extend(seg);
+    p
+}
+
+#[tokio::test]
+async fn extended_copy_and_receive_copy_results() {
+    let lu = lu();
+    let a = ready_nexus(&lu, "a").await;
+    let payload: Vec<u8> = (0..4096u32).map(|i| (i % 253) as u8).collect();
+    assert_good(&run(&lu, &a, &rw10(0x2a, 0, 0, 8), &payload).await);
+    // No result held yet for list 5.
+    assert_sense(
+        &run(&lu, &a, &rcr_cdb(0, 5), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    let p = xcopy_list(5, 0, lu.naa(), 8, 0, 4000);
+    assert_good(&run(&lu, &a, &xcopy_cdb(p.len() as u32), &p).await);
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, 4000, 8), &[]).await),
+        payload
+    );
+    let s = data(&run(&lu, &a, &rcr_cdb(0, 5), &[]).await);
+    assert_eq!((s[4], u16::from_be_bytes([s[5], s[6]])), (0x01, 1));
+    // Another nexus does not see it.
+    let b = ready_nexus(&lu, "b").await;
+    assert_sense(
+        &run(&lu, &b, &rcr_cdb(0, 5), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    // An overlapping copy upwards keeps the source intact while copying.
+    let p = xcopy_list(6, 2, lu.naa(), 8, 4000, 4004);
+    assert_good(&run(&lu, &a, &xcopy_cdb(p.len() as u32), &p).await);
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, 4004, 8), &[]).await),
+        payload
+    );
+    // Beyond the end and a foreign LU: COPY ABORTED.
+    for p in [
+        xcopy_list(7, 0, lu.naa(), 8, 0, BLOCKS - 1),
+        xcopy_list(7, 0, lu.naa() ^ 1, 8, 0, 100),
+    ] {
+        let s = sense_of(&run(&lu, &a, &xcopy_cdb(p.len() as u32), &p).await);
+        assert_eq!(s.key, SenseKey::COPY_ABORTED, "{s:?}");
+    }
+    // Held results end with the nexus.
+    lu.nexus_loss(&a);
+    let a = nexus("a");
+    assert_ua(
+        &run(&lu, &a, &tur(), &[]).await,
+        asc::I_T_NEXUS_LOSS_OCCURRED,
+    );
+    assert_sense(
+        &run(&lu, &a, &rcr_cdb(0, 5), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    // An empty parameter list does nothing.
+    assert_good(&run(&lu, &a, &xcopy_cdb(0), &[]).await);
+    let op = data(&run(&lu, &a, &rcr_cdb(3, 0), &[]).await);
+    assert!(op.len() >= 44);
+    assert_eq!(
+        u16::from_be_bytes([op[8], op[9]]),
+        xcopy::MAX_CSCD_DESCRIPTORS
+    );
+    // VPD 0x8F is listed and served.
+    let pages = data(&run(&lu, &a, &inquiry(true, 0, 64), &[]).await);
+    assert!(pages[4..].contains(&0x8f));
+    let tpc = data(&run(&lu, &a, &inquiry(true, 0x8f, 64), &[]).await);
+    assert_eq!(tpc[1], 0x8f);
+    assert_eq!(&tpc[4..6], &[0x00, 0x01]);
+    // A write-protected LU refuses it.
+    let ro = lu_with(EmulatedLuConfig {
+        read_only: true,
+        ..Default::default()
+    });
+    let r = ready_nexus(&ro, "a").await;
+    let p = xcopy_list(1, 0, ro.naa(), 1, 0, 1);
+    assert_sense(
+        &run(&ro, &r, &xcopy_cdb(p.len() as u32), &p).await,
         SenseKey::DATA_PROTECT,
         asc::WRITE_PROTECTED,
     );

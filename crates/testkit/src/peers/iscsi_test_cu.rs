@@ -245,6 +245,32 @@ pub fn list_tests(family: &str) -> Result<Vec<String>, PeerError> {
     Ok(names)
 }
 
+/// A `--test` selection of every suite of `family` but `excluded` (suite
+/// names without the family, e.g. `"Sanitize"`), registered in the
+/// family's own order (`iscsi-test-cu` takes a comma list from its end).
+///
+/// # Errors
+/// As [`list_tests`].
+pub fn suites_except(family: &str, excluded: &[&str]) -> Result<String, PeerError> {
+    Ok(suite_selection(family, &list_tests(family)?, excluded))
+}
+
+fn suite_selection(family: &str, tests: &[String], excluded: &[&str]) -> String {
+    let mut suites: Vec<&str> = Vec::new();
+    for test in tests {
+        let Some((suite, _)) = test.rsplit_once('.') else {
+            continue;
+        };
+        let short = suite.strip_prefix(family).and_then(|s| s.strip_prefix('.'));
+        if short.is_some_and(|s| excluded.contains(&s)) || suites.contains(&suite) {
+            continue;
+        }
+        suites.push(suite);
+    }
+    suites.reverse();
+    suites.join(",")
+}
+
 /// The `FAMILY.Suite.Test` lines (three parts) of `--list` output.
 fn parse_test_list(prefix: &str, stdout: &str) -> Vec<String> {
     stdout
@@ -748,6 +774,26 @@ Tests completed with return value: 0
         assert_eq!(
             parse_test_list("ALL.", out),
             ["ALL.Read10.Simple", "ALL.Read10.BeyondEol"]
+        );
+    }
+
+    #[test]
+    fn suite_selection_leaves_out_and_reverses() {
+        let tests: Vec<String> = [
+            "ALL.Read10.Simple",
+            "ALL.Read10.BeyondEol",
+            "ALL.Sanitize.Reset",
+            "ALL.Write10.Simple",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        assert_eq!(
+            suite_selection("ALL", &tests, &["Sanitize"]),
+            "ALL.Write10,ALL.Read10"
+        );
+        assert_eq!(
+            suite_selection("ALL", &tests, &[]),
+            "ALL.Write10,ALL.Sanitize,ALL.Read10"
         );
     }
 

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 pub use iscsi_test_cu::{
     IscsiTestCu, Outcome, ParsedConsole, RunSummary, SuiteResult, TestResult, list_tests,
-    parse_console,
+    parse_console, suites_except,
 };
 pub use net::{free_tcp_port, wait_for_port};
 pub use process::find_program;

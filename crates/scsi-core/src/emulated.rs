@@ -51,7 +51,7 @@
 //!   WRITE, so no other write interleaves with it; it has no alignment or
 //!   granularity restriction and no atomic boundary support.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};

@@ -687,3 +687,63 @@ fn zoned_out_initiator_sees_nothing_and_its_frames_are_dropped() {
     let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
     assert_eq!(s.result(i, id).unwrap().status, Status::GOOD);
 }
+
+/// An FDISC right after a LOGO gets a new N_Port_ID, not the one just
+/// given back: frames still in flight for the old login (a target's late
+/// answer, its LOGO) must not reach the port that logs in next. Found
+/// through the FCoE and FCIP hops, where a host session's NPIV port is
+/// released and the next session's acquired within a millisecond.
+#[test]
+fn fdisc_after_logo_does_not_reuse_the_address_at_once() {
+    use unifab_fc::compose::{self, Route};
+    use unifab_fc::fabric::LoginKind;
+    use unifab_fc::wire::OxId;
+    use unifab_fc::wire::els::{ElsRepr, LoginParams, Logo};
+
+    let mut fabric = Fabric::new(FabricConfig::default());
+    let port = fabric.attach("vfc1");
+    let now = Instant::now();
+    let mut ox = 0u16;
+    let mut login = |fabric: &mut Fabric, fdisc: bool, name: u64| -> FcId {
+        ox += 1;
+        let params = LoginParams::n_port(Wwn(name), Wwn(name | 1 << 60), 2048, 2000);
+        let els = if fdisc {
+            ElsRepr::Fdisc(params)
+        } else {
+            ElsRepr::Flogi(params)
+        };
+        let route = Route::request(FcId::UNIDENTIFIED, FcId::LOGIN_SERVER, OxId(ox));
+        fabric.handle_frame(now, port, compose::els(route, &els).unwrap());
+        while fabric.poll_transmit().is_some() {}
+        let entry = fabric
+            .logins()
+            .into_iter()
+            .find(|l| l.port_name == Wwn(name))
+            .expect("the login was accepted");
+        assert_eq!(entry.kind == LoginKind::Fdisc, fdisc);
+        entry.fc_id
+    };
+    let physical = login(&mut fabric, false, 0x2000_0000_0000_0001);
+    let mut seen = vec![physical];
+    for i in 0..300u64 {
+        let name = 0x3000_0000_0000_0000 | i;
+        let id = login(&mut fabric, true, name);
+        assert!(
+            !seen.ends_with(&[id]),
+            "FDISC {i} got {id:?}, the address just logged out"
+        );
+        // Within one cycle of the 255 port numbers no address repeats.
+        if seen.len() <= 255 {
+            assert!(!seen.contains(&id), "FDISC {i} reused {id:?} early");
+        }
+        seen.push(id);
+        let logo = ElsRepr::Logo(Logo {
+            n_port_id: id,
+            port_name: Wwn(name),
+        });
+        let route = Route::request(id, FcId::LOGIN_SERVER, OxId(0x4000 + i as u16));
+        fabric.handle_frame(now, port, compose::els(route, &logo).unwrap());
+        while fabric.poll_transmit().is_some() {}
+        assert!(fabric.login(id).is_none(), "the LOGO ended the login");
+    }
+}

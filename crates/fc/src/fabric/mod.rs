@@ -123,6 +123,12 @@ struct PortState {
     name: String,
     f_port_name: Wwn,
     counters: PortCounters,
+    /// The port number the last FDISC on this port was given: the next
+    /// one starts searching after it, so an N_Port_ID that was just
+    /// logged out is not handed out again at once (frames still in
+    /// flight for the old login would reach the new one; FC-LS-3 asks
+    /// for R_A_TOV before an address is reused).
+    last_npiv: u8,
 }
 
 /// A fabric port as `show` lists it.
@@ -215,6 +221,7 @@ impl Fabric {
             name: name.to_string(),
             f_port_name,
             counters: PortCounters::default(),
+            last_npiv: 0,
         };
         match slot {
             Some(i) => self.ports[i] = Some(st),
@@ -518,7 +525,19 @@ impl Fabric {
                 return;
             }
             let used: Vec<u8> = on_port.iter().map(|l| l.fc_id.port()).collect();
-            match (1..=0xffu8).find(|n| !used.contains(n)) {
+            let last = self
+                .ports
+                .get(port.0)
+                .and_then(|p| p.as_ref())
+                .map_or(0, |p| p.last_npiv);
+            // Round robin over 01..FF, starting after the last one given.
+            let next = (0..255u16)
+                .map(|k| ((u16::from(last) + k) % 255 + 1) as u8)
+                .find(|n| !used.contains(n));
+            if let (Some(n), Some(Some(st))) = (next, self.ports.get_mut(port.0)) {
+                st.last_npiv = n;
+            }
+            match next {
                 Some(n) => FcId::from_parts(self.cfg.domain, area as u8, n),
                 None => {
                     let r = rjt(

@@ -16,4 +16,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod enode;
+pub mod fcf;
+pub mod out;
 pub mod wire;

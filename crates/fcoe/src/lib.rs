@@ -18,5 +18,9 @@
 
 pub mod enode;
 pub mod fcf;
+#[cfg(feature = "io")]
+pub mod io;
+#[cfg(feature = "io")]
+pub mod link;
 pub mod out;
 pub mod wire;

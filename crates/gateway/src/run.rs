@@ -103,6 +103,7 @@ fn sanitize(name: &str) -> String {
 struct View {
     server: Option<TargetServer>,
     fc: Option<Arc<crate::fc::FcPlane>>,
+    fcoe: Option<Arc<crate::fcoe::FcoePorts>>,
     luns: Vec<(String, Arc<EmulatedLu>)>,
     metrics: Arc<Metrics>,
 }
@@ -140,6 +141,7 @@ impl AdminView for View {
                     .collect();
                 Some(serde_json::Value::Array(v).to_string())
             }
+            "flogi" | "fcoe" => crate::fcoe::show(self.fc.as_deref(), self.fcoe.as_ref(), what),
             other => self.fc.as_ref().and_then(|f| f.show(other)),
         }
     }
@@ -181,10 +183,28 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
 
     // The FC plane: target N_Ports over the LUs above, then fc:// LUs.
     let mut fc_lus: HashMap<String, Arc<dyn LogicalUnit>> = HashMap::new();
+    // FCoE links open first: an ENode port carries the initiator N_Port.
+    let initiator_node = cfg
+        .fabric
+        .as_ref()
+        .map(|f| f.initiator_node_name())
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or_default();
+    let mut fcoe_opened = crate::fcoe::open(&cfg, initiator_node)?;
     let fc = match &cfg.fabric {
-        Some(f) => Some(Arc::new(crate::fc::FcPlane::start(f, |name| {
-            lus.get(name).map(|l| l.clone() as Arc<dyn LogicalUnit>)
-        })?)),
+        Some(f) => Some(Arc::new(crate::fc::FcPlane::start_with(
+            f,
+            |name| lus.get(name).map(|l| l.clone() as Arc<dyn LogicalUnit>),
+            fcoe_opened.initiator_via.take(),
+        )?)),
+        None => None,
+    };
+    let fcoe = match &fc {
+        Some(plane) => {
+            let name = plane.switch().with_fabric(|f| f.config().switch_name);
+            Some(Arc::new(fcoe_opened.start(plane.switch(), name)?))
+        }
         None => None,
     };
     if let Some(plane) = &fc {
@@ -288,6 +308,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             let view = Arc::new(View {
                 server: server_handle.clone(),
                 fc: fc.clone(),
+                fcoe: fcoe.clone(),
                 luns: lu_list,
                 metrics,
             });
@@ -300,6 +321,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     wait_for_signal().await;
     info!("shutting down: asking initiators to log out");
     let _ = stop_tx.send(true);
+    if let Some(p) = &fcoe {
+        p.stop().await;
+    }
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
     }

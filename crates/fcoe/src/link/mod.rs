@@ -10,6 +10,8 @@
 //!   own XDP program redirecting only FCoE and FIP to the socket.
 
 pub mod af_packet;
+#[cfg(feature = "af-xdp")]
+pub mod af_xdp;
 pub mod memory;
 
 use std::fmt;

@@ -17,6 +17,8 @@
 #   fcoe-utils        fipvlan (FIP peer)
 #   iperf3            loopback ceiling for benchmarks
 #   clang m4 libelf-dev pkg-config libpcap-dev   builds of AF_XDP / pcap crates
+#   zlib1g-dev linux-libc-dev                   libbpf (libxdp-sys) and the XDP filter program
+#   iproute2                                    netns/veth for the FCoE tests
 #   (shell linter)    the "shellcheck" package, used by test-all.sh
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
@@ -29,6 +31,7 @@ set -euo pipefail
 APT_PACKAGES=(
     libiscsi-bin tgt qemu-utils qemu-block-extra tshark fcoe-utils iperf3
     clang m4 libelf-dev pkg-config libpcap-dev shellcheck
+    zlib1g-dev linux-libc-dev iproute2
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }

@@ -194,7 +194,10 @@ pub struct Enode {
     candidates: HashMap<MacAddr, FcfInfo>,
     selected: Option<Selected>,
     vn_ports: HashMap<FcId, VnPort>,
-    pending: HashMap<OxId, Pending>,
+    /// Open fabric logins and logouts by (OX_ID, S_ID): N_Ports sharing
+    /// the link pick OX_IDs independently, and a LOGO from one may carry
+    /// the OX_ID of another's FDISC.
+    pending: HashMap<(OxId, FcId), Pending>,
     out: VecDeque<EthOut>,
     up: VecDeque<Frame>,
     events: VecDeque<EnodeEvent>,
@@ -608,7 +611,13 @@ impl Enode {
             return;
         };
         let h = frame.header;
-        let Some(p) = self.pending.remove(&h.ox_id) else {
+        // A LOGO is answered to the address it logged out; a login to the
+        // address it was given, having been asked from 00.00.00.
+        let Some(p) = self
+            .pending
+            .remove(&(h.ox_id, h.d_id))
+            .or_else(|| self.pending.remove(&(h.ox_id, FcId::UNIDENTIFIED)))
+        else {
             self.counters.dropped += 1;
             return;
         };
@@ -651,6 +660,11 @@ impl Enode {
                         reason: "LOGO",
                     });
                 }
+                // An N_Port does not wait for the answer to its fabric
+                // LOGO (it is offline at once, and an NPIV port is gone);
+                // handed up, the answer could only be mistaken for the
+                // reply to another port's login with the same OX_ID.
+                return;
             }
             Pending::Login { .. } => {}
         }
@@ -747,7 +761,7 @@ impl Enode {
                     },
                 ),
             };
-            self.pending.insert(h.ox_id, pending);
+            self.pending.insert((h.ox_id, h.s_id), pending);
             let req = FipRepr::new(
                 FipOp::LINK_SERVICE,
                 FipSubcode::LS_REQUEST,

@@ -236,7 +236,8 @@ struct Enode {
     last_keep_alive: Instant,
     tokens: u32,
     last_refill: Instant,
-    pending: HashMap<OxId, PendingLogin>,
+    /// Open requests by (OX_ID, S_ID) (see the ENode's note).
+    pending: HashMap<(OxId, FcId), PendingLogin>,
 }
 
 #[derive(Debug, Clone)]
@@ -795,7 +796,7 @@ impl Fcf {
             _ => (wwn_at(p, 20), wwn_at(p, 28), FcId::UNIDENTIFIED),
         };
         e.pending.insert(
-            h.ox_id,
+            (h.ox_id, h.s_id),
             PendingLogin {
                 kind,
                 port_name,
@@ -842,7 +843,11 @@ impl Fcf {
             let enode = self
                 .enodes
                 .iter()
-                .find(|(_, e)| e.vf == vf && e.pending.contains_key(&h.ox_id))
+                .find(|(_, e)| {
+                    e.vf == vf
+                        && (e.pending.contains_key(&(h.ox_id, h.d_id))
+                            || e.pending.contains_key(&(h.ox_id, FcId::UNIDENTIFIED)))
+                })
                 .map(|(m, _)| *m);
             if let Some(m) = enode {
                 self.login_reply(now, m, frame);
@@ -868,7 +873,11 @@ impl Fcf {
         let Some(p) = self
             .enodes
             .get_mut(&enode)
-            .and_then(|e| e.pending.remove(&h.ox_id))
+            .and_then(|e| {
+                e.pending
+                    .remove(&(h.ox_id, h.d_id))
+                    .or_else(|| e.pending.remove(&(h.ox_id, FcId::UNIDENTIFIED)))
+            })
         else {
             return;
         };

@@ -343,6 +343,8 @@ pub fn open(interface: &str, cfg: &XdpConfig) -> io::Result<EthLink> {
             descs: vec![FrameDesc::default(); 64],
             max_lent: total_rx.saturating_sub(cfg.ring as usize / 2),
             copied: 0,
+            since_stats: 0,
+            drops_seen: (0, 0, 0),
             _program: program.clone(),
         }),
         tx: Box::new(XdpTx {
@@ -353,6 +355,8 @@ pub fn open(interface: &str, cfg: &XdpConfig) -> io::Result<EthLink> {
             pending: Vec::with_capacity(64),
             comp: vec![FrameDesc::default(); 64],
             dropped: 0,
+            in_ring: 0,
+            zero_copy: copy_mode == "zero-copy",
             _program: program,
         }),
         mac,
@@ -370,10 +374,37 @@ struct XdpRx {
     /// Frames that may be lent out before copies are made instead.
     max_lent: usize,
     copied: u64,
+    /// Frames taken since the kernel's drop counters were last read.
+    since_stats: usize,
+    /// The kernel's drop counters last seen.
+    drops_seen: (u64, u64, u64),
     _program: Arc<Program>,
 }
 
 impl XdpRx {
+    /// Reports frames the kernel could not deliver to the socket.
+    fn check_drops(&mut self) {
+        let Ok(st) = self.rx.fd().xdp_statistics() else {
+            return;
+        };
+        let now = (
+            st.rx_dropped(),
+            st.rx_ring_full(),
+            st.rx_fill_ring_empty_descs(),
+        );
+        if now != self.drops_seen {
+            warn!(
+                rx_dropped = now.0,
+                rx_ring_full = now.1,
+                fill_ring_empty = now.2,
+                lent = self.pool.lent.load(std::sync::atomic::Ordering::Relaxed),
+                copied = self.copied,
+                "AF_XDP receive drops"
+            );
+            self.drops_seen = now;
+        }
+    }
+
     /// Gives free frames back to the kernel.
     fn refill(&mut self) {
         let free: Vec<FrameDesc> = {
@@ -404,6 +435,11 @@ impl XdpRx {
         // hand them back through the fill ring.
         let n = unsafe { self.rx.consume(&mut self.descs) };
         use std::sync::atomic::Ordering;
+        self.since_stats += n;
+        if self.since_stats >= 4096 {
+            self.since_stats = 0;
+            self.check_drops();
+        }
         for d in &self.descs[..n] {
             let mut frame = UmemFrame {
                 umem: self.umem.clone(),
@@ -439,6 +475,7 @@ impl EthRx for XdpRx {
                     self.take(out);
                     return Ok(());
                 }
+                self.check_drops();
                 let afd = self.afd.clone();
                 let mut guard = afd.readable().await?;
                 self.refill();
@@ -459,6 +496,9 @@ struct XdpTx {
     pending: Vec<FrameDesc>,
     comp: Vec<FrameDesc>,
     dropped: u64,
+    /// Frames on the TX ring not yet completed.
+    in_ring: usize,
+    zero_copy: bool,
     _program: Arc<Program>,
 }
 
@@ -468,36 +508,51 @@ impl XdpTx {
             // SAFETY: completed descriptors are ours again.
             let n = unsafe { self.cq.consume(&mut self.comp) };
             self.free.extend_from_slice(&self.comp[..n]);
+            self.in_ring -= n.min(self.in_ring);
             if n < self.comp.len() {
                 break;
             }
         }
     }
 
+    /// Puts pending frames on the TX ring and kicks the kernel until the
+    /// ring has drained (copy mode transmits during the kick, at most a
+    /// small batch per call) or it stops making progress.
     fn submit(&mut self) -> io::Result<()> {
-        for _ in 0..1024 {
-            if self.pending.is_empty() {
-                break;
+        let mut idle = 0;
+        while (!self.pending.is_empty() || self.in_ring > 0) && idle < 64 {
+            if !self.pending.is_empty() {
+                // SAFETY: pending descriptors hold written frames of this UMEM.
+                let n = unsafe { self.tx.produce(&self.pending) };
+                self.pending.drain(..n);
+                self.in_ring += n;
             }
-            // SAFETY: pending descriptors hold written frames of this UMEM.
-            let n = unsafe { self.tx.produce(&self.pending) };
-            self.pending.drain(..n);
-            if self.tx.needs_wakeup() {
-                if let Err(e) = self.tx.wakeup() {
-                    if e.kind() != io::ErrorKind::WouldBlock
-                        && e.raw_os_error() != Some(libc::EBUSY)
-                        && e.raw_os_error() != Some(libc::EAGAIN)
-                    {
-                        return Err(e);
-                    }
+            if self.zero_copy && !self.tx.needs_wakeup() {
+                // The device sends on its own; completions come later.
+                self.reclaim();
+                return Ok(());
+            }
+            if let Err(e) = self.tx.wakeup() {
+                let transient = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS)
+                );
+                if !transient {
+                    return Err(e);
                 }
             }
+            let before = self.in_ring;
             self.reclaim();
+            if self.in_ring == before {
+                idle += 1;
+            } else {
+                idle = 0;
+            }
         }
         if !self.pending.is_empty() {
-            // The ring did not drain: give the frames up (class 3 drop).
+            // The ring did not take them: give the frames up (class 3 drop).
             self.dropped += self.pending.len() as u64;
-            warn!(frames = self.pending.len(), "AF_XDP TX ring stuck: frames dropped");
+            warn!(frames = self.pending.len(), dropped = self.dropped, "AF_XDP TX ring stuck: frames dropped");
             let p: Vec<FrameDesc> = self.pending.drain(..).collect();
             self.free.extend(p);
         }
@@ -522,6 +577,7 @@ impl EthTx for XdpTx {
         }
         let Some(mut d) = self.free.pop() else {
             self.dropped += 1;
+            warn!(dropped = self.dropped, "AF_XDP: no free TX frame: frame dropped");
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 "AF_XDP: no free TX frame",

@@ -2,6 +2,7 @@
 //! (`$OUT_DIR/fcoe_filter.o`) with clang, which the AF_XDP link loads.
 //! Needs `clang` and the kernel UAPI headers (Debian: clang,
 //! linux-libc-dev; scripts/setup.sh installs them).
+#![allow(clippy::expect_used)]
 
 use std::env;
 use std::path::PathBuf;

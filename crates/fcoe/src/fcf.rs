@@ -870,15 +870,11 @@ impl Fcf {
 
     fn login_reply(&mut self, now: Instant, enode: MacAddr, frame: Frame) {
         let h = frame.header;
-        let Some(p) = self
-            .enodes
-            .get_mut(&enode)
-            .and_then(|e| {
-                e.pending
-                    .remove(&(h.ox_id, h.d_id))
-                    .or_else(|| e.pending.remove(&(h.ox_id, FcId::UNIDENTIFIED)))
-            })
-        else {
+        let Some(p) = self.enodes.get_mut(&enode).and_then(|e| {
+            e.pending
+                .remove(&(h.ox_id, h.d_id))
+                .or_else(|| e.pending.remove(&(h.ox_id, FcId::UNIDENTIFIED)))
+        }) else {
             return;
         };
         let Some(vf) = self.enodes.get(&enode).map(|e| e.vf) else {

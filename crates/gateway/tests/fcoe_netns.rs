@@ -72,10 +72,7 @@ fn fipvlan_finds(io: &str) {
     assert_eq!(cols, [veth.a.as_str(), "100", fcf_mac.as_str()], "{found}");
     let fcoe = b.show("fcoe");
     assert_eq!(fcoe[0]["mode"], "fcf");
-    assert!(
-        fcoe[0]["link"].as_str().unwrap().starts_with(io),
-        "{fcoe}"
-    );
+    assert!(fcoe[0]["link"].as_str().unwrap().starts_with(io), "{fcoe}");
     println!("fipvlan over {io}:\n{found}");
 }
 
@@ -118,7 +115,12 @@ fn hop_smoke(io: &str) {
     require_root("the FCoE hop");
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let hop = Hop::start(dir.path(), io, "");
-    let cap = Capture::start(&hop.veth.a, dir.path().join("hop.pcap"));
+    // Frames an AF_XDP socket sends (copy mode transmits with a direct
+    // xmit) or receives (redirected before the stack) never reach packet
+    // taps, so tshark on the veth sees the AF_PACKET runs only; the
+    // conformance test captures a mixed hop (AF_XDP ENode, AF_PACKET FCF)
+    // on the FCF's side.
+    let cap = (io == "af_packet").then(|| Capture::start(&hop.veth.a, dir.path().join("hop.pcap")));
 
     // Verified I/O through the hop.
     let mut s = RawSession::login(
@@ -156,15 +158,17 @@ fn hop_smoke(io: &str) {
         );
     }
 
-    let pcap = cap.stop();
-    let d = decode(&pcap);
-    println!(
-        "{io}: tshark decoded {} FIP and {} FCoE frames ({} with a good CRC)",
-        d.fip, d.fcoe, d.crc_good
-    );
-    assert!(d.fip > 0 && d.fcoe > 1000, "too little on the wire");
-    assert_eq!(d.crc_good, d.fcoe, "FCoE frames without a good CRC");
-    assert!(d.flagged.is_empty(), "tshark flagged:\n{}", d.flagged);
+    if let Some(cap) = cap {
+        let pcap = cap.stop();
+        let d = decode(&pcap);
+        println!(
+            "{io}: tshark decoded {} FIP and {} FCoE frames ({} with a good CRC)",
+            d.fip, d.fcoe, d.crc_good
+        );
+        assert!(d.fip > 0 && d.fcoe > 1000, "too little on the wire");
+        assert_eq!(d.crc_good, d.fcoe, "FCoE frames without a good CRC");
+        assert!(d.flagged.is_empty(), "tshark flagged:\n{}", d.flagged);
+    }
 
     // show flogi: the ENode's login on A, the VN_Port with VLAN and MAC on B.
     let fa = hop.a.show("flogi");

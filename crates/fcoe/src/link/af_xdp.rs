@@ -285,10 +285,7 @@ pub fn open(interface: &str, cfg: &XdpConfig) -> io::Result<EthLink> {
         }
     }
     let Some(((tx_q, rx_q, rings), copy_mode)) = bound else {
-        return Err(err(
-            "binding the AF_XDP socket",
-            last.unwrap_or_default(),
-        ));
+        return Err(err("binding the AF_XDP socket", last.unwrap_or_default()));
     };
     let Some((mut fq, cq)) = rings else {
         return Err(err("AF_XDP socket", "no fill/completion rings"));
@@ -324,8 +321,9 @@ pub fn open(interface: &str, cfg: &XdpConfig) -> io::Result<EthLink> {
     });
     // SAFETY: the socket fd stays open as long as the RX half (which owns
     // its queue and this registration) exists.
-    let afd = unsafe { AsyncFd::register_with_interest(RawSock(fd), tokio::io::Interest::READABLE) }
-        .map_err(|e| err("registering the socket with tokio", e))?;
+    let afd =
+        unsafe { AsyncFd::register_with_interest(RawSock(fd), tokio::io::Interest::READABLE) }
+            .map_err(|e| err("registering the socket with tokio", e))?;
     let mode = match cfg.mode {
         XdpMode::Native => "native",
         XdpMode::Generic => "generic",
@@ -552,7 +550,11 @@ impl XdpTx {
         if !self.pending.is_empty() {
             // The ring did not take them: give the frames up (class 3 drop).
             self.dropped += self.pending.len() as u64;
-            warn!(frames = self.pending.len(), dropped = self.dropped, "AF_XDP TX ring stuck: frames dropped");
+            warn!(
+                frames = self.pending.len(),
+                dropped = self.dropped,
+                "AF_XDP TX ring stuck: frames dropped"
+            );
             let p: Vec<FrameDesc> = self.pending.drain(..).collect();
             self.free.extend(p);
         }
@@ -577,7 +579,10 @@ impl EthTx for XdpTx {
         }
         let Some(mut d) = self.free.pop() else {
             self.dropped += 1;
-            warn!(dropped = self.dropped, "AF_XDP: no free TX frame: frame dropped");
+            warn!(
+                dropped = self.dropped,
+                "AF_XDP: no free TX frame: frame dropped"
+            );
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 "AF_XDP: no free TX frame",

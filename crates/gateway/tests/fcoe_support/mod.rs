@@ -85,9 +85,7 @@ impl Veth {
         ]);
         run(&["ip", "link", "set", &v.b, "netns", &v.ns]);
         run(&["ip", "link", "set", &v.a, "mtu", "2500", "up"]);
-        run(&[
-            "ip", "-n", &v.ns, "link", "set", &v.b, "mtu", "2500", "up",
-        ]);
+        run(&["ip", "-n", &v.ns, "link", "set", &v.b, "mtu", "2500", "up"]);
         run(&["ip", "-n", &v.ns, "link", "set", "lo", "up"]);
         v
     }
@@ -97,7 +95,14 @@ impl Veth {
     pub fn with_ip(self) -> Veth {
         run(&["ip", "addr", "add", "169.254.77.1/24", "dev", &self.a]);
         run(&[
-            "ip", "-n", &self.ns, "addr", "add", "169.254.77.2/24", "dev", &self.b,
+            "ip",
+            "-n",
+            &self.ns,
+            "addr",
+            "add",
+            "169.254.77.2/24",
+            "dev",
+            &self.b,
         ]);
         self
     }
@@ -159,7 +164,11 @@ impl Gw {
         let admin: SocketAddr = config
             .lines()
             .find_map(|l| l.trim().strip_prefix("listen = \"127.0.0.1:"))
-            .map(|p| format!("127.0.0.1:{}", p.trim_end_matches('"')).parse().unwrap())
+            .map(|p| {
+                format!("127.0.0.1:{}", p.trim_end_matches('"'))
+                    .parse()
+                    .unwrap()
+            })
             .expect("an [admin] listen line in the config");
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
@@ -173,7 +182,10 @@ impl Gw {
                 panic!("{name} exited before printing {ready:?}:\n{}", tail(&log));
             };
             if let Some(rest) = line.strip_prefix("iSCSI target ") {
-                iscsi = rest.split(" on ").nth(1).and_then(|a| a.trim().parse().ok());
+                iscsi = rest
+                    .split(" on ")
+                    .nth(1)
+                    .and_then(|a| a.trim().parse().ok());
             }
             if line.starts_with(ready) {
                 break;

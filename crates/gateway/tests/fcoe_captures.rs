@@ -1,0 +1,95 @@
+//! `unifab pcap-check` on the FCoE and FIP captures in ../shared/captures:
+//! every standard FIP frame and every FCoE frame round-trips byte for
+//! byte; the frames cut short at capture are reported as truncated; the
+//! 2008-draft FIP advertisements and the pre-T11 FCoE encapsulation are
+//! reported as not accepted, with the reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use unifab::pcap_check::{Protocol, Report, Verdict, pcap_check};
+
+fn capture(name: &str) -> Report {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/captures")
+        .join(name);
+    pcap_check(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn not_accepted(r: &Report, p: Protocol) -> Vec<String> {
+    r.of(p)
+        .filter_map(|e| match &e.verdict {
+            Verdict::NotAccepted { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn fip_adv_every_standard_frame_round_trips() {
+    let r = capture("fip-adv.cap");
+    let ok: Vec<&str> = r
+        .of(Protocol::Fip)
+        .filter(|e| e.verdict == Verdict::Ok)
+        .map(|e| e.what.as_str())
+        .collect();
+    assert_eq!(
+        ok,
+        [
+            "Solicitation",
+            "Solicitation",
+            "FLOGI request",
+            "FLOGI reply"
+        ],
+        "{r}"
+    );
+    let draft = not_accepted(&r, Protocol::Fip);
+    assert_eq!(draft.len(), 4, "{r}");
+    assert!(draft.iter().all(|d| d.starts_with("pre-standard FIP")));
+    assert_eq!(r.ok(Protocol::Fc), 2, "the FLOGI and its accept inside FIP");
+    assert_eq!(r.ok(Protocol::Fcoe), 32);
+    assert!(r.failures(Protocol::Fcoe).is_empty() && r.failures(Protocol::Fc).is_empty());
+    assert!(!r.unchecked.contains_key(&Protocol::Fip));
+}
+
+#[test]
+fn fip_ka_keep_alives_cut_at_capture_are_truncated() {
+    let r = capture("fip-ka.cap");
+    assert_eq!(r.frames, 45);
+    assert_eq!(r.truncated(Protocol::Fip), 23, "{r}");
+    let ok: Vec<&str> = r
+        .of(Protocol::Fip)
+        .filter(|e| e.verdict == Verdict::Ok)
+        .map(|e| e.what.as_str())
+        .collect();
+    assert_eq!(ok, ["Clear Virtual Links"], "{r}");
+    let draft = not_accepted(&r, Protocol::Fip);
+    assert_eq!(draft.len(), 21);
+    assert!(draft.iter().all(|d| d.starts_with("pre-standard FIP")));
+}
+
+#[test]
+fn fcoe_t11_every_frame_round_trips() {
+    let r = capture("fcoe-t11.pcap");
+    assert_eq!(r.ok(Protocol::Fcoe), 69, "{r}");
+    assert!(r.failures(Protocol::Fcoe).is_empty());
+    let short = capture("fcoe-t11-short.cap");
+    assert_eq!(short.truncated(Protocol::Fcoe), 14, "{short}");
+    assert!(short.failures(Protocol::Fcoe).is_empty(), "{short}");
+}
+
+#[test]
+fn pre_t11_fcoe_is_rejected_cleanly() {
+    let r = capture("fcoe1.cap");
+    assert_eq!(r.ok(Protocol::Fcoe), 0, "{r}");
+    let rejected = not_accepted(&r, Protocol::Fcoe);
+    assert!(rejected.len() >= 100, "{r}");
+    assert!(
+        rejected
+            .iter()
+            .all(|x| x.contains("not a standard FCoE frame")
+                || x.contains("shorter than")
+                || x.contains("CRC")),
+        "{rejected:?}"
+    );
+}

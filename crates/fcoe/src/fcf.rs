@@ -118,9 +118,12 @@ impl FcfConfig {
             available: true,
             max_enodes: 256,
             max_vn_ports_per_enode: 64,
-            login_burst: 16,
-            login_refill: Duration::from_millis(250),
-            max_pending_logins: 4,
+            // An initiator gateway opens an NPIV port per host session
+            // (FDISC) and closes it at the session's end (LOGO): a test
+            // suite churns a few per second, a flood thousands.
+            login_burst: 32,
+            login_refill: Duration::from_millis(50),
+            max_pending_logins: 8,
             login_timeout: Duration::from_secs(10),
         }
     }

@@ -418,7 +418,7 @@ fn bad_input_is_refused_limited_or_dropped() {
     w.settle();
     let c = w.fcf.counters();
     assert!(c.login_limited >= 480, "{c:?}");
-    assert!(c.logins - logins_before <= 16, "{c:?}");
+    assert!(c.logins - logins_before <= 32, "{c:?}");
     assert!(w.fcf.vn_ports().iter().filter(|v| v.enode == rogue).count() <= 1);
 
     // Wrong descriptor lengths: a MAC descriptor of 3 words, a priority of 2.

@@ -93,3 +93,54 @@ fn pre_t11_fcoe_is_rejected_cleanly() {
         "{rejected:?}"
     );
 }
+
+/// Writes fuzz seeds from the captures into `fuzz/corpus/fip_frame/` (the
+/// FIP payload of every untruncated FIP frame) and `fuzz/corpus/fcoe_frame/`
+/// (the FCoE encapsulation of every untruncated FCoE frame), the inputs
+/// those targets take. Run by hand before fuzzing:
+/// `cargo test -p unifab --test fcoe_captures -- --ignored write_fcoe_fuzz_seeds`.
+#[test]
+#[ignore = "writes fuzz seeds into fuzz/corpus; run by hand before fuzzing"]
+fn write_fcoe_fuzz_seeds() {
+    use unifab::capture::net::{ETHERTYPE_FCOE, ETHERTYPE_FIP, LinkPayload, link_payload};
+    use unifab::capture::pcap::read_frames;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let (mut fip, mut fcoe) = (0, 0);
+    for name in [
+        "fcoe-t11.pcap",
+        "fip-adv.cap",
+        "fip-ka.cap",
+        "fcoe-drop-rddata.cap",
+        "fcoe-t11-short.cap",
+        "fcoe1.cap",
+    ] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/captures")
+            .join(name);
+        let file = std::fs::read(path).unwrap();
+        for fr in read_frames(&file).unwrap() {
+            if fr.is_truncated() {
+                continue;
+            }
+            let LinkPayload::Ether { ethertype, payload } = link_payload(&fr) else {
+                continue;
+            };
+            let target = match ethertype {
+                ETHERTYPE_FIP => {
+                    fip += 1;
+                    "fip_frame"
+                }
+                ETHERTYPE_FCOE => {
+                    fcoe += 1;
+                    "fcoe_frame"
+                }
+                _ => continue,
+            };
+            let dir = root.join(target);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{name}-{}", fr.number)), payload).unwrap();
+        }
+    }
+    println!("{fip} FIP seeds, {fcoe} FCoE seeds");
+    assert!(fip > 10 && fcoe > 50, "only {fip} FIP and {fcoe} FCoE seeds");
+}

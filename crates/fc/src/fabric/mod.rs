@@ -22,7 +22,9 @@
 pub mod name_server;
 pub mod zoning;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::fastmap::FastMap;
 use std::time::Instant;
 
 use crate::compose::{self, Route};
@@ -143,7 +145,7 @@ pub struct PortView {
 pub struct Fabric {
     cfg: FabricConfig,
     ports: Vec<Option<PortState>>,
-    logins: HashMap<FcId, LoginEntry>,
+    logins: FastMap<FcId, LoginEntry>,
     ns: NameServer,
     zoning: Zoning,
     membership: Membership,
@@ -187,7 +189,7 @@ impl Fabric {
         Fabric {
             cfg,
             ports: Vec::new(),
-            logins: HashMap::new(),
+            logins: FastMap::default(),
             ns: NameServer::default(),
             zoning,
             membership,

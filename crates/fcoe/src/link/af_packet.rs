@@ -92,16 +92,30 @@ fn open_socket() -> io::Result<i32> {
         unsafe { libc::close(fd) };
         return Err(e);
     }
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        // SAFETY: as above; failure only leaves the default size.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                (&big as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
+    // FCoE assumes a lossless link: a frame the socket drops fails its
+    // whole exchange. A 1 MiB read is 512 frames, eight in flight 4,096
+    // (about 20 MiB of socket memory on veth), so the buffers are sized
+    // past that: forced past net.core.{r,w}mem_max where the process may
+    // (CAP_NET_ADMIN), else as large as the limits allow.
+    let forced: libc::c_int = 64 << 20;
+    for (force, opt) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        let set = |name: libc::c_int, value: &libc::c_int| {
+            // SAFETY: as above; failure only leaves the previous size.
+            unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    name,
+                    (value as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            }
+        };
+        if set(force, &forced) != 0 {
+            set(opt, &big);
         }
     }
     Ok(fd)

@@ -66,9 +66,12 @@ impl XdpMode {
 pub struct XdpConfig {
     /// Native or generic XDP.
     pub mode: XdpMode,
-    /// UMEM frames (half for receiving, half for sending). 4,096 frames
-    /// are 16 MiB of locked memory: root's CAP_IPC_LOCK covers it; an
-    /// unprivileged process under an 8 MiB memlock limit needs ≤ 2,048.
+    /// UMEM frames (half for receiving, half for sending). FCoE assumes
+    /// a lossless link, so a burst must fit in the fill ring: a 1 MiB
+    /// read is 512 frames, eight in flight 4,096. The default 16,384
+    /// frames are 64 MiB of locked memory: root's CAP_IPC_LOCK covers it;
+    /// an unprivileged process under an 8 MiB memlock limit needs ≤ 2,048
+    /// (and smaller rings).
     pub frames: u32,
     /// Ring sizes (fill, completion, RX, TX): a power of two.
     pub ring: u32,
@@ -81,8 +84,8 @@ impl XdpConfig {
     pub fn new(mode: XdpMode) -> XdpConfig {
         XdpConfig {
             mode,
-            frames: 4096,
-            ring: 1024,
+            frames: 16_384,
+            ring: 4096,
             queue: 0,
         }
     }

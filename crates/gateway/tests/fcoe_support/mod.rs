@@ -65,19 +65,54 @@ pub struct Veth {
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// Removes the namespaces and veth ends a killed test run left behind
+/// (named after a process that no longer exists). Deleting the veth also
+/// detaches any XDP program on it.
+fn sweep_stale() {
+    let dead = |name: &str, prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|t| t.split_once('x'))
+            .and_then(|(pid, _)| u32::from_str_radix(pid, 16).ok())
+            .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    };
+    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+        for ns in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|ns| dead(ns, "fcoens"))
+        {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+    if let Ok(out) = Command::new("ip").args(["-br", "link", "show"]).output() {
+        for dev in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(|d| d.split('@').next().unwrap_or(d))
+            .filter(|d| dead(d, "fcoea"))
+        {
+            let _ = Command::new("ip").args(["link", "del", dev]).output();
+        }
+    }
+}
+
 impl Veth {
     /// Creates the namespace and the pair (MTU 2,500: an FCoE baby
     /// jumbo), both ends up.
     pub fn new() -> Veth {
+        sweep_stale();
+        // fcoe{ns,a,b}<pid in hex>x<n>: at most 15 characters, an
+        // interface name's limit; the pid lets a later run tell leftovers
+        // of a killed run from a running test's.
         let tag = format!(
-            "{}{}",
-            std::process::id() % 100_000,
+            "{:x}x{}",
+            std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let v = Veth {
-            ns: format!("ufns{tag}"),
-            a: format!("ufa{tag}"),
-            b: format!("ufb{tag}"),
+            ns: format!("fcoens{tag}"),
+            a: format!("fcoea{tag}"),
+            b: format!("fcoeb{tag}"),
         };
         run(&["ip", "netns", "add", &v.ns]);
         run(&[
@@ -430,30 +465,57 @@ pub struct Decoded {
     pub flagged: String,
 }
 
+/// What tshark flags: malformed or short frames, error-severity expert
+/// items, FCoE frames whose CRC is not good.
+const FLAGGED: &str = "(fip || fcoe) && (_ws.malformed || _ws.short \
+                       || _ws.expert.severity >= 0x00800000 || fcoe.crc.status != 1)";
+
+/// Decodes `file` with tshark in one pass (an I/O statistics table with a
+/// count per filter); lists the flagged frames only when there are any.
 pub fn decode(file: &Path) -> Decoded {
-    let count = |filter: &str| {
-        let out = Command::new("tshark")
-            .arg("-r")
-            .arg(file)
-            .args(["-Y", filter])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count()
-    };
+    let stat = format!(
+        "io,stat,0,COUNT(frame)frame && fip,COUNT(frame)frame && fcoe,\
+         COUNT(frame)frame && fcoe.crc.status == 1,COUNT(frame)frame && {FLAGGED}"
+    );
     let out = Command::new("tshark")
         .arg("-r")
         .arg(file)
-        .args([
-            "-Y",
-            "(fip || fcoe) && (_ws.malformed || _ws.short || _ws.expert.severity >= 0x00800000 \
-             || fcoe.crc.status != 1)",
-        ])
+        .args(["-q", "-z", &stat])
         .output()
-        .unwrap();
+        .expect("tshark (Debian: tshark)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tshark -r {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = text
+        .lines()
+        .find(|l| l.contains("<>"))
+        .unwrap_or_else(|| panic!("no statistics row in tshark's output:\n{text}"));
+    let counts: Vec<usize> = row
+        .split('|')
+        .skip(2)
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    assert_eq!(counts.len(), 4, "unexpected statistics row: {row}");
+    let flagged = if counts[3] == 0 {
+        String::new()
+    } else {
+        let out = Command::new("tshark")
+            .arg("-r")
+            .arg(file)
+            .args(["-Y", FLAGGED])
+            .output()
+            .unwrap();
+        let list = String::from_utf8_lossy(&out.stdout).into_owned();
+        format!("{} frames:\n{list}", counts[3])
+    };
     Decoded {
-        fip: count("fip"),
-        fcoe: count("fcoe"),
-        crc_good: count("fcoe.crc.status == 1"),
-        flagged: String::from_utf8_lossy(&out.stdout).into_owned(),
+        fip: counts[0],
+        fcoe: counts[1],
+        crc_good: counts[2],
+        flagged,
     }
 }

@@ -94,6 +94,47 @@ fn pre_t11_fcoe_is_rejected_cleanly() {
     );
 }
 
+/// The same verdicts through the `unifab pcap-check` command: its summary
+/// lines, and an exit status that is non-zero exactly when a frame was
+/// not accepted (the draft FIP frames, the pre-T11 encapsulation).
+#[test]
+fn the_command_reports_fcoe_and_fip_and_exits_by_verdict() {
+    let run = |name: &str| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/captures")
+            .join(name);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"))
+            .arg("pcap-check")
+            .arg(path)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, out) = run("fcoe-t11.pcap");
+    assert!(
+        ok && out.contains("Fcoe: 69 ok, 0 failed, 0 truncated"),
+        "{out}"
+    );
+    let (ok, out) = run("fip-adv.cap");
+    assert!(!ok, "draft FIP frames are reported as failures:\n{out}");
+    assert!(out.contains("Fip: 4 ok, 4 failed, 0 truncated"), "{out}");
+    assert!(out.contains("Fcoe: 32 ok, 0 failed, 0 truncated"), "{out}");
+    assert!(out.contains("pre-standard FIP"), "{out}");
+    let (ok, out) = run("fip-ka.cap");
+    assert!(
+        !ok && out.contains("Fip: 1 ok, 21 failed, 23 truncated"),
+        "{out}"
+    );
+    let (ok, out) = run("fcoe1.cap");
+    assert!(
+        !ok && out.contains("Fcoe: 0 ok, 168 failed, 0 truncated"),
+        "{out}"
+    );
+}
+
 /// Writes fuzz seeds from the captures into `fuzz/corpus/fip_frame/` (the
 /// FIP payload of every untruncated FIP frame) and `fuzz/corpus/fcoe_frame/`
 /// (the FCoE encapsulation of every untruncated FCoE frame), the inputs
@@ -142,5 +183,8 @@ fn write_fcoe_fuzz_seeds() {
         }
     }
     println!("{fip} FIP seeds, {fcoe} FCoE seeds");
-    assert!(fip > 10 && fcoe > 50, "only {fip} FIP and {fcoe} FCoE seeds");
+    assert!(
+        fip > 10 && fcoe > 50,
+        "only {fip} FIP and {fcoe} FCoE seeds"
+    );
 }

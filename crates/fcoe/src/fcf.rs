@@ -929,6 +929,14 @@ impl Fcf {
             LoginKind::Logo if accepted => {
                 if let Some(v) = self.vn_ports.remove(&p.logo_of) {
                     mac = v.view.mac;
+                    // A login its ENode ends itself gives its token back:
+                    // the bucket limits VN_Ports opened faster than they
+                    // close (a flood), not an initiator that opens and
+                    // closes an NPIV port per host session.
+                    let burst = self.cfg.login_burst;
+                    if let Some(e) = self.enodes.get_mut(&v.view.enode) {
+                        e.tokens = (e.tokens + 1).min(burst);
+                    }
                     self.events.push_back(FcfEvent::LoggedOut {
                         port: v.view,
                         reason: "LOGO",

@@ -76,7 +76,15 @@ fn through_hop(io: &str, direct: &SuiteResult) {
     println!("{io}: suite took {:.0} s", t.elapsed().as_secs_f64());
     hop.a.check_alive();
     hop.b.check_alive();
-    r.record(&format!("unifab-fcoe-{io}")).expect("record");
+    let table = r.record(&format!("unifab-fcoe-{io}")).expect("record");
+    // The gateways' logs go next to the table (the scratch directory
+    // goes away with the test).
+    for (side, gw) in [("a", &hop.a), ("b", &hop.b)] {
+        let _ = std::fs::copy(
+            &gw.log,
+            table.with_file_name(format!("unifab-fcoe-{io}-{side}.log")),
+        );
+    }
     if let Some(cap) = cap {
         let d = decode(&cap.stop());
         println!(

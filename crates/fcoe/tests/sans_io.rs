@@ -12,7 +12,7 @@ use bytes::Bytes;
 use unifab_fc::compose::{self, Route};
 use unifab_fc::fabric::{Fabric, FabricConfig, PortIndex};
 use unifab_fc::nport::{NPort, NPortConfig, NPortEvent};
-use unifab_fc::wire::els::{ElsRepr, LoginParams};
+use unifab_fc::wire::els::{ElsRepr, LoginParams, Logo};
 use unifab_fc::{FcId, OxId, Wwn};
 use unifab_fcoe::enode::{Enode, EnodeConfig, EnodeEvent};
 use unifab_fcoe::fcf::{Fcf, FcfConfig, FcfEvent, VfPortId};
@@ -459,4 +459,88 @@ fn bad_input_is_refused_limited_or_dropped() {
             .count(),
         2
     );
+}
+
+/// A FIP link-service request carrying `els` from `s_id`.
+fn ls_request(
+    src: MacAddr,
+    s_id: FcId,
+    ox: u16,
+    els: &ElsRepr,
+    wrap: fn(Bytes) -> Descriptor,
+    mac_descriptor: MacAddr,
+) -> Bytes {
+    let f = compose::els(Route::request(s_id, FcId::LOGIN_SERVER, OxId(ox)), els).unwrap();
+    let mut fc = Vec::new();
+    f.write_to(&mut fc);
+    EthOut {
+        eth: EthernetRepr {
+            dst: FCF_MAC,
+            src,
+            vlan: None,
+            ethertype: EtherType::FIP,
+        },
+        body: EthBody::Fip(FipRepr::new(
+            FipOp::LINK_SERVICE,
+            FipSubcode::LS_REQUEST,
+            FipFlags::FP,
+            vec![
+                wrap(Bytes::from(fc)),
+                Descriptor::MacAddress(mac_descriptor),
+            ],
+        )),
+    }
+    .to_bytes()
+    .unwrap()
+}
+
+/// An initiator gateway opens an NPIV port per host session and closes it
+/// at the session's end: four times the login burst of FDISC + LOGO pairs
+/// at one instant (no refill) are all granted; the limit is on VN_Ports
+/// opened faster than they close.
+#[test]
+fn npiv_ports_closed_by_logo_do_not_run_the_login_limit_dry() {
+    let mut w = World::new(None, 0);
+    let host = mac(0x55);
+    w.inject(flogi_request(host, 1, 0x2000_0000_0000_5500));
+    assert_eq!(w.fcf.vn_ports().len(), 1, "the ENode's FLOGI");
+    let before = w.fcf.counters();
+    let burst = FcfConfig::new(FCF_MAC, None, Wwn(1)).login_burst as u16;
+    for i in 0..4 * burst {
+        let wwpn = Wwn(0x2000_0000_0000_5600 + u64::from(i));
+        let fdisc = ElsRepr::Fdisc(LoginParams::n_port(wwpn, Wwn(wwpn.0 ^ 1), 2048, 2000));
+        w.inject(ls_request(
+            host,
+            FcId::UNIDENTIFIED,
+            0x100 + i,
+            &fdisc,
+            Descriptor::Fdisc,
+            MacAddr::ZERO,
+        ));
+        let vn = w
+            .fcf
+            .vn_ports()
+            .into_iter()
+            .find(|v| v.port_name == wwpn)
+            .unwrap_or_else(|| panic!("FDISC {i} not granted: {:?}", w.fcf.counters()));
+        let logo = ElsRepr::Logo(Logo {
+            n_port_id: vn.fc_id,
+            port_name: wwpn,
+        });
+        w.inject(ls_request(
+            host,
+            vn.fc_id,
+            0x8000 + i,
+            &logo,
+            Descriptor::Logo,
+            vn.mac,
+        ));
+        assert!(
+            w.fcf.vn_ports().iter().all(|v| v.port_name != wwpn),
+            "LOGO {i} not taken"
+        );
+    }
+    let c = w.fcf.counters();
+    assert_eq!(c.login_limited, before.login_limited, "{c:?}");
+    assert_eq!(c.logins - before.logins, u64::from(4 * burst), "{c:?}");
 }

@@ -17,6 +17,10 @@
 #   fcoe-utils        fipvlan (FIP peer)
 #   iperf3            loopback ceiling for benchmarks
 #   clang m4 libelf-dev pkg-config libpcap-dev   builds of AF_XDP / pcap crates
+#   zlib1g-dev linux-libc-dev                   libbpf (libxdp-sys) and the XDP filter program
+#   llvm                                        llc, which libxdp-sys's configure looks for
+#   iproute2 iputils-ping                       netns/veth for the FCoE tests; IP across
+#                                               the veth next to the XDP filter
 #   (shell linter)    the "shellcheck" package, used by test-all.sh
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
@@ -29,6 +33,7 @@ set -euo pipefail
 APT_PACKAGES=(
     libiscsi-bin tgt qemu-utils qemu-block-extra tshark fcoe-utils iperf3
     clang m4 libelf-dev pkg-config libpcap-dev shellcheck
+    zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }
@@ -139,6 +144,9 @@ check "tshark --version" tshark --version
 check "fipvlan --version" fipvlan --version
 check "iperf3 --version" iperf3 --version
 check "clang --version" clang --version
+check "llc --version" llc --version
+check "ip -V" ip -V
+check "ping -V" ping -V
 check "shellcheck --version" shellcheck --version
 check "pkg-config finds libpcap" pkg-config --exists libpcap
 check "pkg-config finds libelf" pkg-config --exists libelf

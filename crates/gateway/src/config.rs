@@ -35,6 +35,9 @@ pub struct Config {
     /// The FC fabric and the gateway's FC ports.
     #[serde(default)]
     pub fabric: Option<crate::fc::FabricSection>,
+    /// FCoE ports.
+    #[serde(default)]
+    pub fcoe: Option<crate::fcoe::FcoeSection>,
 }
 
 /// One logical unit.
@@ -429,6 +432,7 @@ impl Config {
             }),
             admin: AdminConfig::default(),
             fabric: None,
+            fcoe: None,
         }
     }
 
@@ -552,6 +556,7 @@ impl Config {
             }
         }
         crate::fc::validate(self)?;
+        crate::fcoe::validate(self)?;
         Ok(())
     }
 }

@@ -213,6 +213,14 @@ impl FabricSection {
         }
     }
 
+    /// The initiator N_Port's node name.
+    pub fn initiator_node_name(&self) -> Result<Wwn, String> {
+        match self.initiator.as_ref().and_then(|i| i.wwnn.as_ref()) {
+            Some(n) => wwn("fabric.initiator.wwnn", n),
+            None => Ok(node_name_for(self.initiator_wwpn()?)),
+        }
+    }
+
     fn per_nexus(&self) -> bool {
         self.initiator
             .as_ref()
@@ -354,6 +362,17 @@ impl FcPlane {
         f: &FabricSection,
         lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
     ) -> anyhow::Result<FcPlane> {
+        FcPlane::start_with(f, lookup, None)
+    }
+
+    /// As [`FcPlane::start`], with the initiator N_Port attached through
+    /// `initiator_via` (an FCoE ENode's link to a remote FCF) instead of
+    /// this gateway's switch.
+    pub fn start_with(
+        f: &FabricSection,
+        lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
+        initiator_via: Option<unifab_fc::io::Connect>,
+    ) -> anyhow::Result<FcPlane> {
         let switch_name = f.switch().map_err(anyhow::Error::msg)?;
         let timeouts = Timeouts::default();
         let switch = Switch::new(FabricConfig {
@@ -428,8 +447,11 @@ impl FcPlane {
             cfg.command_timeout = Duration::from_secs_f64(t);
         }
         let iface = format!("fc1/{}", f.target.len() + 1);
-        node.add_port(&iface, cfg, None)
-            .map_err(|e| anyhow::anyhow!("fabric.initiator: {e}"))?;
+        match initiator_via {
+            Some(via) => node.add_port_via(&iface, cfg, None, via),
+            None => node.add_port(&iface, cfg, None),
+        }
+        .map_err(|e| anyhow::anyhow!("fabric.initiator: {e}"))?;
         names.push((initiator, iface));
         info!(domain = f.domain, switch = %switch_name, "FC fabric running");
         Ok(FcPlane {

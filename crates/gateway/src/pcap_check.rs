@@ -258,8 +258,12 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
                 ethertype: ETHERTYPE_FIP,
                 payload,
             } => {
-                // The FC frames FIP carries are checked; FIP itself is not yet.
-                *report.unchecked.entry(Protocol::Fip).or_default() += 1;
+                // The FIP frame itself, then the FC frames it carries.
+                report.entries.push(crate::capture::fip::check(
+                    fr.number,
+                    payload,
+                    fr.is_truncated(),
+                ));
                 report.entries.extend(crate::capture::fc::check_fip(
                     fr.number,
                     payload,

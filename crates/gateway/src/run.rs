@@ -113,6 +113,7 @@ fn sanitize(name: &str) -> String {
 struct View {
     server: Option<TargetServer>,
     fc: Option<Arc<crate::fc::FcPlane>>,
+    fcoe: Option<Arc<crate::fcoe::FcoePorts>>,
     luns: Vec<(String, GatewayLu)>,
     metrics: Arc<Metrics>,
 }
@@ -150,6 +151,7 @@ impl AdminView for View {
                     .collect();
                 Some(serde_json::Value::Array(v).to_string())
             }
+            "flogi" | "fcoe" => crate::fcoe::show(self.fc.as_deref(), self.fcoe.as_ref(), what),
             other => self.fc.as_ref().and_then(|f| f.show(other)),
         }
     }
@@ -198,10 +200,28 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     }
 
     // The FC plane: target N_Ports over the LUs above, then fc:// LUs.
+    // FCoE links open first: an ENode port carries the initiator N_Port.
+    let initiator_node = cfg
+        .fabric
+        .as_ref()
+        .map(|f| f.initiator_node_name())
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or_default();
+    let mut fcoe_opened = crate::fcoe::open(&cfg, initiator_node)?;
     let fc = match &cfg.fabric {
-        Some(f) => Some(Arc::new(crate::fc::FcPlane::start(f, |name| {
-            lus.get(name).map(GatewayLu::lu)
-        })?)),
+        Some(f) => Some(Arc::new(crate::fc::FcPlane::start_with(
+            f,
+            |name| lus.get(name).map(GatewayLu::lu),
+            fcoe_opened.initiator_via.take(),
+        )?)),
+        None => None,
+    };
+    let fcoe = match &fc {
+        Some(plane) => {
+            let name = plane.switch().with_fabric(|f| f.config().switch_name);
+            Some(Arc::new(fcoe_opened.start(plane.switch(), name)?))
+        }
         None => None,
     };
     if let Some(plane) = &fc {
@@ -303,6 +323,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             let view = Arc::new(View {
                 server: server_handle.clone(),
                 fc: fc.clone(),
+                fcoe: fcoe.clone(),
                 luns: lu_list,
                 metrics,
             });
@@ -315,6 +336,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     wait_for_signal().await;
     info!("shutting down: asking initiators to log out");
     let _ = stop_tx.send(true);
+    if let Some(p) = &fcoe {
+        p.stop().await;
+    }
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
     }

@@ -72,6 +72,16 @@ pub(crate) enum Control {
         cfg: Box<NPortConfig>,
         scsi: Option<ScsiTarget>,
     },
+    AddPortVia {
+        name: String,
+        cfg: Box<NPortConfig>,
+        scsi: Option<ScsiTarget>,
+        connect: Connect,
+    },
+    Link {
+        att: usize,
+        up: bool,
+    },
     AcquireVirtual {
         parent: Wwn,
         wwpn: Wwn,
@@ -108,6 +118,8 @@ impl std::fmt::Debug for Control {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Control::AddPort { .. } => "AddPort",
+            Control::AddPortVia { .. } => "AddPortVia",
+            Control::Link { .. } => "Link",
             Control::AcquireVirtual { .. } => "AcquireVirtual",
             Control::ReleaseVirtual { .. } => "ReleaseVirtual",
             Control::Submit { .. } => "Submit",
@@ -215,6 +227,82 @@ pub struct FcNode {
     shared: Arc<Shared>,
 }
 
+/// The node's end of a port attached through a link of its own (an FCoE
+/// ENode's virtual link to a remote FCF, say) instead of a port of the
+/// node's switch: frames handed to it reach the port, and the link's
+/// owner reports the link's state with [`Uplink::set_link`]. The port
+/// stays offline until the link is reported up, logs into the fabric
+/// (FLOGI, then its NPIV ports' FDISCs) each time it comes up, and drops
+/// every login when it goes down.
+#[derive(Clone)]
+pub struct Uplink {
+    frames: Arc<NodeLink>,
+    ctl: mpsc::WeakSender<Control>,
+    att: usize,
+}
+
+impl std::fmt::Debug for Uplink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Uplink({})", self.frames.name)
+    }
+}
+
+impl Uplink {
+    /// Reports the link up (log in) or down (every login ends).
+    pub fn set_link(&self, up: bool) {
+        if let Some(tx) = self.ctl.upgrade() {
+            let _ = tx.try_send(Control::Link { att: self.att, up });
+        }
+    }
+}
+
+impl FcLink for Uplink {
+    fn transmit(&self, frame: Frame) -> Result<(), LinkError> {
+        self.frames.transmit(frame)
+    }
+
+    fn describe(&self) -> String {
+        self.frames.describe()
+    }
+}
+
+/// Connects a port's [`Uplink`] (frames toward the port) to the link its
+/// frames leave by, which it returns.
+pub type Connect = Box<dyn FnOnce(Uplink) -> Arc<dyn FcLink> + Send>;
+
+/// Where a port's frames leave the node.
+#[derive(Debug)]
+enum Attachment {
+    Switch(FabricPort),
+    Link(Arc<dyn FcLink>),
+}
+
+impl Attachment {
+    fn transmit(&self, f: Frame) -> Result<(), LinkError> {
+        match self {
+            Attachment::Switch(p) => p.transmit(f),
+            Attachment::Link(l) => l.transmit(f),
+        }
+    }
+
+    fn transmit_all(&self, frames: impl IntoIterator<Item = Frame>) {
+        match self {
+            Attachment::Switch(p) => p.transmit_all(frames),
+            Attachment::Link(l) => {
+                for f in frames {
+                    let _ = l.transmit(f);
+                }
+            }
+        }
+    }
+
+    fn detach(&self) {
+        if let Attachment::Switch(p) = self {
+            p.detach();
+        }
+    }
+}
+
 /// Frames one node's channel holds at most (the receive side of every
 /// port of the node).
 const FRAME_QUEUE: usize = 65_536;
@@ -238,6 +326,7 @@ impl FcNode {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let driver = Driver {
+            ctl_tx: tx.downgrade(),
             name: name.to_string(),
             switch: switch.clone(),
             inbox: inbox.clone(),
@@ -316,6 +405,25 @@ impl FcNode {
         })
     }
 
+    /// Adds an N_Port whose frames travel through a link of its own:
+    /// `connect` receives the port's [`Uplink`] and returns the link
+    /// toward the fabric. The port logs in when the uplink reports the
+    /// link up.
+    pub fn add_port_via(
+        &self,
+        name: &str,
+        cfg: NPortConfig,
+        scsi: Option<ScsiTarget>,
+        connect: Connect,
+    ) -> Result<(), InitiatorError> {
+        self.run(Control::AddPortVia {
+            name: name.to_string(),
+            cfg: Box::new(cfg),
+            scsi,
+            connect,
+        })
+    }
+
     pub(crate) fn next_id(&self) -> CommandId {
         CommandId(self.shared.next_id.fetch_add(1, Ordering::Relaxed))
     }
@@ -375,6 +483,8 @@ type TaskDone = (usize, TaskId, TaskResult);
 type TmfDone = (usize, TaskId, TmfResponse);
 
 struct Driver {
+    /// Handed to uplinks, which report their link state through it.
+    ctl_tx: mpsc::WeakSender<Control>,
     name: String,
     switch: Switch,
     inbox: Arc<Inbox>,
@@ -384,8 +494,8 @@ struct Driver {
     tick: tokio::time::Interval,
     /// Boxed: a slot is taken out and put back on every flush.
     slots: Vec<Option<Box<Slot>>>,
-    /// Per attachment (fabric port): the port frames are sent into.
-    links: Vec<FabricPort>,
+    /// Per attachment (fabric port or uplink): where frames are sent.
+    links: Vec<Attachment>,
     replies: FastMap<CommandId, oneshot::Sender<Outcome>>,
     tmf_replies: FastMap<CommandId, oneshot::Sender<TmfOutcome>>,
     tasks: FuturesUnordered<BoxFuture<'static, TaskDone>>,
@@ -519,7 +629,7 @@ impl Driver {
                     name: name.clone(),
                 };
                 let port = self.switch.attach(&name, Arc::new(link));
-                self.links.push(port);
+                self.links.push(Attachment::Switch(port));
                 let mut np = NPort::new(*cfg);
                 np.link_up(now);
                 self.slots.push(Some(Box::new(Slot {
@@ -529,6 +639,52 @@ impl Driver {
                     virtual_users: 0,
                     waiting_login: false,
                 })));
+            }
+            Control::AddPortVia {
+                name,
+                cfg,
+                scsi,
+                connect,
+            } => {
+                let att = self.links.len();
+                let uplink = Uplink {
+                    frames: Arc::new(NodeLink {
+                        inbox: self.inbox.clone(),
+                        tag: att,
+                        name,
+                    }),
+                    ctl: self.ctl_tx.clone(),
+                    att,
+                };
+                self.links.push(Attachment::Link(connect(uplink)));
+                self.slots.push(Some(Box::new(Slot {
+                    att,
+                    port: NPort::new(*cfg),
+                    scsi,
+                    virtual_users: 0,
+                    waiting_login: false,
+                })));
+            }
+            Control::Link { att, up } => {
+                for s in self.slots.iter_mut().flatten() {
+                    if s.att != att {
+                        continue;
+                    }
+                    let virtual_port = s.port.config().virtual_port;
+                    if up {
+                        if virtual_port {
+                            s.waiting_login = true;
+                        } else {
+                            s.port.link_up(now);
+                        }
+                    } else {
+                        if s.port.is_online() || s.port.fabric_login_pending() {
+                            s.port.link_down(now, "link down");
+                        }
+                        s.waiting_login = virtual_port;
+                    }
+                }
+                self.view_changed = true;
             }
             Control::AcquireVirtual { parent, wwpn } => {
                 if let Some(s) = self.slot_mut(wwpn) {

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# benches/peers/fcoe_hop.sh — throughput and IOPS through an FCoE hop,
+# AF_XDP against AF_PACKET, with frames per second and CPU per frame.
+#
+#   qemu-img bench (QEMU's iSCSI driver) → unifab A (iSCSI target, LU
+#   fc://…) → FCP initiator → FCoE ENode → veth (MTU 2500) → FCF in a
+#   network namespace → unifab B's fabric → FCP target → LU
+#
+# Workloads (sequential, one qemu-img bench run each, median of REPEATS):
+#   read-1m   1 MiB reads,  queue depth 8
+#   write-1m  1 MiB writes, queue depth 8
+#   read-4k   4 KiB reads,  queue depth 32
+#   write-4k  4 KiB writes, queue depth 32
+# For each: MB/s (10^6 bytes/s), IOPS, FCoE frames/s (both directions, as
+# A's ENode counts them) and CPU seconds per million frames (user+system
+# of both unifab processes, from /proc/PID/stat, over the run).
+#
+# B's LU is a memory LU by default (LU=memory), so the hop is measured, not
+# a disk; LU=file puts it on a file in /dev/shm.
+#
+# Needs root (netns, veth, AF_XDP), the release binary (UNIFAB_BIN or
+# target/release/unifab), qemu-img with the iSCSI driver. Writes a
+# Markdown table to stdout and results.csv to OUT_DIR.
+#
+# Usage: sudo bash benches/peers/fcoe_hop.sh
+#   IOS="af_xdp af_packet" REPEATS=3 RUN_SECONDS=5 XDP_MODE=native LU=memory
+# Time: about 2 × (4 workloads × REPEATS × RUN_SECONDS + 10 s).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+# shellcheck source=benches/peers/lib.sh
+source benches/peers/lib.sh
+
+IOS=${IOS:-"af_xdp af_packet"}
+REPEATS=${REPEATS:-3}
+RUN_SECONDS=${RUN_SECONDS:-5}
+XDP_MODE=${XDP_MODE:-native}
+LU=${LU:-memory}
+UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
+OUT_DIR=${OUT_DIR:-$ROOT/target/bench-fcoe}
+[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, veth, AF_XDP)"
+[[ -x "$UNIFAB_BIN" ]] || die "no unifab binary at $UNIFAB_BIN (cargo build --release -p unifab)"
+need qemu-img qemu-utils
+need ip iproute2
+qemu-img --help | grep -qw iscsi || die "qemu-img has no iscsi driver: install qemu-block-extra"
+mkdir -p "$OUT_DIR"
+
+TAG=$$
+NS=fcoebench$TAG
+VA=fcoeba$TAG
+VB=fcoebb$TAG
+WORK=$(mktemp -d /dev/shm/fcoe-bench.XXXXXX)
+A_PID="" B_PID=""
+cleanup() {
+    stop_gw "$A_PID"
+    stop_gw "$B_PID"
+    ip netns del "$NS" 2>/dev/null || true
+    ip link del "$VA" 2>/dev/null || true
+    cp -f "$WORK"/*.log "$OUT_DIR"/ 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# SIGTERM first: a gateway that stops cleanly detaches its XDP program.
+stop_gw() { # stop_gw PID
+    [[ -n "${1:-}" ]] || return 0
+    kill -TERM "$1" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    stop_pid "$1"
+}
+
+TICKS=$(getconf CLK_TCK)
+cpu_ticks() { # cpu_ticks PID... -> user+system ticks, summed
+    local t=0 p f
+    for p in "$@"; do
+        read -r -a f <"/proc/$p/stat"
+        # Fields 14 and 15 (utime, stime), after the parenthesised name.
+        t=$((t + f[13] + f[14]))
+    done
+    echo "$t"
+}
+frames() { # frames ADMIN -> rx_fcoe + tx_fcoe of the ENode
+    "$UNIFAB_BIN" show fcoe --json --admin "$1" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)[0]
+print(p["rx_fcoe"] + p["tx_fcoe"])'
+}
+
+start_hop() { # start_hop IO
+    local io=$1 pa pb lu_cfg
+    ip netns add "$NS"
+    ip link add "$VA" type veth peer name "$VB"
+    ip link set "$VB" netns "$NS"
+    ip link set "$VA" mtu 2500 up
+    ip -n "$NS" link set "$VB" mtu 2500 up
+    ip -n "$NS" link set lo up
+    pa=$(free_port)
+    pb=$(free_port)
+    if [[ "$LU" == file ]]; then
+        lu_cfg="backend = \"file:$WORK/lu.img\""
+    else
+        lu_cfg='backend = "memory"'
+    fi
+    cat >"$WORK/b.toml" <<EOF
+[[lu]]
+name = "disk"
+$lu_cfg
+size = "1GiB"
+[fabric]
+domain = 2
+[[fabric.target]]
+wwpn = "21:00:00:00:c9:00:00:0a"
+luns = ["disk"]
+[[fcoe.port]]
+interface = "$VB"
+mode = "fcf"
+io = "$io"
+xdp_mode = "$XDP_MODE"
+vlan = 100
+[admin]
+listen = "127.0.0.1:$pb"
+data_dir = "$WORK/b"
+EOF
+    cat >"$WORK/a.toml" <<EOF
+[[lu]]
+name = "via-fcoe"
+backend = "fc://21:00:00:00:c9:00:00:0a/0"
+[fabric]
+[fabric.initiator]
+wwpn = "21:00:00:00:c9:00:00:0b"
+nexus = "shared"
+[[fcoe.port]]
+interface = "$VA"
+mode = "enode"
+io = "$io"
+xdp_mode = "$XDP_MODE"
+[iscsi]
+listen = ["127.0.0.1:0"]
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:bench"
+luns = ["via-fcoe"]
+[admin]
+listen = "127.0.0.1:$pa"
+data_dir = "$WORK/a"
+EOF
+    ip netns exec "$NS" "$UNIFAB_BIN" run --config "$WORK/b.toml" >"$WORK/b.out" 2>"$WORK/b-$io.log" &
+    B_PID=$!
+    "$UNIFAB_BIN" run --config "$WORK/a.toml" >"$WORK/a.out" 2>"$WORK/a-$io.log" &
+    A_PID=$!
+    A_ADMIN=127.0.0.1:$pa
+    for _ in $(seq 1 100); do
+        grep -q "fc:// LU reachable" "$WORK/a-$io.log" 2>/dev/null && break
+        sleep 0.2
+    done
+    grep -q "fc:// LU reachable" "$WORK/a-$io.log" || die "the fc:// LU never became reachable over $io (logs in $OUT_DIR)"
+    URL=$(awk '/^  iscsi:\/\// { print $1; exit }' "$WORK/a.out")
+    [[ -n "$URL" ]] || die "unifab A printed no portal"
+    LINK=$("$UNIFAB_BIN" show fcoe --json --admin "$A_ADMIN" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["link"])')
+}
+
+stop_hop() {
+    stop_gw "$A_PID"
+    stop_gw "$B_PID"
+    A_PID="" B_PID=""
+    ip netns del "$NS"
+    ip link del "$VA" 2>/dev/null || true
+}
+
+CSV="$OUT_DIR/results.csv"
+echo "io,link,workload,size_bytes,depth,repeat,requests,seconds,mb_per_s,iops,frames_per_s,cpu_s_per_mframe" >"$CSV"
+# workload | size | depth | mode | probe requests
+WORKLOADS=(
+    "read-1m|1048576|8|read|400"
+    "write-1m|1048576|8|write|400"
+    "read-4k|4096|32|read|20000"
+    "write-4k|4096|32|write|20000"
+)
+printf '| io | link | workload | MB/s | IOPS | FCoE frames/s | CPU s per 10^6 frames |\n'
+printf '|---|---|---|---:|---:|---:|---:|\n'
+for io in $IOS; do
+    start_hop "$io"
+    note "$io: $LINK, $URL"
+    for w in "${WORKLOADS[@]}"; do
+        IFS='|' read -r name size depth mode probe <<<"$w"
+        # A probe run sizes the request count to about RUN_SECONDS.
+        secs=$(qemu_bench "$URL" "$size" "$depth" "$probe" "$mode")
+        count=$(python3 -c "print(max($probe, int($probe * $RUN_SECONDS / max($secs, 0.001))))")
+        mbs=() iops=() fps=() cpm=()
+        for r in $(seq 1 "$REPEATS"); do
+            f0=$(frames "$A_ADMIN")
+            c0=$(cpu_ticks "$A_PID" "$B_PID")
+            secs=$(qemu_bench "$URL" "$size" "$depth" "$count" "$mode")
+            c1=$(cpu_ticks "$A_PID" "$B_PID")
+            f1=$(frames "$A_ADMIN")
+            read -r mb io_s fs cm < <(python3 -c "
+s=$secs; n=$count; b=$size; fr=$f1-$f0; cpu=($c1-$c0)/$TICKS
+print(f'{n*b/s/1e6:.1f} {n/s:.0f} {fr/s:.0f} {cpu/max(fr,1)*1e6:.2f}')")
+            echo "$io,$LINK,$name,$size,$depth,$r,$count,$secs,$mb,$io_s,$fs,$cm" >>"$CSV"
+            mbs+=("$mb") iops+=("$io_s") fps+=("$fs") cpm+=("$cm")
+        done
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$io" "$LINK" "$name" \
+            "$(median "${mbs[@]}")" "$(median "${iops[@]}")" "$(median "${fps[@]}")" "$(median "${cpm[@]}")"
+    done
+    stop_hop
+done
+note "results: $CSV"

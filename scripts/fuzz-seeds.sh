@@ -8,3 +8,4 @@ cd "$(dirname "$0")/.."
 cargo test -p unifab --test captures -- --ignored write_fuzz_seeds
 ls fuzz/corpus/iscsi_pdu | wc -l
 ls fuzz/corpus/iscsi_text | wc -l
+ls fuzz/corpus/cdb | wc -l

@@ -115,8 +115,11 @@ fn write_fuzz_seeds() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let pdu_dir = root.join("fuzz/corpus/iscsi_pdu");
     let text_dir = root.join("fuzz/corpus/iscsi_text");
+    let cdb_dir = root.join("fuzz/corpus/cdb");
     std::fs::create_dir_all(&pdu_dir).unwrap();
     std::fs::create_dir_all(&text_dir).unwrap();
+    std::fs::create_dir_all(&cdb_dir).unwrap();
+    let mut cdbs = 0;
     let mut n = 0;
     for name in ["iscsi-tapel.pcap", "scsi-osd-example-001.pcap"] {
         let file = std::fs::read(capture(name)).unwrap();
@@ -130,6 +133,29 @@ fn write_fuzz_seeds() {
             )
             .unwrap();
             let op = p.bytes[0] & 0x3f;
+            if op == 0x01 {
+                // A SCSI Command: the cdb target's input is a length byte,
+                // the CDB (its length from the opcode's group code), then
+                // the immediate data as data-out.
+                let cdb = &p.bytes[32..48];
+                let len: u8 = match cdb[0] >> 5 {
+                    0 => 6,
+                    1 | 2 => 10,
+                    4 => 16,
+                    5 => 12,
+                    _ => 16,
+                };
+                let ahs = usize::from(p.bytes[4]) * 4;
+                let dsl = usize::from(p.bytes[5]) << 16
+                    | usize::from(p.bytes[6]) << 8
+                    | usize::from(p.bytes[7]);
+                let at = 48 + ahs + if p.digests.header { 4 } else { 0 };
+                let mut seed = vec![len];
+                seed.extend_from_slice(&cdb[..usize::from(len)]);
+                seed.extend_from_slice(&p.bytes[at..(at + dsl.min(4096)).min(p.bytes.len())]);
+                std::fs::write(cdb_dir.join(format!("{name}-{:06}", p.frame)), &seed).unwrap();
+                cdbs += 1;
+            }
             if matches!(op, 0x03 | 0x04 | 0x23 | 0x24) {
                 let ahs = usize::from(p.bytes[4]) * 4;
                 let dsl = usize::from(p.bytes[5]) << 16
@@ -148,6 +174,7 @@ fn write_fuzz_seeds() {
         }
     }
     assert!(n > 300, "only {n} seeds");
+    assert!(cdbs > 50, "only {cdbs} CDB seeds");
 }
 
 mod login_transcripts {

@@ -140,3 +140,43 @@ async fn chap_required_and_checked() {
     assert!(ok, "{text}");
     assert!(text.contains("UNIFAB"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_chap_with_libiscsi() {
+    let chap = ChapSettings {
+        user: "alice".into(),
+        secret: b"correcthorsebattery".to_vec(),
+        mutual: Some(("target1".into(), b"targetsecret1234".to_vec())),
+    };
+    let (addr, _stop) = start(Some(chap)).await;
+    // The initiator checks the target's answer: the right target secret works…
+    let ok_url = format!(
+        "iscsi://alice%correcthorsebattery@{addr}/{IQN}/0?target_user=target1&target_password=targetsecret1234"
+    );
+    let (ok, text) = run(tool("iscsi-inq").arg(&ok_url)).await;
+    assert!(ok, "{text}");
+    assert!(text.contains("UNIFAB"), "{text}");
+    // …a wrong one makes libiscsi refuse the target.
+    let bad_url = format!(
+        "iscsi://alice%correcthorsebattery@{addr}/{IQN}/0?target_user=target1&target_password=wrongwrongwrong"
+    );
+    let (ok, text) = run(tool("iscsi-inq").arg(&bad_url)).await;
+    assert!(
+        !ok,
+        "a target proving the wrong secret must be refused: {text}"
+    );
+    // Without asking for mutual CHAP, the target (which requires it) refuses.
+    let (ok, text) =
+        run(tool("iscsi-inq").arg(format!("iscsi://alice%correcthorsebattery@{addr}/{IQN}/0")))
+            .await;
+    assert!(!ok, "mutual CHAP is required: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_digest_with_libiscsi() {
+    let (addr, _stop) = start(None).await;
+    let (ok, text) =
+        run(tool("iscsi-inq").arg(format!("iscsi://{addr}/{IQN}/0?header_digest=crc32c"))).await;
+    assert!(ok, "{text}");
+    assert!(text.contains("UNIFAB"), "{text}");
+}

@@ -120,6 +120,109 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         let _ = (offset, buf);
         Ok(0)
     }
+
+    /// The bytes at `offset..offset + len` as a shared buffer without
+    /// copying them (a slice of a mapping of the medium), when the backend
+    /// can do that without waiting for a device. `None`: use
+    /// [`BlockBackend::read_at`].
+    ///
+    /// The slice shows the medium as it is when the transport sends it,
+    /// which for overlapping unordered commands SAM allows.
+    fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, BackendError>> {
+        let _ = (offset, len);
+        None
+    }
+}
+
+/// A shared mapping of a whole file (writable unless the LU is read-only).
+struct Mapping {
+    ptr: *const u8,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is read-only and never unmapped while referenced;
+// reading shared memory from several threads is sound (writers go through
+// pwrite, and torn reads are what concurrent SCSI commands allow anyway).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(file: &File, len: u64, writable: bool) -> Option<Mapping> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok().filter(|l| *l > 0)?;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping of our own file; the result is
+        // checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapping {
+            ptr: p.cast::<u8>().cast_const(),
+            len,
+            writable,
+        })
+    }
+
+    /// Copies `data` into the mapping at `offset`; the caller checked the
+    /// range against the file size (= the mapping length).
+    fn write(&self, offset: usize, data: &[Bytes]) -> bool {
+        if !self.writable {
+            return false;
+        }
+        let mut at = offset;
+        for s in data {
+            let Some(end) = at.checked_add(s.len()).filter(|e| *e <= self.len) else {
+                return false;
+            };
+            // SAFETY: `at..end` lies inside the writable mapping; `s` is a
+            // separate heap buffer, so the regions do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), self.ptr.cast_mut().add(at), s.len());
+            }
+            at = end;
+        }
+        true
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped, once.
+        unsafe {
+            libc::munmap(self.ptr.cast_mut().cast(), self.len);
+        }
+    }
+}
+
+/// A window of a [`Mapping`] that a `Bytes` owns.
+struct MappedSlice {
+    map: std::sync::Arc<Mapping>,
+    off: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for MappedSlice {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `off + len <= map.len` was checked when the slice was
+        // made, and the mapping lives as long as `self.map`.
+        unsafe { std::slice::from_raw_parts(self.map.ptr.add(self.off), self.len) }
+    }
 }
 
 fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
@@ -339,6 +442,10 @@ pub struct FileBackend {
     in_ram: bool,
     /// `preadv2(RWF_NOWAIT)` works on this file system.
     nowait_reads: std::sync::atomic::AtomicBool,
+    /// For files in RAM: a shared mapping reads are served from, so a
+    /// 1 MiB read costs no copy in user space (the only copy is into the
+    /// socket).
+    map: Option<std::sync::Arc<Mapping>>,
 }
 
 impl fmt::Debug for FileBackend {
@@ -410,7 +517,13 @@ impl FileBackend {
             None => actual,
         };
         let in_ram = file_in_ram(&file);
+        let map = if in_ram {
+            Mapping::new(&file, size, !options.read_only).map(std::sync::Arc::new)
+        } else {
+            None
+        };
         Ok(FileBackend {
+            map,
             file,
             path,
             size,
@@ -570,6 +683,19 @@ impl BlockBackend for FileBackend {
         self.in_ram
     }
 
+    fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, BackendError>> {
+        let map = self.map.as_ref()?;
+        if let Err(e) = check_range(offset, len as u64, self.size) {
+            return Some(Err(e));
+        }
+        let off = usize::try_from(offset).ok()?;
+        Some(Ok(Bytes::from_owner(MappedSlice {
+            map: map.clone(),
+            off,
+            len,
+        })))
+    }
+
     fn read_at_nowait(&self, offset: u64, buf: &mut [u8]) -> Result<usize, BackendError> {
         use std::os::fd::AsRawFd;
         check_range(offset, buf.len() as u64, self.size)?;
@@ -621,6 +747,16 @@ impl BlockBackend for FileBackend {
             return Err(BackendError::ReadOnly);
         }
         check_range(offset, total_len(data), self.size)?;
+        // A file in RAM is written through its mapping: a memcpy, not a
+        // syscall per write. FUA still ends in fdatasync below.
+        if let (Some(map), Ok(at)) = (&self.map, usize::try_from(offset)) {
+            if map.write(at, data) {
+                if fua {
+                    return self.fdatasync();
+                }
+                return Ok(());
+            }
+        }
         if fua {
             match self.write_all(offset, data, true) {
                 Ok(()) => {
@@ -913,5 +1049,42 @@ mod tests {
         let mut got = vec![0u8; want.len()];
         f.read_at(10, &mut got).unwrap();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn tmpfs_files_are_read_from_a_shared_mapping() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let path = dir.path().join("lu.img");
+        let b = FileBackend::open(&path, Some(1 << 20), FileOptions::default()).unwrap();
+        assert!(b.never_blocks(), "a /dev/shm file lives in RAM");
+        let data: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+        b.write_at(4096, &[Bytes::from(data.clone())], false)
+            .unwrap();
+        let shared = b.read_shared(4096, 8192).unwrap().unwrap();
+        assert_eq!(&shared[..], &data[..]);
+        let mut copy = vec![0u8; 8192];
+        b.read_at(4096, &mut copy).unwrap();
+        assert_eq!(copy, data);
+        // Out of range is an error, not a panic.
+        assert!(b.read_shared((1 << 20) - 10, 20).unwrap().is_err());
+        assert!(
+            b.write_at((1 << 20) - 10, &[Bytes::from(vec![1u8; 20])], false)
+                .is_err()
+        );
+        // Writes through the mapping are seen by pread, and FUA syncs.
+        let syncs = b.sync_count();
+        b.write_at(
+            0,
+            &[Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
+            true,
+        )
+        .unwrap();
+        assert_eq!(b.sync_count(), syncs + 1);
+        let mut four = [0u8; 4];
+        b.read_at(0, &mut four).unwrap();
+        assert_eq!(&four, b"abcd");
+        // The slice outlives the backend (the mapping is reference counted).
+        drop(b);
+        assert_eq!(&shared[..16], &data[..16]);
     }
 }

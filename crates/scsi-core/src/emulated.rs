@@ -838,6 +838,13 @@ impl Inner {
             return TaskResult::good();
         }
         let off = io.lba << self.shift;
+        if self.cfg.io_mode != IoMode::Blocking {
+            match self.backend.read_shared(off, len) {
+                Some(Ok(b)) => return TaskResult::with_data(b),
+                Some(Err(e)) => return backend_failed(&e, false),
+                None => {}
+            }
+        }
         let mut buf = BytesMut::zeroed(len);
         let mut done = 0usize;
         if self.cfg.io_mode == IoMode::Adaptive && !self.backend.never_blocks() {

@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, watch};
 use tracing::{debug, info, warn};
 
 use unifab_scsi_core::{BoxFuture, ItNexus, Task, TaskResult, TmfRequest, TmfResponse};
@@ -139,12 +138,66 @@ pub(crate) struct FfpSetup {
     pub(crate) cold_reset: Box<dyn Fn() + Send>,
 }
 
-/// What a connection writer gets: a batch of slices to write in order.
-type Batch = Vec<Bytes>;
+/// Output queued for the socket: slices written in order, and their total.
+#[derive(Debug, Default)]
+struct OutQueue {
+    chunks: std::collections::VecDeque<Bytes>,
+    bytes: usize,
+}
+
+impl OutQueue {
+    fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.bytes += b.len();
+            self.chunks.push_back(b);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Writes as much as the socket takes now, with vectored writes.
+    /// `Ok(true)`: everything was written; `Ok(false)`: the socket is full.
+    fn flush(&mut self, stream: &TcpStream) -> io::Result<bool> {
+        const MAX_IOV: usize = 64;
+        while !self.chunks.is_empty() {
+            let n = {
+                let iov: Vec<io::IoSlice<'_>> = self
+                    .chunks
+                    .iter()
+                    .take(MAX_IOV)
+                    .map(|b| io::IoSlice::new(b))
+                    .collect();
+                match stream.try_write_vectored(&iov) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            };
+            self.bytes -= n;
+            let mut left = n;
+            while left > 0 {
+                let Some(front) = self.chunks.front_mut() else {
+                    break;
+                };
+                if front.len() <= left {
+                    left -= front.len();
+                    self.chunks.pop_front();
+                } else {
+                    let _ = front.split_to(left);
+                    left = 0;
+                }
+            }
+        }
+        Ok(true)
+    }
+}
 
 /// Encodes one PDU into slices: the header (and its digest) from `arena`,
 /// the data slices as they are, padding and data digest.
-fn encode_out(out: &OutPdu, digests: Digests, arena: &mut BytesMut, chunks: &mut Vec<Bytes>) {
+fn encode_out(out: &OutPdu, digests: Digests, arena: &mut BytesMut, q: &mut OutQueue) {
     let data_len = out.data.len();
     let hb = match encode_header(&out.pdu, &[], data_len as u32, digests.header) {
         Ok(h) => h,
@@ -154,70 +207,26 @@ fn encode_out(out: &OutPdu, digests: Digests, arena: &mut BytesMut, chunks: &mut
             return;
         }
     };
+    if arena.capacity() - arena.len() < 64 {
+        *arena = BytesMut::with_capacity(8192);
+    }
     arena.extend_from_slice(hb.bhs_bytes());
-    chunks.push(arena.split().freeze());
+    q.push(arena.split().freeze());
     if data_len == 0 {
         return;
     }
     for s in out.data.slices() {
-        chunks.push(s.clone());
+        q.push(s.clone());
     }
     let pad = padding(data_len);
     if !pad.is_empty() {
-        chunks.push(Bytes::from_static(pad));
+        q.push(Bytes::from_static(pad));
     }
     if digests.data {
         let crc = digest::data_digest(out.data.slices().iter().map(|b| &b[..]));
         arena.extend_from_slice(&digest::to_wire(crc));
-        chunks.push(arena.split().freeze());
+        q.push(arena.split().freeze());
     }
-}
-
-/// Writes every slice, in order, with vectored writes.
-async fn write_all_slices(w: &mut OwnedWriteHalf, mut chunks: &mut [Bytes]) -> io::Result<()> {
-    const MAX_IOV: usize = 256;
-    while !chunks.is_empty() {
-        let n = {
-            let iov: Vec<io::IoSlice<'_>> = chunks
-                .iter()
-                .take(MAX_IOV)
-                .map(|b| io::IoSlice::new(b))
-                .collect();
-            w.write_vectored(&iov).await?
-        };
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        let mut left = n;
-        let mut skip = 0;
-        for c in chunks.iter_mut() {
-            if left >= c.len() {
-                left -= c.len();
-                skip += 1;
-            } else {
-                let _ = c.split_to(left);
-                break;
-            }
-        }
-        chunks = &mut chunks[skip..];
-    }
-    Ok(())
-}
-
-/// The writer task: drains batches until the channel closes.
-async fn writer(mut w: OwnedWriteHalf, mut rx: mpsc::Receiver<Batch>) -> io::Result<()> {
-    while let Some(mut batch) = rx.recv().await {
-        // Coalesce whatever else is already queued into one write.
-        while let Ok(more) = rx.try_recv() {
-            batch.extend(more);
-            if batch.len() >= 512 {
-                break;
-            }
-        }
-        write_all_slices(&mut w, &mut batch).await?;
-    }
-    let _ = w.shutdown().await;
-    Ok(())
 }
 
 /// Reads until at least one whole PDU is buffered; reserves the full PDU
@@ -245,17 +254,23 @@ pub(crate) async fn fill(
     }
 }
 
+/// Output beyond which the connection stops reading new PDUs until the
+/// peer has taken some: a peer that does not read cannot make us buffer.
+const OUT_QUEUE_LIMIT: usize = 8 << 20;
+
 /// Runs a session in full-feature phase until it ends. `rbuf` holds any
 /// bytes already read past the login.
+///
+/// One task does everything for the connection: it reads when the socket
+/// is readable, runs the tasks the session emits (their futures are polled
+/// here, concurrently), and writes queued PDUs with non-blocking vectored
+/// writes whenever there is output and the socket takes it. No thread
+/// hand-off sits on the per-command path.
 pub(crate) async fn run_ffp(
     stream: TcpStream,
     mut rbuf: BytesMut,
     mut setup: FfpSetup,
 ) -> io::Result<()> {
-    let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<Batch>(32);
-    let writer = tokio::spawn(writer(wr, rx));
-
     let framer = Framer {
         digests: setup.digests,
         max_data_segment_length: setup.params.max_recv_data_segment_length,
@@ -274,13 +289,49 @@ pub(crate) async fn run_ffp(
         FuturesUnordered::new();
     let mut tmfs: FuturesUnordered<BoxFuture<'static, (u32, TmfResponse)>> =
         FuturesUnordered::new();
-    let mut arena = BytesMut::with_capacity(4096);
+    let mut arena = BytesMut::with_capacity(8192);
+    let mut out = OutQueue::default();
     let mut shutting_down: Option<Instant> = None;
     let mut close_after_flush = false;
+    let mut eof = false;
     let mut end_reason = String::new();
 
+    // Bytes read during login beyond the final Login Request.
+    let mut pending_input = !rbuf.is_empty();
+
     'outer: loop {
-        // Hand out work and send what is queued.
+        if pending_input {
+            pending_input = false;
+            let now = Instant::now();
+            loop {
+                match framer.decode(&mut rbuf) {
+                    Ok(Some(frame)) => {
+                        if let Err(e) = session.handle_frame(now, frame) {
+                            end_reason = format!("{e}");
+                            break 'outer;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(WireError::DataDigest { bhs, .. }) => {
+                        if let Err(e) = session.handle_digest_error(now, bhs) {
+                            end_reason = format!("{e}");
+                            break 'outer;
+                        }
+                    }
+                    Err(e) => {
+                        // Framing is lost (header digest, over-long segment,
+                        // reserved bit): RFC 7143 §7.8, drop the connection.
+                        end_reason = format!("{e}");
+                        break 'outer;
+                    }
+                }
+            }
+            // Do not keep a large buffer around for an idle session.
+            if rbuf.is_empty() && rbuf.capacity() > 64 * 1024 {
+                rbuf = BytesMut::new();
+            }
+        }
+        // Hand out work.
         while let Some(ev) = session.poll_event() {
             match ev {
                 Event::Execute { itt, task } => {
@@ -309,20 +360,28 @@ pub(crate) async fn run_ffp(
                 }
             }
         }
-        if session.transmit_queue_len() > 0 {
-            let mut batch = Vec::with_capacity(session.transmit_queue_len() * 3);
-            while let Some(out) = session.poll_transmit() {
-                encode_out(&out, setup.digests, &mut arena, &mut batch);
-            }
-            if arena.capacity() < 1024 {
-                arena = BytesMut::with_capacity(4096);
-            }
-            if tx.send(batch).await.is_err() {
-                end_reason = "writer failed".into();
+        // Tasks that finish on their first poll (RAM-backed reads and
+        // writes) complete here, before anything is written, so their
+        // responses share one vectored write.
+        while let Some(Some((itt, result))) = futures_util::FutureExt::now_or_never(running.next())
+        {
+            session.complete_task(itt, result);
+        }
+        while let Some(out_pdu) = session.poll_transmit() {
+            encode_out(&out_pdu, setup.digests, &mut arena, &mut out);
+        }
+        match out.flush(&stream) {
+            Ok(_) => {}
+            Err(e) => {
+                end_reason = format!("write failed: {e}");
                 break 'outer;
             }
         }
-        if close_after_flush {
+        if close_after_flush && out.is_empty() {
+            break 'outer;
+        }
+        if eof && running.is_empty() && tmfs.is_empty() {
+            end_reason = "peer closed the connection".into();
             break 'outer;
         }
 
@@ -337,55 +396,49 @@ pub(crate) async fn run_ffp(
                 None => std::future::pending::<()>().await,
             }
         };
+        let want_write = !out.is_empty();
+        let can_read = !eof && !close_after_flush && out.bytes < OUT_QUEUE_LIMIT;
 
         tokio::select! {
             biased;
             Some((itt, result)) = running.next(), if !running.is_empty() => {
                 session.complete_task(itt, result);
-                // Collect every other task that is already done.
-                while let Some(Some((itt, result))) = futures_util::FutureExt::now_or_never(running.next()) {
-                    session.complete_task(itt, result);
-                }
             }
             Some((itt, response)) = tmfs.next(), if !tmfs.is_empty() => {
                 session.complete_tmf(itt, response);
             }
-            ok = fill(&mut rd, &mut rbuf, &framer) => {
-                match ok {
-                    Ok(true) => {}
-                    Ok(false) => { end_reason = "peer closed the connection".into(); break 'outer; }
+            r = stream.writable(), if want_write => {
+                if let Err(e) = r {
+                    end_reason = format!("socket: {e}");
+                    break 'outer;
+                }
+            }
+            r = stream.readable(), if can_read => {
+                if let Err(e) = r {
+                    end_reason = format!("socket: {e}");
+                    break 'outer;
+                }
+                // Reserve the whole next PDU, so a large Data-Out lands in
+                // one allocation and is split off without copying.
+                let need = match framer.check(&rbuf) {
+                    Ok(Check::Incomplete(n)) => n.max(rbuf.len() + 8192),
+                    Ok(Check::Complete(_)) => rbuf.len() + 8192,
                     Err(e) => {
                         end_reason = format!("framing error: {e}");
                         break 'outer;
                     }
+                };
+                if rbuf.capacity() < need {
+                    rbuf.reserve(need - rbuf.len());
                 }
-                let now = Instant::now();
-                loop {
-                    match framer.decode(&mut rbuf) {
-                        Ok(Some(frame)) => {
-                            if let Err(e) = session.handle_frame(now, frame) {
-                                end_reason = format!("{e}");
-                                break 'outer;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(WireError::DataDigest { bhs, .. }) => {
-                            if let Err(e) = session.handle_digest_error(now, bhs) {
-                                end_reason = format!("{e}");
-                                break 'outer;
-                            }
-                        }
-                        Err(e) => {
-                            // Framing is lost: RFC 7143 §7.8 (header digest)
-                            // and §7.2 (protocol error): drop the connection.
-                            end_reason = format!("{e}");
-                            break 'outer;
-                        }
+                match stream.try_read_buf(&mut rbuf) {
+                    Ok(0) => eof = true,
+                    Ok(_) => pending_input = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        end_reason = format!("read failed: {e}");
+                        break 'outer;
                     }
-                }
-                // Do not keep a large buffer around for an idle session.
-                if rbuf.is_empty() && rbuf.capacity() > 64 * 1024 {
-                    rbuf = BytesMut::new();
                 }
             }
             _ = sleep => {
@@ -410,12 +463,22 @@ pub(crate) async fn run_ffp(
 
     debug!(nexus = ?setup.nexus, reason = %end_reason, "connection ends");
     session.abort_all();
-    drop(tx);
     // Let in-flight tasks finish: they hold LU resources (and a write in
     // progress must reach the backend or not, not half).
     while running.next().await.is_some() {}
     while tmfs.next().await.is_some() {}
-    let _ = writer.await;
+    // Last words (a Logout Response, a Reject) go out if the peer takes
+    // them within a second.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while !out.is_empty() {
+            if stream.writable().await.is_err() || out.flush(&stream).is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    let mut stream = stream;
+    let _ = stream.shutdown().await;
     Ok(())
 }
 

@@ -1,0 +1,1 @@
+//! sans-IO state machines.

@@ -22,5 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+#[cfg(feature = "io")]
+pub mod io;
 pub mod proto;
 pub mod wire;

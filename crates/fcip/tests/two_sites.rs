@@ -184,7 +184,15 @@ async fn sites(mode: LinkMode, fastwrite: bool, compression: compress::Mode) -> 
 }
 
 async fn io(s: &Sites) {
+    let t = std::time::Instant::now();
     let r = s.remote.execute(task(1, &[0; 6], None, 0)).await;
+    eprintln!("TUR {:?} {:?}", t.elapsed(), r.status);
+    eprintln!(
+        "A {:?}\nB {:?}\nT {:?}",
+        s.a.with_fabric(|f| f.ports()),
+        s.b.with_fabric(|f| f.ports()),
+        s.ta.stats()
+    );
     assert!(r.status == Status::CHECK_CONDITION || r.status == Status::GOOD);
     let data = Bytes::from(
         (0..262_144u32)
@@ -253,9 +261,16 @@ fn check_fabrics(s: &Sites) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc_mode_carries_scsi_between_sites() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let t = std::time::Instant::now();
     let s = sites(LinkMode::Rfc, false, compress::Mode::None).await;
+    eprintln!("up after {:?}", t.elapsed());
     check_fabrics(&s);
     io(&s).await;
+    eprintln!("io after {:?}", t.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

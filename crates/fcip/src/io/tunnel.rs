@@ -894,7 +894,7 @@ impl Actor {
             }
             return;
         }
-        self.dispatch(frame, 0);
+        self.dispatch(strip_data_fill(frame), 0);
     }
 
     fn on_batch(&mut self, slot: usize, h: BatchHeader, body: Bytes) {
@@ -935,6 +935,7 @@ impl Actor {
     /// A frame from the peer.
     fn dispatch(&mut self, f: Frame, flags: u8) {
         let d = f.header.d_id;
+        tracing::trace!(tunnel = %self.cfg.name, s_id = %f.header.s_id, d_id = %d, r_ctl = f.header.r_ctl.0, fc_type = f.header.fc_type.0, ox = f.header.ox_id.0, "rx");
         if d == FcId::FABRIC_CONTROLLER && f.header.fc_type == FcType::SW_ILS {
             if let Some(e) = &mut self.eport {
                 e.handle(&f);
@@ -1041,6 +1042,7 @@ impl Actor {
         }
         let mut out: Vec<(Frame, u8)> = Vec::with_capacity(frames.len());
         for f in frames {
+            tracing::trace!(tunnel = %self.cfg.name, s_id = %f.header.s_id, d_id = %f.header.d_id, r_ctl = f.header.r_ctl.0, fc_type = f.header.fc_type.0, ox = f.header.ox_id.0, "tx");
             let f = match &mut self.target {
                 Some(t) => {
                     let (up, fed) = t.outbound(f);
@@ -1132,7 +1134,7 @@ impl Actor {
         let mut bufs = Vec::with_capacity(frames.len() * 3);
         let mut n = 0;
         for (f, _) in frames {
-            let r = FcipFrameRepr::new(f);
+            let r = FcipFrameRepr::new(word_aligned(f));
             let Ok((head, tail)) = r.head_tail() else {
                 continue;
             };
@@ -1229,6 +1231,35 @@ impl Actor {
             .collect();
         self.write_frames(slot, frames);
     }
+}
+
+/// FCIP carries whole words: a payload that is not is padded with fill
+/// bytes, counted in F_CTL as FC-FS wants.
+fn word_aligned(mut f: Frame) -> Frame {
+    let fill = (4 - f.payload.len() % 4) % 4;
+    if fill != 0 {
+        let mut p = BytesMut::with_capacity(f.payload.len() + fill);
+        p.extend_from_slice(&f.payload);
+        p.extend_from_slice(&[0u8; 3][..fill]);
+        f.payload = p.freeze();
+        f.header.f_ctl = f.header.f_ctl.with_fill_bytes(fill as u8);
+    }
+    f
+}
+
+/// Fill bytes of solicited data are not data: they are dropped again on
+/// receive so the payload is exactly what the sender's FCP layer sent.
+fn strip_data_fill(mut f: Frame) -> Frame {
+    let fill = usize::from(f.header.f_ctl.fill_bytes());
+    if fill != 0
+        && f.header.fc_type == FcType::FCP
+        && f.header.r_ctl == unifab_fc::wire::RCtl::FCP_DATA
+        && f.payload.len() >= fill
+    {
+        f.payload = f.payload.slice(..f.payload.len() - fill);
+        f.header.f_ctl = f.header.f_ctl.with_fill_bytes(0);
+    }
+    f
 }
 
 async fn writer(

@@ -76,6 +76,7 @@ pub fn merge(local: &ZoneDb, remote: &ZoneDb) -> Result<ZoneDb, String> {
 
 fn to_mr(db: &ZoneDb) -> Mr {
     Mr {
+        full: Bytes::new(),
         active: db.active.as_ref().map(|(name, zones)| {
             let objs = zones
                 .iter()

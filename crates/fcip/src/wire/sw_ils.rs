@@ -372,6 +372,9 @@ pub struct Mr {
     /// Active zone set name (padded) and its zones; `None` when zoning is
     /// not active.
     pub active: Option<(Bytes, Vec<ZoneObject>)>,
+    /// The full zone set (object count and objects) as carried; unifab
+    /// merges active zone sets only and sends this empty.
+    pub full: Bytes,
 }
 
 /// Status of an MR / zoning reply.
@@ -835,8 +838,7 @@ fn parse_mr(b: &[u8]) -> Result<Mr, WireError> {
     zero(&b[1..2], "MR reserved")?;
     let zlen = usize::from(be::u16_at(b, 2));
     let (active, at) = if zlen == 0 {
-        zero(&b[4..8], "MR empty zone set")?;
-        (None, 8)
+        (None, 4)
     } else {
         let (name, nlen) = parse_name(&b[4..])?;
         let mut at = 4 + nlen;
@@ -858,20 +860,24 @@ fn parse_mr(b: &[u8]) -> Result<Mr, WireError> {
         (Some((name, zones)), at)
     };
     need(b, at + 4)?;
-    if be::u32_at(b, at) != 0 || b.len() != at + 4 {
-        return Err(WireError::InvalidField("MR full zone set (not supported)"));
+    let full_len = be::u32_at(b, at) as usize;
+    if b.len() != at + 4 + full_len.min(b.len()) {
+        return Err(WireError::BadLength {
+            what: "MR full zone set",
+            len: full_len,
+        });
     }
-    Ok(Mr { active })
+    Ok(Mr {
+        active,
+        full: Bytes::copy_from_slice(&b[at + 4..]),
+    })
 }
 
 fn emit_mr(m: &Mr, out: &mut BytesMut) {
     out.put_u8(SwIlsCode::MR.0);
     out.put_u8(0);
     match &m.active {
-        None => {
-            out.put_u16(0);
-            out.put_u32(0);
-        }
+        None => out.put_u16(0),
         Some((name, zones)) => {
             let mut body = BytesMut::new();
             emit_name(name, &mut body);
@@ -883,7 +889,8 @@ fn emit_mr(m: &Mr, out: &mut BytesMut) {
             out.put_slice(&body);
         }
     }
-    out.put_u32(0);
+    out.put_u32(u32::try_from(m.full.len()).unwrap_or(0));
+    out.put_slice(&m.full);
 }
 
 impl SwIlsRepr {
@@ -1202,7 +1209,13 @@ mod tests {
             }),
             None,
         );
-        rt(&SwIlsRepr::Mr(Mr { active: None }), None);
+        rt(
+            &SwIlsRepr::Mr(Mr {
+                active: None,
+                full: Bytes::from_static(&[0, 0, 0, 0]),
+            }),
+            None,
+        );
         rt(
             &SwIlsRepr::Mr(Mr {
                 active: Some((
@@ -1218,6 +1231,7 @@ mod tests {
                         }],
                     }],
                 )),
+                full: Bytes::new(),
             }),
             None,
         );

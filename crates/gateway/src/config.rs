@@ -35,6 +35,9 @@ pub struct Config {
     /// The FC fabric and the gateway's FC ports.
     #[serde(default)]
     pub fabric: Option<crate::fc::FabricSection>,
+    /// FCIP tunnels to other sites' fabrics.
+    #[serde(default)]
+    pub fcip: Option<crate::fcip::FcipSection>,
 }
 
 /// One logical unit.
@@ -319,6 +322,7 @@ impl Config {
             }),
             admin: AdminConfig::default(),
             fabric: None,
+            fcip: None,
         }
     }
 
@@ -432,6 +436,7 @@ impl Config {
             }
         }
         crate::fc::validate(self)?;
+        crate::fcip::validate(self)?;
         Ok(())
     }
 }

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod capture;
 pub mod config;
 pub mod fc;
+pub mod fcip;
 pub mod pcap_check;
 pub mod run;
 pub mod show;

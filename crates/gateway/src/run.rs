@@ -103,6 +103,7 @@ fn sanitize(name: &str) -> String {
 struct View {
     server: Option<TargetServer>,
     fc: Option<Arc<crate::fc::FcPlane>>,
+    fcip: Option<Arc<crate::fcip::FcipPlane>>,
     luns: Vec<(String, Arc<EmulatedLu>)>,
     metrics: Arc<Metrics>,
 }
@@ -140,6 +141,11 @@ impl AdminView for View {
                     .collect();
                 Some(serde_json::Value::Array(v).to_string())
             }
+            "fcip" => Some(
+                self.fcip
+                    .as_ref()
+                    .map_or_else(|| "[]".to_string(), |f| f.show()),
+            ),
             other => self.fc.as_ref().and_then(|f| f.show(other)),
         }
     }
@@ -186,6 +192,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             lus.get(name).map(|l| l.clone() as Arc<dyn LogicalUnit>)
         })?)),
         None => None,
+    };
+    let fcip = match (&cfg.fcip, &fc) {
+        (Some(f), Some(plane)) => Some(Arc::new(
+            crate::fcip::FcipPlane::start(f, plane.switch()).await?,
+        )),
+        _ => None,
     };
     if let Some(plane) = &fc {
         for lu in &cfg.lu {
@@ -288,6 +300,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             let view = Arc::new(View {
                 server: server_handle.clone(),
                 fc: fc.clone(),
+                fcip: fcip.clone(),
                 luns: lu_list,
                 metrics,
             });

@@ -4,3 +4,4 @@
 
 pub mod peers;
 pub mod raw_iscsi;
+pub mod wan;

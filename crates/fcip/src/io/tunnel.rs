@@ -190,7 +190,7 @@ impl Tunnel {
             stats: stats.clone(),
         };
         let t_local = ctl.switch().with_fabric(|f| f.switch_name());
-        let actor = Actor::new(
+        let mut actor = Actor::new(
             cfg.clone(),
             port,
             ctl,
@@ -199,6 +199,7 @@ impl Tunnel {
             stats,
             dropped,
         );
+        actor.publish();
         tokio::spawn(actor.run(fab_rx, ev_rx, ctl_rx));
         if cfg.connects() {
             let local = t_local;
@@ -638,6 +639,7 @@ impl Actor {
             c.peer = conn.peer.to_string();
         }
         info!(tunnel = %self.cfg.name, slot, peer = %conn.peer, "circuit up");
+        self.publish();
         let peer_enhanced = conn
             .fsf
             .entity_id
@@ -743,6 +745,7 @@ impl Actor {
             s.failures += 1;
         }
         warn!(tunnel = %self.cfg.name, slot, peer = %c.peer, reason = why, "circuit down");
+        self.publish();
         if !self.link_ready() {
             self.link_down(why);
             // RFC: data connections go with the class F one.
@@ -817,6 +820,25 @@ impl Actor {
         }
         if now.duration_since(self.last_rate) >= Duration::from_secs(1) {
             self.update_stats(now);
+        }
+    }
+
+    /// Publishes the counters (rates only once a second).
+    fn publish(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last_rate) >= Duration::from_secs(1) {
+            self.update_stats(now);
+            return;
+        }
+        let mut out: Vec<CircuitStats> = self.counters.values().cloned().collect();
+        out.sort_by_key(|c| c.slot);
+        for c in &mut out {
+            if let Some(k) = self.circuits.get(&c.slot) {
+                c.uptime_s = now.duration_since(k.since).as_secs_f64();
+            }
+        }
+        if let Ok(mut st) = self.stats.lock() {
+            st.circuits = out;
         }
     }
 

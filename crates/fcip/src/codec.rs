@@ -267,8 +267,10 @@ mod tests {
     use unifab_fc::wire::{FcHeaderRepr, FcId};
 
     fn frame(payload_len: usize) -> Vec<u8> {
-        let mut h = FcHeaderRepr::default();
-        h.d_id = FcId::new(0x010200);
+        let h = FcHeaderRepr {
+            d_id: FcId::new(0x010200),
+            ..FcHeaderRepr::default()
+        };
         let f = Frame::new(h, Bytes::from(vec![0xab; payload_len]));
         FcipFrameRepr::new(f).to_bytes().unwrap()
     }
@@ -302,7 +304,7 @@ mod tests {
         let mut d = Decoder::new(DecoderConfig::default());
         d.extend(&stream);
         let mut got = 0;
-        while let Some(_) = d.decode().unwrap() {
+        while d.decode().unwrap().is_some() {
             got += 1;
         }
         assert_eq!(got, 3);

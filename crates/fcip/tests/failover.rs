@@ -159,7 +159,7 @@ async fn rfc_mode_cut_gives_retryable_errors_never_wrong_data() {
         }
     };
     let (results, ()) = tokio::join!(futures_join(futs), restore);
-    let mut written = vec![false; 8];
+    let mut written = [false; 8];
     for (k, r) in results.iter().enumerate() {
         match r.status {
             Status::GOOD => written[k] = true,

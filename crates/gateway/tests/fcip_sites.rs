@@ -100,7 +100,7 @@ fn start(ns: &Netns, dir: &Path, name: &str, cfg: &str, wait_for: &str) -> Gw {
 struct Sites {
     a: Gw,
     b: Gw,
-    links: Vec<WanLink>,
+    _links: Vec<WanLink>,
     iscsi: SocketAddr,
     ns_a: Netns,
     _ns_b: Netns,
@@ -198,7 +198,7 @@ data_dir = "{d}/state-a"
     let s = Sites {
         a,
         b,
-        links,
+        _links: links,
         iscsi,
         ns_a,
         _ns_b: ns_b,

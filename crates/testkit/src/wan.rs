@@ -162,11 +162,13 @@ fn serve(down: TcpStream, upstream: SocketAddr, sh: Arc<Shared>) {
     pipe(u2, d2, sh, 1);
 }
 
+/// Bytes and the instant they are due at the far end.
+type Chunk = (Instant, Vec<u8>);
+
 /// Forwards `from` → `to` through a delay line.
 fn pipe(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, dir: usize) {
     // Bounded: a full line stops the reader, so the sender's TCP backs up.
-    let (tx, rx): (SyncSender<(Instant, Vec<u8>)>, Receiver<(Instant, Vec<u8>)>) =
-        sync_channel(256);
+    let (tx, rx): (SyncSender<Chunk>, Receiver<Chunk>) = sync_channel(256);
     let sh2 = sh.clone();
     let writer = thread::spawn(move || deliver(to, rx, sh2, dir));
     let mut buf = vec![0u8; 64 * 1024];
@@ -199,7 +201,7 @@ fn pipe(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, dir: usize) {
     let _ = writer.join();
 }
 
-fn deliver(mut to: TcpStream, rx: Receiver<(Instant, Vec<u8>)>, sh: Arc<Shared>, dir: usize) {
+fn deliver(mut to: TcpStream, rx: Receiver<Chunk>, sh: Arc<Shared>, dir: usize) {
     while let Ok((due, data)) = rx.recv() {
         let now = Instant::now();
         if due > now {

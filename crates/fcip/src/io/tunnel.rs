@@ -554,7 +554,7 @@ impl Actor {
                                 Err(_) => break,
                             }
                         }
-                        self.from_fabric(batch);
+                        self.outbound(batch);
                     }
                     None => return,
                 },
@@ -1056,7 +1056,7 @@ impl Actor {
 
     // ---- send side ----
 
-    fn from_fabric(&mut self, frames: Vec<Frame>) {
+    fn outbound(&mut self, frames: Vec<Frame>) {
         if self.up.is_none() {
             self.dropped
                 .fetch_add(frames.len() as u64, Ordering::Relaxed);

@@ -112,7 +112,7 @@ impl Compressor {
             Mode::Lz4 => Codec::LZ4,
             Mode::Zstd => Codec::ZSTD,
             Mode::Auto => {
-                let best = if self.ratio[0] > 0.97 && self.ratio[1] > 0.97 {
+                if self.ratio[0] > 0.97 && self.ratio[1] > 0.97 {
                     // Incompressible lately: probe now and then.
                     self.skip += 1;
                     if self.skip % 16 != 0 {
@@ -135,8 +135,7 @@ impl Compressor {
                     } else {
                         Codec::ZSTD
                     }
-                };
-                best
+                }
             }
         }
     }

@@ -205,6 +205,9 @@ pub enum Output {
     Controller(SwIlsRepr, FcId),
 }
 
+/// The far switch: domain, name, and the domains its EFP listed.
+type Peer = (u8, Wwn, Vec<(u8, Wwn)>);
+
 /// The VE_Port's SW_ILS engine for one link.
 #[derive(Debug)]
 pub struct EPort {
@@ -214,7 +217,7 @@ pub struct EPort {
     /// Outstanding request: its OX_ID and code.
     waiting: Option<(OxId, SwIlsCode)>,
     next_ox: u16,
-    peer: Option<(u8, Wwn, Vec<(u8, Wwn)>)>,
+    peer: Option<Peer>,
     merged: Option<ZoneDb>,
     /// The responder's own MR is outstanding / done.
     mr_sent: bool,

@@ -179,7 +179,7 @@ pub fn records(body: &Bytes) -> Result<Vec<(Frame, u8)>, WireError> {
         let rest = &body[at..];
         super::check_len(rest, RECORD_HEADER_LEN)?;
         let len = usize::from(be::u16_at(rest, 0));
-        if len < HEADER_LEN || len > HEADER_LEN + unifab_fc::wire::MAX_PAYLOAD {
+        if !(HEADER_LEN..=HEADER_LEN + unifab_fc::wire::MAX_PAYLOAD).contains(&len) {
             return Err(WireError::BadLength {
                 what: "batch record",
                 len,

@@ -204,3 +204,75 @@ async fn tls_with_a_pre_shared_key_and_a_wrong_key_refused() {
         "{st:?}"
     );
 }
+
+struct Pki {
+    ca: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = p.self_signed(&key).unwrap();
+        Pki { ca, key }
+    }
+
+    /// TLS settings for a site named `me` that expects `peer`.
+    fn site(&self, me: &str, peer: &str) -> Arc<TlsSettings> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![me.to_string()])
+            .unwrap()
+            .signed_by(&key, &self.ca, &self.key)
+            .unwrap();
+        Arc::new(
+            TlsSettings::mutual(
+                cert.pem().as_bytes(),
+                key.serialize_pem().as_bytes(),
+                self.ca.pem().as_bytes(),
+                peer,
+            )
+            .unwrap(),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_mutual_certificates_and_a_foreign_certificate_refused() {
+    let pki = Pki::new();
+    let (l, ta, _) = setup(
+        Some(pki.site("site-b", "site-a")),
+        Some(pki.site("site-a", "site-b")),
+    )
+    .await;
+    assert!(
+        wait_up(&ta).await,
+        "mutual-certificate tunnel comes up: {:?}",
+        ta.stats()
+    );
+    // A certificate from another CA.
+    let other = Pki::new();
+    let x = switch(3, SW_X);
+    let cx = InterSwitch::start(x);
+    let mut cfg = TunnelConfig::new(
+        "to-b",
+        1,
+        SW_B,
+        vec![CircuitConfig {
+            peer: Some(l.local_addr()),
+            local: None,
+            weight: 1,
+        }],
+    );
+    cfg.tls = Some(other.site("site-x", "site-b"));
+    let tx = Tunnel::start(cfg, cx);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!tx.stats().state.starts_with("up"), "{:?}", tx.stats());
+    assert!(l.stats().last_refusal.contains("TLS"), "{:?}", l.stats());
+    let st = ta.stats();
+    assert!(
+        st.state.starts_with("up") && st.circuits.iter().all(|c| c.failures == 0),
+        "{st:?}"
+    );
+}

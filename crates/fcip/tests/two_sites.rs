@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{INITIATOR, Sites, TARGET, sites, task};
+use common::{INITIATOR, Sites, TARGET, build, sites, task};
 use unifab_fcip::io::LinkMode;
 use unifab_fcip::proto::compress;
 use unifab_scsi_core::{LogicalUnit, Status};
@@ -115,4 +115,17 @@ async fn enhanced_mode_with_fastwrite_and_compression() {
     assert!(st.fastwrite, "{st:?}");
     assert!(st.fastwrite_writes >= 33, "{st:?}");
     assert!(st.wire_bytes < st.raw_bytes, "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fastwrite_needs_both_ends() {
+    for (a, b) in [(true, false), (false, true)] {
+        let s = build(LinkMode::Enhanced, (a, b), compress::Mode::None, None).await;
+        io(&s).await;
+        let st = s.ta.stats();
+        assert!(
+            !st.fastwrite && st.fastwrite_writes == 0,
+            "A {a}, B {b}: {st:?}"
+        );
+    }
 }

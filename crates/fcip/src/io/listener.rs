@@ -142,12 +142,14 @@ async fn handshake(
                     .await
                     .map_err(|e| e.to_string())?;
             }
+            let peer_caps = repr.entity_id.unifab_capabilities();
             t.accepted(Conn {
                 stream,
                 peer,
                 fd,
                 fsf: repr,
                 leftover: bytes::Bytes::new(),
+                peer_caps,
             });
             Ok(())
         }

@@ -53,6 +53,9 @@ pub struct Conn {
     pub fsf: SpecialFrameRepr,
     /// Bytes read past the handshake.
     pub leftover: Bytes,
+    /// What the peer offers: from its special frame (acceptor) or its
+    /// hello (connector); `None` for a plain RFC 3821 peer.
+    pub peer_caps: Option<Capabilities>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -350,6 +353,7 @@ async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result
     read_exact_timeout(&mut stream, &mut echo, Duration::from_secs(10)).await?;
     check_echo(&sent, &echo).map_err(|e| e.to_string())?;
     let mut leftover = Bytes::new();
+    let mut peer_caps = None;
     if cfg.mode == LinkMode::Enhanced {
         // The acceptor's hello must follow at once.
         let mut dec = Decoder::new(DecoderConfig::default());
@@ -367,15 +371,23 @@ async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result
                 _ => break None,
             }
         };
-        let is_hello = got
+        let hello = got
             .as_ref()
             .and_then(|b| FcipFrame::new_checked(b.clone()).ok())
             .and_then(|f| f.to_fc_frame().ok())
-            .is_some_and(|f| {
-                enhanced::is_fragment(&f.header)
-                    && BatchHeader::parse(&f.payload).is_ok_and(|h| h.kind == BatchKind::HELLO.0)
+            .filter(|f| enhanced::is_fragment(&f.header))
+            .and_then(|f| {
+                let h = BatchHeader::parse(&f.payload).ok()?;
+                let body = f.payload.get(enhanced::BATCH_HEADER_LEN..)?;
+                (h.kind == BatchKind::HELLO.0).then(|| Hello::parse(body).ok())?
             });
-        if !is_hello {
+        if let Some(h) = hello {
+            let mut caps = h.capabilities;
+            if !h.fastwrite {
+                caps &= !Capabilities::FASTWRITE;
+            }
+            peer_caps = Some(Capabilities(caps));
+        } else {
             return Err(format!(
                 "{peer} did not answer with unifab enhanced mode (an RFC 3821 peer?): configure mode = \"rfc\" for this tunnel"
             ));
@@ -394,6 +406,7 @@ async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result
         fd,
         fsf,
         leftover,
+        peer_caps,
     })
 }
 
@@ -641,13 +654,11 @@ impl Actor {
         info!(tunnel = %self.cfg.name, slot, peer = %conn.peer, "circuit up");
         self.publish();
         let peer_enhanced = conn
-            .fsf
-            .entity_id
-            .unifab_capabilities()
+            .peer_caps
             .is_some_and(|c| c.has(Capabilities::ENHANCED));
         if self.eport.is_none() && self.link_ready() {
             self.enhanced = self.cfg.mode == LinkMode::Enhanced && peer_enhanced;
-            self.link_start(conn.fsf);
+            self.link_start(conn.peer_caps);
         } else if self.enhanced {
             // Batches orphaned while no circuit was up go out now.
             let alive: Vec<usize> = self.circuits.keys().copied().collect();
@@ -667,13 +678,10 @@ impl Actor {
         }
     }
 
-    fn link_start(&mut self, peer_fsf: SpecialFrameRepr) {
+    fn link_start(&mut self, peer_caps: Option<Capabilities>) {
         let fastwrite = self.enhanced
             && self.cfg.fastwrite
-            && peer_fsf
-                .entity_id
-                .unifab_capabilities()
-                .is_some_and(|c| c.has(Capabilities::FASTWRITE));
+            && peer_caps.is_some_and(|c| c.has(Capabilities::FASTWRITE));
         if fastwrite {
             self.host = Some(HostSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));
             self.target = Some(TargetSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));

@@ -84,6 +84,16 @@ pub async fn sites_via(
     compression: compress::Mode,
     wan: Option<WanProfile>,
 ) -> Sites {
+    build(mode, (fastwrite, fastwrite), compression, wan).await
+}
+
+/// FastWrite wanted at A and at B separately.
+pub async fn build(
+    mode: LinkMode,
+    fastwrite: (bool, bool),
+    compression: compress::Mode,
+    wan: Option<WanProfile>,
+) -> Sites {
     let a = Switch::new(FabricConfig {
         domain: 1,
         switch_name: SW_A,
@@ -115,7 +125,7 @@ pub async fn sites_via(
         ],
     );
     tb.mode = mode;
-    tb.fastwrite = fastwrite;
+    tb.fastwrite = fastwrite.1;
     tb.compression = compression;
     let tunnel_b = Tunnel::start(tb, cb);
     let listener = Listener::start("127.0.0.1:0".parse().unwrap(), SW_B, vec![tunnel_b], None)
@@ -148,7 +158,7 @@ pub async fn sites_via(
     };
     let mut ta = TunnelConfig::new("fcip0", 0, SW_B, vec![circuit(0), circuit(1)]);
     ta.mode = mode;
-    ta.fastwrite = fastwrite;
+    ta.fastwrite = fastwrite.0;
     ta.compression = compression;
     let ta = Tunnel::start(ta, ca);
     let node_a = FcNode::spawn(&a, "site-a");

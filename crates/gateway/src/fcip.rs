@@ -343,3 +343,72 @@ impl FcipPlane {
         &self.controller
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const CFG: &str = r#"
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:01"
+
+[fcip]
+listen = "127.0.0.1:3225"
+tls = { psk = "at-least-16-bytes-of-secret" }
+
+[[fcip.tunnel]]
+name = "fcip0"
+peer = "10:00:00:00:c9:00:00:02"
+mode = "enhanced"
+compression = "auto"
+fastwrite = true
+keepalive_ms = 20
+dead_ms = 80
+
+[[fcip.tunnel.circuit]]
+peer = "192.0.2.20:3225"
+weight = 2
+
+[[fcip.tunnel.circuit]]
+peer = "192.0.2.21:3225"
+local = "192.0.2.10:0"
+"#;
+
+    #[test]
+    fn the_documented_config_parses_and_bad_ones_are_refused() {
+        let c = Config::parse(CFG, "site.toml").unwrap();
+        let f = c.fcip.as_ref().unwrap();
+        assert_eq!(f.tunnel[0].circuit.len(), 2);
+        assert_eq!(f.tunnel[0].circuit[0].weight, Some(2));
+        assert_eq!(mode(&f.tunnel[0]).unwrap(), LinkMode::Enhanced);
+        let bad = |from: &str, to: &str| {
+            Config::parse(&CFG.replace(from, to), "site.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad("mode = \"enhanced\"", "mode = \"fast\"").contains("mode"));
+        assert!(bad("mode = \"enhanced\"", "mode = \"rfc\"").contains("need mode = \"enhanced\""));
+        assert!(bad("compression = \"auto\"", "compression = \"gzip\"").contains("compression"));
+        assert!(bad("peer = \"10:00:00:00:c9:00:00:02\"", "peer = \"nope\"").contains("not a WWN"));
+        assert!(bad("weight = 2", "weight = 0").contains("weight"));
+        assert!(bad("dead_ms = 80", "dead_ms = 5").contains("dead_ms"));
+        assert!(
+            bad("psk = \"at-least-16-bytes-of-secret\"", "psk = \"short\"").contains("16 bytes")
+        );
+        assert!(bad("peer = \"192.0.2.21:3225\"\n", "").contains("either every circuit"));
+        let e = bad("fastwrite = true", "fastwrite = true\nturbo = 1");
+        assert!(e.starts_with("site.toml:") && e.contains("turbo"), "{e}");
+        let no_fabric = CFG.replace(
+            "[fabric]\ndomain = 1\nswitch_wwn = \"10:00:00:00:c9:00:00:01\"\n",
+            "",
+        );
+        assert!(
+            Config::parse(&no_fabric, "x")
+                .unwrap_err()
+                .to_string()
+                .contains("needs a [fabric]")
+        );
+    }
+}

@@ -35,10 +35,11 @@ fn looks_like_header(b: &[u8]) -> bool {
     b.len() >= 16 && EncapHeader::new_checked(b).is_ok_and(|h| h.check().is_ok())
 }
 
-/// Checks every FCIP stream of a capture.
+/// Checks every FCIP stream of a capture. The frames of both directions
+/// are checked in capture order, so an SW_ACC is decoded against the
+/// request it answers.
 pub fn check_flows(flows: &BTreeMap<FlowKey, Flow<'_>>, report: &mut Report) {
-    let mut tracker = ReplyTracker::new();
-    let mut requests: HashMap<(FlowKey, u16), SwIlsCode> = HashMap::new();
+    let mut units: Vec<(u64, FlowKey, Vec<u8>)> = Vec::new();
     for (key, flow) in flows {
         let (runs, gaps) = flow.reassemble();
         for g in gaps {
@@ -49,10 +50,6 @@ pub fn check_flows(flows: &BTreeMap<FlowKey, Flow<'_>>, report: &mut Report) {
                 missing: g.len,
             });
         }
-        let reverse = FlowKey {
-            src: key.dst,
-            dst: key.src,
-        };
         for run in &runs {
             let d = &run.data[..];
             let mut at = 0usize;
@@ -66,7 +63,6 @@ pub fn check_flows(flows: &BTreeMap<FlowKey, Flow<'_>>, report: &mut Report) {
                 }
                 let n = usize::from(h.frame_len()) * 4;
                 if at + n > d.len() {
-                    // Cut off by the end of the run: report as truncated.
                     report.entries.push(Entry {
                         frame: frame_at(run, run.start + d.len() as u64),
                         protocol: Protocol::Fcip,
@@ -75,21 +71,30 @@ pub fn check_flows(flows: &BTreeMap<FlowKey, Flow<'_>>, report: &mut Report) {
                     });
                     break;
                 }
-                let bytes = &d[at..at + n];
                 let frame = frame_at(run, run.start + (at + n) as u64);
-                let (what, verdict) = check_one(bytes, &mut tracker, &mut requests, *key, reverse);
-                report.entries.push(Entry {
-                    frame,
-                    protocol: Protocol::Fcip,
-                    what,
-                    verdict,
-                });
+                units.push((frame, *key, d[at..at + n].to_vec()));
                 at += n;
             }
             if skipped > 0 {
                 *report.resync_bytes.entry(Protocol::Fcip).or_default() += skipped;
             }
         }
+    }
+    units.sort_by_key(|u| u.0);
+    let mut tracker = ReplyTracker::new();
+    let mut requests: HashMap<(FlowKey, u16), SwIlsCode> = HashMap::new();
+    for (frame, key, bytes) in units {
+        let reverse = FlowKey {
+            src: key.dst,
+            dst: key.src,
+        };
+        let (what, verdict) = check_one(&bytes, &mut tracker, &mut requests, key, reverse);
+        report.entries.push(Entry {
+            frame,
+            protocol: Protocol::Fcip,
+            what,
+            verdict,
+        });
     }
 }
 

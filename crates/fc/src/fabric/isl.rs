@@ -255,3 +255,84 @@ fn is_registration(r: &crate::wire::ct::NsRequest) -> bool {
     let c = r.command();
     c.0 >= CtCommand::RPN_ID.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::FabricConfig;
+    use crate::wire::FcHeaderRepr;
+    use bytes::Bytes;
+    use std::time::Instant;
+
+    fn frame(s: u32, d: u32) -> Frame {
+        Frame::new(
+            FcHeaderRepr {
+                s_id: FcId::new(s),
+                d_id: FcId::new(d),
+                fc_type: FcType::FCP,
+                ..FcHeaderRepr::default()
+            },
+            Bytes::from_static(&[0; 4]),
+        )
+    }
+
+    fn entry(id: u32, wwn: u64) -> NsEntry {
+        NsEntry {
+            fc_id: FcId::new(id),
+            port_name: Wwn(wwn),
+            node_name: Wwn(wwn + 1),
+            port_type: 1,
+            class_of_service: 8,
+            fc4_types: Default::default(),
+            fc4_features: Default::default(),
+            symbolic_port_name: Bytes::new(),
+            symbolic_node_name: Bytes::new(),
+            fabric_port_name: Wwn(0),
+        }
+    }
+
+    /// A transit switch (domain 2) between domains 1 and 3.
+    #[test]
+    fn transit_routing_and_remote_entries() {
+        let mut f = Fabric::new(FabricConfig {
+            domain: 2,
+            ..FabricConfig::default()
+        });
+        let e1 = f.attach_e_port("to-1");
+        let e3 = f.attach_e_port("to-3");
+        assert!(f.is_e_port(e1) && f.is_e_port(e3));
+        f.set_route(1, Some(e1));
+        f.set_route(3, Some(e3));
+        f.set_route(2, Some(e1)); // own domain: ignored
+        assert_eq!(f.routes(), vec![(1, e1), (3, e3)]);
+        let now = Instant::now();
+        f.handle_frame(now, e1, frame(0x010100, 0x030100));
+        assert_eq!(f.poll_transmit().map(|(p, _)| p), Some(e3));
+        // Domain controllers are routed by their low byte.
+        f.handle_frame(now, e3, frame(0xfffc03, 0xfffc01));
+        assert_eq!(f.poll_transmit().map(|(p, _)| p), Some(e1));
+        // A frame claiming this switch's domain from an E_Port is dropped,
+        // and nothing goes back out of the port it came in on.
+        f.handle_frame(now, e1, frame(0x020100, 0x030100));
+        f.handle_frame(now, e1, frame(0x030100, 0x010100));
+        assert_eq!(f.poll_transmit(), None);
+        let c = f.counters(e1).unwrap();
+        assert_eq!((c.source_drops, c.unroutable_drops), (1, 1));
+        // Remote entries are held per domain, replaced and withdrawn.
+        f.set_remote_entries(3, vec![entry(0x030100, 0x21), entry(0x010100, 0x22)]);
+        assert_eq!(
+            f.remote_entries().len(),
+            1,
+            "entries of other domains are ignored"
+        );
+        assert!(f.name_server().iter().any(|e| e.port_name == Wwn(0x21)));
+        f.set_remote_entries(3, Vec::new());
+        assert!(f.name_server().is_empty());
+        // Local changes are reported once.
+        assert!(!f.has_local_changes());
+        f.detach(e3);
+        assert_eq!(f.routes(), vec![(1, e1)]);
+        assert_eq!(controller_domain(domain_controller(7)), Some(7));
+        assert_eq!(controller_domain(FcId::NAME_SERVER), None);
+    }
+}

@@ -7,7 +7,9 @@
 //! This module only manages identifiers and time; the engines keep the
 //! state of each exchange keyed by them. Sans-IO: time is an argument.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fastmap::{FastMap, FastSet};
 use std::time::{Duration, Instant};
 
 use crate::wire::{FcId, OxId, RxId};
@@ -50,15 +52,15 @@ pub struct ExchangeManager {
     timeouts: Timeouts,
     limit: usize,
     next_ox: u16,
-    originated: HashSet<u16>,
+    originated: FastSet<u16>,
     next_rx: u16,
-    responded: HashMap<(FcId, u16), u16>,
-    rx_in_use: HashSet<u16>,
+    responded: FastMap<(FcId, u16), u16>,
+    rx_in_use: FastSet<u16>,
     /// Identifiers of aborted exchanges, with the time they become free.
     held_ox: VecDeque<(Instant, u16)>,
-    held_ox_set: HashSet<u16>,
+    held_ox_set: FastSet<u16>,
     held_rx: VecDeque<(Instant, u16)>,
-    held_rx_set: HashSet<u16>,
+    held_rx_set: FastSet<u16>,
 }
 
 impl ExchangeManager {
@@ -69,14 +71,14 @@ impl ExchangeManager {
             timeouts,
             limit: limit.clamp(1, 0xffff),
             next_ox: 0,
-            originated: HashSet::new(),
+            originated: FastSet::default(),
             next_rx: 0,
-            responded: HashMap::new(),
-            rx_in_use: HashSet::new(),
+            responded: FastMap::default(),
+            rx_in_use: FastSet::default(),
             held_ox: VecDeque::new(),
-            held_ox_set: HashSet::new(),
+            held_ox_set: FastSet::default(),
             held_rx: VecDeque::new(),
-            held_rx_set: HashSet::new(),
+            held_rx_set: FastSet::default(),
         }
     }
 

@@ -65,6 +65,83 @@ pub struct LuConfig {
     /// Unit serial number (VPD 0x80); derived from the name if absent.
     #[serde(default)]
     pub serial: Option<String>,
+    /// For an `iscsi://` backend: how the gateway reaches the remote LU
+    /// (`[lu.iscsi]`).
+    #[serde(default)]
+    pub iscsi: Option<RemoteIscsiConfig>,
+}
+
+/// Settings of a remote LU reached through unifab's iSCSI initiator. The
+/// initiator's own CHAP credentials go in the backend URL
+/// (`iscsi://user%secret@host/iqn/lun`).
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteIscsiConfig {
+    /// Mutual CHAP: the name the remote target answers with.
+    #[serde(default)]
+    pub mutual_user: Option<String>,
+    /// Mutual CHAP: the remote target's secret.
+    #[serde(default)]
+    pub mutual_secret: Option<String>,
+    /// InitiatorName of the gateway's own sessions (capacity probes, and
+    /// every session with `nexus = "shared"` or `fixed_name = true`).
+    /// Default `iqn.2026-11.io.unifab:gateway`.
+    #[serde(default)]
+    pub initiator_name: Option<String>,
+    /// `"per-initiator"` (default): each host's initiator port gets its own
+    /// session at the remote, under the host's name, so reservations and
+    /// unit attentions stay per host. `"shared"`: one session for all.
+    #[serde(default)]
+    pub nexus: Option<String>,
+    /// Per-initiator sessions log in under `initiator_name` instead of the
+    /// host's name (for remote ACLs that know only the gateway).
+    #[serde(default)]
+    pub fixed_name: bool,
+    /// `"derived"` (default): VPD 0x80/0x83 logical-unit identity derived
+    /// from the remote target name and LUN (or `identity_seed`).
+    /// `"passthrough"`: the remote's own identity, unchanged.
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// Seed of the derived identity (default `TARGET-IQN/LUN`).
+    #[serde(default)]
+    pub identity_seed: Option<String>,
+    /// Seconds within which every command ends (default 20).
+    #[serde(default)]
+    pub command_timeout: Option<f64>,
+    /// Seconds of silence from the remote before a NOP-Out ping (default 5;
+    /// 0 = never).
+    #[serde(default)]
+    pub nop_interval: Option<f64>,
+    /// Seconds a ping may go unanswered before the connection is dropped
+    /// and logged in again (default 5).
+    #[serde(default)]
+    pub nop_timeout: Option<f64>,
+    /// Seconds a TCP connect plus login may take (default 10).
+    #[serde(default)]
+    pub login_timeout: Option<f64>,
+    /// Digests offered, in preference order (default `["None", "CRC32C"]`).
+    #[serde(default)]
+    pub digests: Option<Vec<String>>,
+    /// Commands the gateway holds for the remote per session (default 1024).
+    #[serde(default)]
+    pub queue_depth: Option<usize>,
+}
+
+impl fmt::Debug for RemoteIscsiConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteIscsiConfig")
+            .field("mutual_user", &self.mutual_user)
+            .field(
+                "mutual_secret",
+                &self.mutual_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("initiator_name", &self.initiator_name)
+            .field("nexus", &self.nexus)
+            .field("fixed_name", &self.fixed_name)
+            .field("identity", &self.identity)
+            .field("command_timeout", &self.command_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A size in bytes, written as a number or a string with a binary suffix.
@@ -238,6 +315,8 @@ pub enum Backend {
     Memory,
     /// A file (created sparse if missing).
     File(PathBuf),
+    /// A LU of a remote iSCSI target (`iscsi://[user%secret@]host[:port]/iqn/lun`).
+    Iscsi(unifab_iscsi::initiator::IscsiUrl),
     /// A LU behind an FC target port, through the gateway's fabric
     /// (`fc://WWPN/LUN`).
     Fc(crate::fc::FcUrl),
@@ -256,6 +335,18 @@ impl LuConfig {
                 ));
             }
             Ok(Backend::File(PathBuf::from(p)))
+        } else if self.backend.starts_with("iscsi://") {
+            let url: unifab_iscsi::initiator::IscsiUrl = self
+                .backend
+                .parse()
+                .map_err(|e| format!("lu {:?}: backend: {e}", self.name))?;
+            if url.target.is_none() || url.lun.is_none() {
+                return Err(format!(
+                    "lu {:?}: an iscsi backend names a target and a LUN: iscsi://host[:port]/iqn/lun",
+                    self.name
+                ));
+            }
+            Ok(Backend::Iscsi(url))
         } else if self.backend.starts_with("fc://") {
             self.backend
                 .parse()
@@ -263,7 +354,7 @@ impl LuConfig {
                 .map_err(|e| format!("lu {:?}: backend {e}", self.name))
         } else {
             Err(format!(
-                "lu {:?}: unknown backend {:?} (expected \"memory\", \"file:/path\" or \"fc://WWPN/LUN\")",
+                "lu {:?}: unknown backend {:?} (expected \"memory\", \"file:/path\", \"iscsi://host[:port]/iqn/lun\" or \"fc://WWPN/LUN\")",
                 self.name, self.backend
             ))
         }
@@ -295,6 +386,7 @@ impl Config {
                 read_only: false,
                 write_cache: None,
                 serial: None,
+                iscsi: None,
             }],
             iscsi: Some(IscsiConfig {
                 listen: vec![
@@ -358,6 +450,7 @@ impl Config {
                 return Err(format!("lu {:?} is defined twice", lu.name));
             }
             let backend = lu.parsed_backend()?;
+            crate::remote::validate(lu, &backend)?;
             if backend == Backend::Memory && lu.size.is_none() {
                 return Err(format!("lu {:?}: a memory backend needs a size", lu.name));
             }

@@ -4,10 +4,13 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod bench;
 pub mod capture;
 pub mod config;
+pub mod discover;
 pub mod fc;
 pub mod fcip;
 pub mod pcap_check;
+pub mod remote;
 pub mod run;
 pub mod show;

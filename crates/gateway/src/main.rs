@@ -5,6 +5,8 @@
 //!   running gateway.
 //! - `unifab pcap-check FILE`: re-emit every frame of a capture and report any
 //!   that does not round-trip byte for byte.
+//! - `unifab iscsi discover HOST[:PORT]`: list a portal's targets and LUNs.
+//! - `unifab bench URL`: a verifying load generator over unifab's initiator.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -54,6 +56,20 @@ enum Command {
         #[arg(long, short)]
         verbose: bool,
     },
+    /// iSCSI initiator tools.
+    Iscsi {
+        #[command(subcommand)]
+        command: IscsiCommand,
+    },
+    /// A verifying load generator: random or sequential reads and writes
+    /// through unifab's iSCSI initiator, every read checked.
+    Bench(unifab::bench::BenchArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum IscsiCommand {
+    /// SendTargets discovery at a portal, then the LUNs of each target.
+    Discover(unifab::discover::DiscoverArgs),
 }
 
 fn init_tracing() {
@@ -104,6 +120,10 @@ fn main() -> ExitCode {
             }
             Command::Show { what, admin, json } => unifab::show::show(&what, admin, json).await,
             Command::PcapCheck { file, verbose } => pcap_check(&file, verbose),
+            Command::Iscsi {
+                command: IscsiCommand::Discover(args),
+            } => unifab::discover::run(args).await,
+            Command::Bench(args) => unifab::bench::run(args).await,
         }
     });
     match result {

@@ -23,6 +23,7 @@ use unifab_scsi_core::{
 
 use crate::admin::{self, AdminView, Metrics};
 use crate::config::{Backend, Config, LuConfig};
+use crate::remote::GatewayLu;
 
 /// A SCSI target as the iSCSI front end sees it.
 #[derive(Debug)]
@@ -67,6 +68,12 @@ pub fn build_lu(
             .with_context(|| format!("lu {:?}: opening {}", lu.name, path.display()))?;
             Arc::new(b)
         }
+        Backend::Iscsi(_) => {
+            bail!(
+                "lu {:?}: an iscsi:// LU is built by remote::build_remote_lu",
+                lu.name
+            )
+        }
         Backend::Fc(_) => bail!("lu {:?}: an fc:// LU is built by the FC plane", lu.name),
     };
     std::fs::create_dir_all(data_dir)
@@ -104,7 +111,7 @@ struct View {
     server: Option<TargetServer>,
     fc: Option<Arc<crate::fc::FcPlane>>,
     fcip: Option<Arc<crate::fcip::FcipPlane>>,
-    luns: Vec<(String, Arc<EmulatedLu>)>,
+    luns: Vec<(String, GatewayLu)>,
     metrics: Arc<Metrics>,
 }
 
@@ -131,11 +138,11 @@ impl AdminView for View {
                     .luns
                     .iter()
                     .map(|(name, lu)| {
-                        let d = lu.describe();
+                        let d = lu.lu().describe();
                         serde_json::json!({
                             "name": name, "backend": d.backend, "block_size": d.block_size,
                             "blocks": d.blocks, "bytes": u64::from(d.block_size) * d.blocks,
-                            "naa": format!("{:016x}", lu.naa()),
+                            "naa": lu.naa().map(|n| format!("{n:016x}")).unwrap_or_else(|| "remote".into()),
                         })
                     })
                     .collect();
@@ -164,11 +171,19 @@ impl AdminView for View {
 /// Serves `cfg` until a termination signal.
 pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     let data_dir = cfg.admin.data_dir.clone();
-    let mut lus: HashMap<String, Arc<EmulatedLu>> = HashMap::new();
+    let mut lus: HashMap<String, GatewayLu> = HashMap::new();
     let mut lu_list = Vec::new();
     let mut backends = Vec::new();
     for lu in &cfg.lu {
         if let Ok(Backend::Fc(_)) = lu.parsed_backend() {
+            continue;
+        }
+        if let Ok(Backend::Iscsi(_)) = lu.parsed_backend() {
+            let remote = crate::remote::build_remote_lu(lu)?;
+            info!(lu = %lu.name, remote = %remote.config().backend, "remote logical unit configured");
+            crate::remote::spawn_probe(lu.name.clone(), remote.clone());
+            lus.insert(lu.name.clone(), GatewayLu::Remote(remote.clone()));
+            lu_list.push((lu.name.clone(), GatewayLu::Remote(remote)));
             continue;
         }
         let (built, backend) = build_lu(lu, &data_dir)?;
@@ -181,15 +196,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             block_size = d.block_size,
             "logical unit ready"
         );
-        lus.insert(lu.name.clone(), built.clone());
-        lu_list.push((lu.name.clone(), built));
+        lus.insert(lu.name.clone(), GatewayLu::Emulated(built.clone()));
+        lu_list.push((lu.name.clone(), GatewayLu::Emulated(built)));
     }
 
     // The FC plane: target N_Ports over the LUs above, then fc:// LUs.
-    let mut fc_lus: HashMap<String, Arc<dyn LogicalUnit>> = HashMap::new();
     let fc = match &cfg.fabric {
         Some(f) => Some(Arc::new(crate::fc::FcPlane::start(f, |name| {
-            lus.get(name).map(|l| l.clone() as Arc<dyn LogicalUnit>)
+            lus.get(name).map(GatewayLu::lu)
         })?)),
         None => None,
     };
@@ -202,8 +216,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     if let Some(plane) = &fc {
         for lu in &cfg.lu {
             if let Ok(Backend::Fc(url)) = lu.parsed_backend() {
-                fc_lus.insert(lu.name.clone(), plane.remote_lu(lu, url));
+                let remote = plane.remote_lu(lu, url);
                 info!(lu = %lu.name, remote = %url, "remote logical unit configured");
+                lus.insert(lu.name.clone(), GatewayLu::Remote(remote.clone()));
+                lu_list.push((lu.name.clone(), GatewayLu::Remote(remote)));
             }
         }
     }
@@ -218,18 +234,14 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         for t in &iscsi.target {
             let scsi = Arc::new(ScsiTarget::new());
             for (i, name) in t.luns.iter().enumerate() {
-                let lu: Arc<dyn LogicalUnit> = match lus.get(name) {
-                    Some(l) => l.clone(),
-                    None => fc_lus
-                        .get(name)
-                        .cloned()
-                        .with_context(|| format!("lun {name:?} is not defined"))?,
-                };
+                let lu = lus
+                    .get(name)
+                    .with_context(|| format!("lun {name:?} is not defined"))?;
                 let index = u16::try_from(i).ok().and_then(Lun::from_index);
                 let Some(lun) = index else {
                     bail!("target {}: too many LUNs", t.iqn);
                 };
-                scsi.insert(lun, lu);
+                scsi.insert(lun, lu.lu());
             }
             nodes.push(TargetNode {
                 name: t.iqn.clone(),

@@ -171,9 +171,9 @@ fn compare(name: &str, via_fc: &SuiteResult, direct: &SuiteResult) {
     );
 }
 
-fn flogi(admin: SocketAddr) -> String {
+fn show(what: &str, admin: SocketAddr) -> String {
     let out = Command::new(unifab_bin().unwrap())
-        .args(["show", "flogi", "--admin", &admin.to_string()])
+        .args(["show", what, "--admin", &admin.to_string()])
         .output()
         .unwrap();
     assert!(
@@ -187,10 +187,15 @@ fn flogi(admin: SocketAddr) -> String {
 fn run_pair(two_sessions: bool) {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
     let mut gw = start_fc_gateway(dir.path());
-    let table = flogi(gw.admin);
+    let table = show("flogi", gw.admin);
     assert!(
         table.contains(TARGET_WWPN) && table.contains(INITIATOR_WWPN),
         "{table}"
+    );
+    let ns = show("fcns", gw.admin);
+    assert!(
+        ns.contains("scsi-fcp:target") && ns.contains("scsi-fcp:init"),
+        "{ns}"
     );
     let mut suite = IscsiTestCu::new(url(gw.addr));
     if two_sessions {

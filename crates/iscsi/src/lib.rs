@@ -1,9 +1,14 @@
 //! unifab's iSCSI (RFC 7143).
 //!
 //! - [`wire`]: PDU views and representations, digests, framing.
+//! - [`initiator`]: the initiator: a sans-IO session, and with the `io`
+//!   feature the tokio driver (`initiator::io::IscsiInitiator`, an
+//!   `unifab_scsi_core::Initiator`), SendTargets discovery and
+//!   `iscsi://` URLs.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod initiator;
 pub mod target;
 pub mod wire;
 

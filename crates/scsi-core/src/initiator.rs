@@ -111,10 +111,13 @@ impl Request {
         self.data_out.iter().map(Bytes::len).sum()
     }
 
-    /// The direction implied by the expected lengths.
+    /// The direction implied by the expected lengths; with both zero, the
+    /// direction the CDB's data moves in ([`cdb_direction`]), so that a
+    /// host's READ or WRITE with an expected length of 0 still reaches the
+    /// remote as a read or write (and gets the remote's overflow residual).
     pub fn direction(&self) -> DataDirection {
         match (self.data_in_len > 0, self.data_out_len > 0) {
-            (false, false) => DataDirection::None,
+            (false, false) => cdb_direction(self.cdb.as_bytes()).unwrap_or(DataDirection::None),
             (true, false) => DataDirection::In,
             (false, true) => DataDirection::Out,
             (true, true) => DataDirection::Bidirectional,
@@ -305,6 +308,28 @@ impl InitiatorError {
 impl From<&InitiatorError> for TaskResult {
     fn from(e: &InitiatorError) -> TaskResult {
         e.task_result()
+    }
+}
+
+/// The direction a command's data moves in, by operation code, for the
+/// common commands that move data (`None` for the rest). Transports carry
+/// the direction in the PDU (iSCSI R/W bits, FCP RDDATA/WRDATA) even when
+/// the expected length is 0; a front end's task keeps only the lengths, so
+/// this recovers what the host sent.
+pub fn cdb_direction(cdb: &[u8]) -> Option<DataDirection> {
+    match *cdb.first()? {
+        // READ(6/10/12/16), INQUIRY, MODE SENSE(6/10), READ CAPACITY(10),
+        // REQUEST SENSE, LOG SENSE, READ DEFECT DATA(10/12), READ BUFFER,
+        // PERSISTENT RESERVE IN, REPORT LUNS, SERVICE ACTION IN(16),
+        // MAINTENANCE IN.
+        0x08 | 0x28 | 0xa8 | 0x88 | 0x12 | 0x1a | 0x5a | 0x25 | 0x03 | 0x4d | 0x37 | 0xb7
+        | 0x3c | 0x5e | 0xa0 | 0x9e | 0xa3 => Some(DataDirection::In),
+        // WRITE(6/10/12/16), WRITE AND VERIFY(10/12/16), WRITE SAME(10/16),
+        // COMPARE AND WRITE, MODE SELECT(6/10), PERSISTENT RESERVE OUT,
+        // UNMAP, WRITE BUFFER, LOG SELECT, SEND DIAGNOSTIC.
+        0x0a | 0x2a | 0xaa | 0x8a | 0x2e | 0xae | 0x8e | 0x41 | 0x93 | 0x89 | 0x15 | 0x55
+        | 0x5f | 0x42 | 0x3b | 0x4c | 0x1d => Some(DataDirection::Out),
+        _ => None,
     }
 }
 

@@ -117,13 +117,35 @@ struct PortEntry {
     users: usize,
 }
 
+/// A hasher for the small integer keys of the per-command maps (nexus ids
+/// and tags come from this process, not from peers, so no DoS-resistant
+/// hashing is needed on the hot path).
+#[derive(Debug, Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 #[derive(Debug, Default)]
 struct State {
     /// Front-end nexus id → its port key and initiator.
-    by_nexus: HashMap<u64, (PortKey, Arc<dyn Initiator>)>,
+    by_nexus: IdMap<u64, (PortKey, Arc<dyn Initiator>)>,
     by_port: HashMap<PortKey, PortEntry>,
     /// (nexus id, tag) → the initiator and remote tag carrying the task.
-    tags: HashMap<(u64, u64), (Arc<dyn Initiator>, u64)>,
+    tags: IdMap<(u64, u64), (Arc<dyn Initiator>, u64)>,
     control: Option<Arc<dyn Initiator>>,
 }
 

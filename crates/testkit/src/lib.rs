@@ -4,4 +4,5 @@
 
 pub mod peers;
 pub mod raw_iscsi;
+pub mod relay;
 pub mod wan;

@@ -23,7 +23,9 @@ pub mod isl;
 pub mod name_server;
 pub mod zoning;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::fastmap::FastMap;
 use std::time::Instant;
 
 use crate::compose::{self, Route};
@@ -147,7 +149,7 @@ pub struct PortView {
 pub struct Fabric {
     cfg: FabricConfig,
     ports: Vec<Option<PortState>>,
-    logins: HashMap<FcId, LoginEntry>,
+    logins: FastMap<FcId, LoginEntry>,
     ns: NameServer,
     zoning: Zoning,
     membership: Membership,
@@ -194,7 +196,7 @@ impl Fabric {
         Fabric {
             cfg,
             ports: Vec::new(),
-            logins: HashMap::new(),
+            logins: FastMap::default(),
             ns: NameServer::default(),
             zoning,
             membership,

@@ -7,7 +7,9 @@
 //! in any active zone and the default zone permits. With no zone set
 //! active every port is in the default zone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::fastmap::FastMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -111,7 +113,7 @@ pub struct ZonedPort {
 /// Which active zones each port is in, computed once per change.
 #[derive(Debug, Clone, Default)]
 pub struct Membership {
-    zones: HashMap<FcId, Vec<u64>>,
+    zones: FastMap<FcId, Vec<u64>>,
     default_permit: bool,
     enforcing: bool,
 }
@@ -209,7 +211,7 @@ impl Zoning {
     pub fn membership(&self, ports: impl IntoIterator<Item = ZonedPort>) -> Membership {
         let enforcing = self.active.is_some();
         let words = self.active_zones.len().div_ceil(64).max(1);
-        let mut zones = HashMap::new();
+        let mut zones = FastMap::default();
         if enforcing {
             for p in ports {
                 let mut bits = vec![0u64; words];

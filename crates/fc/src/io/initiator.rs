@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use unifab_scsi_core::initiator::{
     Initiator, InitiatorError, InitiatorFactory, Outcome, Request, Submitted,
 };
@@ -46,9 +46,9 @@ pub struct FcpInitiator {
     closed: AtomicBool,
 }
 
-/// Sends `Abandon` if the command's future is dropped before its answer.
+/// Abandons the command if its future is dropped before its answer.
 struct AbandonGuard {
-    tx: mpsc::Sender<Control>,
+    node: FcNode,
     local: Wwn,
     id: CommandId,
     armed: bool,
@@ -57,7 +57,7 @@ struct AbandonGuard {
 impl Drop for AbandonGuard {
     fn drop(&mut self) {
         if self.armed {
-            let _ = self.tx.try_send(Control::Abandon {
+            let _ = self.node.run(Control::Abandon {
                 local: self.local,
                 id: self.id,
             });
@@ -97,18 +97,27 @@ impl Initiator for FcpInitiator {
         }
         let id = self.node.next_id();
         let (reply, rx) = oneshot::channel();
-        let sent = self.node.tx.try_send(Control::Submit {
+        let sent = self.node.run(Control::Submit {
             local: self.local,
             target: self.target,
             id,
             request,
             reply,
         });
-        if sent.is_err() {
-            return Submitted::failed(InitiatorError::QueueFull);
+        if let Err(e) = sent {
+            return Submitted::failed(e);
+        }
+        // Driven to its end already (a target port of the same node with
+        // an answer at hand): nothing left to wait for or to abandon.
+        let mut rx = rx;
+        if let Ok(outcome) = rx.try_recv() {
+            return Submitted {
+                tag: id.0,
+                outcome: Box::pin(std::future::ready(outcome)),
+            };
         }
         let mut guard = AbandonGuard {
-            tx: self.node.tx.clone(),
+            node: self.node.clone(),
             local: self.local,
             id,
             armed: true,
@@ -133,7 +142,7 @@ impl Initiator for FcpInitiator {
         }
         let id = self.node.next_id();
         let (reply, rx) = oneshot::channel();
-        let sent = self.node.tx.try_send(Control::Tmf {
+        let sent = self.node.run(Control::Tmf {
             local: self.local,
             target: self.target,
             id,
@@ -141,8 +150,8 @@ impl Initiator for FcpInitiator {
             function,
             reply,
         });
-        if sent.is_err() {
-            return Box::pin(std::future::ready(Err(InitiatorError::QueueFull)));
+        if let Err(e) = sent {
+            return Box::pin(std::future::ready(Err(e)));
         }
         Box::pin(async move { rx.await.unwrap_or(Err(InitiatorError::Disconnected)) })
     }
@@ -152,10 +161,7 @@ impl Initiator for FcpInitiator {
             return;
         }
         if self.virtual_port {
-            let _ = self
-                .node
-                .tx
-                .try_send(Control::ReleaseVirtual { wwpn: self.local });
+            let _ = self.node.run(Control::ReleaseVirtual { wwpn: self.local });
         }
     }
 
@@ -194,13 +200,10 @@ impl InitiatorFactory for FcpInitiatorFactory {
         match nexus {
             Some(n) if self.per_nexus => {
                 let wwpn = virtual_port_name(self.parent, n.initiator());
-                self.node
-                    .tx
-                    .try_send(Control::AcquireVirtual {
-                        parent: self.parent,
-                        wwpn,
-                    })
-                    .map_err(|_| InitiatorError::QueueFull)?;
+                self.node.run(Control::AcquireVirtual {
+                    parent: self.parent,
+                    wwpn,
+                })?;
                 Ok(Arc::new(FcpInitiator {
                     node: self.node.clone(),
                     local: wwpn,

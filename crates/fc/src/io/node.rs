@@ -4,15 +4,32 @@
 //! front-end nexus — each physical port on its own fabric port (virtual
 //! ports on their parent's), all fed by one in-memory frame channel.
 //!
-//! The task owns the sans-IO [`NPort`]s. It runs the LU futures of target
-//! ports itself (no task per command), so a command's frames, its
-//! execution and its answer stay on one task; frames between the node's
-//! own ports cross the switch synchronously and come back through the
-//! channel.
+//! The node's state (the sans-IO [`NPort`]s, their LU futures, the
+//! frame and control channels) sits behind one lock and is driven by
+//! [`Driver::drive`], from two places:
+//!
+//! - the node's own task, whenever something it waits on is ready (a
+//!   frame from another node's link, an LU future finishing on the blocking
+//!   pool, the timeout tick);
+//! - the caller of [`FcNode::submit`] (a remote LU forwarding a task), at
+//!   once, when the lock is free: the FCP_CMND crosses the fabric, a target
+//!   port of this node runs the task, and an answer that is ready comes
+//!   back before `submit` returns — no task hop on the way there or back.
+//!   Every poll made there uses the node task's waker, so whatever is not
+//!   ready wakes the node's task, never a caller that has moved on. When
+//!   the lock is taken (by the node's task, or by a chain that comes back
+//!   to this node), the command goes through the control channel instead.
+//!
+//! LU futures run inside the node (no task per command); frames between
+//! the node's own ports cross the switch synchronously and come back
+//! through the channel.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+
+use crate::fastmap::FastMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -22,9 +39,8 @@ use tracing::{debug, info, warn};
 use unifab_scsi_core::initiator::{InitiatorError, Outcome, Request};
 use unifab_scsi_core::{BoxFuture, Lun, ScsiTarget, TaskResult, TmfFunction, TmfResponse};
 
-use super::memory::MemoryLink;
 use super::switch::{FabricPort, Switch};
-use crate::link::FcLink;
+use crate::link::{FcLink, LinkError};
 use crate::nport::{CommandId, NPort, NPortConfig, NPortEvent, TaskId};
 use crate::wire::frame::Frame;
 use crate::wire::{FcId, Wwn};
@@ -102,10 +118,93 @@ impl std::fmt::Debug for Control {
     }
 }
 
-#[derive(Debug)]
+/// The node's receive queue: every link of the node hands frames to it.
+/// Frames queued while the node is being driven are picked up by that same
+/// drive (no wake-up); otherwise the node's task is woken.
+struct Inbox {
+    queue: Mutex<VecDeque<(usize, Frame)>>,
+    driving: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Inbox {
+    /// Moves the queued frames into `out` (empty), keeping both buffers.
+    fn take_into(&self, out: &mut VecDeque<(usize, Frame)>) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::swap(&mut *q, out);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self
+            .waker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            w.wake_by_ref();
+        }
+    }
+
+    fn node_waker(&self) -> Waker {
+        self.waker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| Waker::noop().clone())
+    }
+}
+
+/// The link from the switch to one fabric port of a node.
+struct NodeLink {
+    inbox: Arc<Inbox>,
+    tag: usize,
+    name: String,
+}
+
+impl std::fmt::Debug for NodeLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeLink({})", self.name)
+    }
+}
+
+impl FcLink for NodeLink {
+    fn transmit(&self, frame: Frame) -> Result<(), LinkError> {
+        {
+            let mut q = self.inbox.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if q.len() >= FRAME_QUEUE {
+                return Err(LinkError::Full);
+            }
+            q.push_back((self.tag, frame));
+        }
+        if !self.inbox.driving.load(Ordering::Acquire) {
+            self.inbox.wake();
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("node link {}", self.name)
+    }
+}
+
 struct Shared {
     next_id: AtomicU64,
     view: Mutex<Vec<NodePortView>>,
+    driver: Mutex<Driver>,
+    inbox: Arc<Inbox>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
 }
 
 /// A handle on a running node. Cheap to clone; the node stops when every
@@ -121,33 +220,85 @@ pub struct FcNode {
 const FRAME_QUEUE: usize = 65_536;
 /// Control messages (commands) queued at most.
 const CONTROL_QUEUE: usize = 16_384;
-/// Messages taken from a channel before the node answers what it has.
-const BATCH: usize = 256;
+/// Rounds of taking what is ready before the node waits again.
+const BATCH: usize = 64;
+/// How often timeouts are checked.
+const TICK: Duration = Duration::from_millis(50);
 
 impl FcNode {
     /// Starts a node attached to `switch`. Must be called within a tokio
     /// runtime.
     pub fn spawn(switch: &Switch, name: &str) -> FcNode {
         let (tx, rx) = mpsc::channel(CONTROL_QUEUE);
-        let (ftx, frx) = mpsc::channel(FRAME_QUEUE);
-        let shared = Arc::new(Shared {
-            next_id: AtomicU64::new(1),
-            view: Mutex::new(Vec::new()),
+        let inbox = Arc::new(Inbox {
+            queue: Mutex::new(VecDeque::new()),
+            driving: AtomicBool::new(false),
+            waker: Mutex::new(None),
         });
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let driver = Driver {
             name: name.to_string(),
             switch: switch.clone(),
-            frame_tx: ftx,
+            inbox: inbox.clone(),
+            scratch: VecDeque::new(),
+            out: Vec::new(),
+            ctl: rx,
+            tick,
             slots: Vec::new(),
             links: Vec::new(),
-            replies: HashMap::new(),
-            tmf_replies: HashMap::new(),
+            replies: FastMap::default(),
+            tmf_replies: FastMap::default(),
             tasks: FuturesUnordered::new(),
             tmfs: FuturesUnordered::new(),
-            shared: shared.clone(),
+            view_changed: false,
         };
-        tokio::spawn(driver.run(rx, frx));
+        let shared = Arc::new(Shared {
+            next_id: AtomicU64::new(1),
+            view: Mutex::new(Vec::new()),
+            driver: Mutex::new(driver),
+            inbox,
+        });
+        let task_shared = shared.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            info!(node = %name, "FC node running");
+            std::future::poll_fn(|cx| {
+                {
+                    let mut w = task_shared
+                        .inbox
+                        .waker
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        *w = Some(cx.waker().clone());
+                    }
+                }
+                task_shared.drive(cx)
+            })
+            .await;
+            let d = task_shared.driver.lock().unwrap_or_else(|p| p.into_inner());
+            for l in &d.links {
+                l.detach();
+            }
+            info!(node = %name, "FC node stopped");
+        });
         FcNode { tx, shared }
+    }
+
+    /// Runs `c` now if the node is free, else queues it for the node's
+    /// task. Fails only when the queue is full.
+    pub(crate) fn run(&self, c: Control) -> Result<(), InitiatorError> {
+        match self.shared.driver.try_lock() {
+            Ok(mut d) => {
+                d.control(Instant::now(), c);
+                let waker = self.shared.inbox.node_waker();
+                let mut cx = Context::from_waker(&waker);
+                let _ = d.drive(&mut cx, &self.shared, true);
+                Ok(())
+            }
+            Err(_) => self.tx.try_send(c).map_err(|_| InitiatorError::QueueFull),
+        }
     }
 
     /// Adds an N_Port on a new fabric port named `name`, serving `scsi` if
@@ -158,13 +309,11 @@ impl FcNode {
         cfg: NPortConfig,
         scsi: Option<ScsiTarget>,
     ) -> Result<(), InitiatorError> {
-        self.tx
-            .try_send(Control::AddPort {
-                name: name.to_string(),
-                cfg: Box::new(cfg),
-                scsi,
-            })
-            .map_err(|_| InitiatorError::QueueFull)
+        self.run(Control::AddPort {
+            name: name.to_string(),
+            cfg: Box::new(cfg),
+            scsi,
+        })
     }
 
     pub(crate) fn next_id(&self) -> CommandId {
@@ -201,7 +350,14 @@ impl FcNode {
 
     /// Explicit N_Port logout (LOGO) from `peer`.
     pub fn logout_peer(&self, local: Wwn, peer: Wwn) {
-        let _ = self.tx.try_send(Control::LogoutPeer { local, peer });
+        let _ = self.run(Control::LogoutPeer { local, peer });
+    }
+}
+
+impl Shared {
+    fn drive(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut d = self.driver.lock().unwrap_or_else(|p| p.into_inner());
+        d.drive(cx, self, false)
     }
 }
 
@@ -221,86 +377,97 @@ type TmfDone = (usize, TaskId, TmfResponse);
 struct Driver {
     name: String,
     switch: Switch,
-    frame_tx: mpsc::Sender<(usize, Frame)>,
-    slots: Vec<Option<Slot>>,
+    inbox: Arc<Inbox>,
+    scratch: VecDeque<(usize, Frame)>,
+    out: Vec<Frame>,
+    ctl: mpsc::Receiver<Control>,
+    tick: tokio::time::Interval,
+    /// Boxed: a slot is taken out and put back on every flush.
+    slots: Vec<Option<Box<Slot>>>,
     /// Per attachment (fabric port): the port frames are sent into.
     links: Vec<FabricPort>,
-    replies: HashMap<CommandId, oneshot::Sender<Outcome>>,
-    tmf_replies: HashMap<CommandId, oneshot::Sender<TmfOutcome>>,
+    replies: FastMap<CommandId, oneshot::Sender<Outcome>>,
+    tmf_replies: FastMap<CommandId, oneshot::Sender<TmfOutcome>>,
     tasks: FuturesUnordered<BoxFuture<'static, TaskDone>>,
     tmfs: FuturesUnordered<BoxFuture<'static, TmfDone>>,
-    shared: Arc<Shared>,
+    view_changed: bool,
 }
 
 impl Driver {
-    async fn run(
-        mut self,
-        mut ctl: mpsc::Receiver<Control>,
-        mut frames: mpsc::Receiver<(usize, Frame)>,
-    ) {
-        info!(node = %self.name, "FC node running");
-        loop {
-            let deadline = self
-                .slots
-                .iter()
-                .flatten()
-                .filter_map(|s| s.port.poll_timeout())
-                .min();
-            let sleep = async move {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                f = frames.recv() => {
-                    let Some((att, f)) = f else { break };
-                    let now = Instant::now();
-                    self.frame(now, att, f);
-                    for _ in 0..BATCH {
-                        match frames.try_recv() {
-                            Ok((att, f)) => self.frame(now, att, f),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                Some((slot, id, r)) = self.tasks.next(), if !self.tasks.is_empty() => {
-                    let now = Instant::now();
-                    if let Some(Some(s)) = self.slots.get_mut(slot) {
-                        s.port.complete_task(now, id, r);
-                    }
-                }
-                Some((slot, id, r)) = self.tmfs.next(), if !self.tmfs.is_empty() => {
-                    let now = Instant::now();
-                    if let Some(Some(s)) = self.slots.get_mut(slot) {
-                        s.port.complete_tmf(now, id, r);
-                    }
-                }
-                c = ctl.recv() => {
-                    let Some(c) = c else { break };
-                    let now = Instant::now();
+    /// Handles everything that is ready, polling with `cx`; `Ready` once
+    /// every handle on the node is gone.
+    ///
+    /// `inline` (a caller drives): the control channel and the tick are left
+    /// to the node's task, whose registrations stay in place.
+    fn drive(&mut self, cx: &mut Context<'_>, shared: &Shared, inline: bool) -> Poll<()> {
+        self.inbox.driving.store(true, Ordering::Release);
+        let r = self.drive_rounds(cx, shared, inline);
+        self.inbox.driving.store(false, Ordering::Release);
+        // A frame that came in after the last look wakes the node's task.
+        if !self.inbox.is_empty() {
+            self.inbox.wake();
+        }
+        r
+    }
+
+    fn drive_rounds(&mut self, cx: &mut Context<'_>, shared: &Shared, inline: bool) -> Poll<()> {
+        let now = Instant::now();
+        for _ in 0..BATCH {
+            let mut any = false;
+            if inline {
+                while let Ok(c) = self.ctl.try_recv() {
                     self.control(now, c);
-                    for _ in 0..BATCH {
-                        match ctl.try_recv() {
-                            Ok(c) => self.control(now, c),
-                            Err(_) => break,
-                        }
-                    }
+                    any = true;
                 }
-                () = sleep => {
-                    let now = Instant::now();
-                    for s in self.slots.iter_mut().flatten() {
-                        s.port.handle_timeout(now);
+            } else {
+                loop {
+                    match self.ctl.poll_recv(cx) {
+                        Poll::Ready(Some(c)) => {
+                            self.control(now, c);
+                            any = true;
+                        }
+                        // Every handle is gone: the node stops.
+                        Poll::Ready(None) => return Poll::Ready(()),
+                        Poll::Pending => break,
                     }
                 }
             }
-            self.flush(Instant::now());
+            self.inbox.take_into(&mut self.scratch);
+            while let Some((att, f)) = self.scratch.pop_front() {
+                self.frame(now, att, f);
+                any = true;
+            }
+            while let Poll::Ready(Some((slot, id, r))) = self.tasks.poll_next_unpin(cx) {
+                self.task_done(now, slot, id, r);
+                any = true;
+            }
+            while let Poll::Ready(Some((slot, id, r))) = self.tmfs.poll_next_unpin(cx) {
+                if let Some(Some(s)) = self.slots.get_mut(slot) {
+                    s.port.complete_tmf(now, id, r);
+                }
+                any = true;
+            }
+            if !inline && self.tick.poll_tick(cx).is_ready() {
+                for s in self.slots.iter_mut().flatten() {
+                    s.port.handle_timeout(now);
+                }
+                any = true;
+            }
+            any |= self.flush(cx, now);
+            if !any {
+                break;
+            }
         }
-        for l in &self.links {
-            l.detach();
+        if std::mem::take(&mut self.view_changed) {
+            self.publish(shared);
         }
-        info!(node = %self.name, "FC node stopped");
+        Poll::Pending
+    }
+
+    fn task_done(&mut self, now: Instant, slot: usize, id: TaskId, r: TaskResult) {
+        if let Some(Some(s)) = self.slots.get_mut(slot) {
+            s.port.complete_task(now, id, r);
+        }
     }
 
     fn frame(&mut self, now: Instant, att: usize, f: Frame) {
@@ -336,25 +503,32 @@ impl Driver {
 
     fn slot_mut(&mut self, w: Wwn) -> Option<&mut Slot> {
         let i = self.slot_index(w)?;
-        self.slots.get_mut(i).and_then(Option::as_mut)
+        self.slots
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .map(|b| &mut **b)
     }
 
     fn control(&mut self, now: Instant, c: Control) {
         match c {
             Control::AddPort { name, cfg, scsi } => {
                 let att = self.links.len();
-                let link = MemoryLink::new(self.frame_tx.clone(), att, &name);
+                let link = NodeLink {
+                    inbox: self.inbox.clone(),
+                    tag: att,
+                    name: name.clone(),
+                };
                 let port = self.switch.attach(&name, Arc::new(link));
                 self.links.push(port);
                 let mut np = NPort::new(*cfg);
                 np.link_up(now);
-                self.slots.push(Some(Slot {
+                self.slots.push(Some(Box::new(Slot {
                     att,
                     port: np,
                     scsi,
                     virtual_users: 0,
                     waiting_login: false,
-                }));
+                })));
             }
             Control::AcquireVirtual { parent, wwpn } => {
                 if let Some(s) = self.slot_mut(wwpn) {
@@ -373,13 +547,13 @@ impl Driver {
                 cfg.initiator = true;
                 cfg.discover = true;
                 cfg.symbolic_name = format!("{} npiv", cfg.symbolic_name);
-                self.slots.push(Some(Slot {
+                self.slots.push(Some(Box::new(Slot {
                     att,
                     port: NPort::new(cfg),
                     scsi: None,
                     virtual_users: 1,
                     waiting_login: true,
-                }));
+                })));
             }
             Control::ReleaseVirtual { wwpn } => {
                 let Some(i) = self.slot_index(wwpn) else {
@@ -403,8 +577,15 @@ impl Driver {
                             let _ = l.transmit(f);
                         }
                     }
-                    self.drain_events(i, &mut slot.port, None);
-                    self.publish();
+                    let waker = Waker::noop();
+                    self.drain_events(
+                        &mut Context::from_waker(waker),
+                        now,
+                        i,
+                        &mut slot.port,
+                        None,
+                    );
+                    self.view_changed = true;
                 }
             }
             Control::Submit {
@@ -454,8 +635,38 @@ impl Driver {
         }
     }
 
-    /// Sends what the ports queued and runs their events.
-    fn flush(&mut self, now: Instant) {
+    /// Sends what the ports queued and runs their events; true when
+    /// something happened that may have made more work ready.
+    fn flush(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        if self.slots.iter().flatten().any(|s| s.waiting_login) {
+            self.start_virtual_logins(now);
+        }
+        let mut any = false;
+        for i in 0..self.slots.len() {
+            let Some(mut slot) = self.slots.get_mut(i).and_then(Option::take) else {
+                continue;
+            };
+            let scsi = slot.scsi.clone();
+            any |= self.drain_events(cx, now, i, &mut slot.port, scsi.as_ref());
+            let mut out = std::mem::take(&mut self.out);
+            while let Some(f) = slot.port.poll_transmit() {
+                out.push(f);
+            }
+            if !out.is_empty() {
+                any = true;
+                if let Some(l) = self.links.get(slot.att) {
+                    l.transmit_all(out.drain(..));
+                }
+                out.clear();
+            }
+            self.out = out;
+            self.slots[i] = Some(slot);
+        }
+        any
+    }
+
+    /// NPIV ports log in one at a time per fabric port, after their parent.
+    fn start_virtual_logins(&mut self, now: Instant) {
         let mut busy: Vec<usize> = Vec::new();
         let mut online: Vec<usize> = Vec::new();
         for s in self.slots.iter().flatten() {
@@ -473,38 +684,35 @@ impl Driver {
                 busy.push(s.att);
             }
         }
-        let mut changed = false;
-        for i in 0..self.slots.len() {
-            let Some(mut slot) = self.slots.get_mut(i).and_then(Option::take) else {
-                continue;
-            };
-            let scsi = slot.scsi.clone();
-            changed |= self.drain_events(i, &mut slot.port, scsi.as_ref());
-            while let Some(f) = slot.port.poll_transmit() {
-                if let Some(l) = self.links.get(slot.att) {
-                    let _ = l.transmit(f);
-                }
-            }
-            self.slots[i] = Some(slot);
-        }
-        if changed {
-            self.publish();
-        }
     }
 
-    /// Runs a port's events; true when something `show` displays changed.
-    fn drain_events(&mut self, slot: usize, port: &mut NPort, scsi: Option<&ScsiTarget>) -> bool {
+    /// Runs a port's events; true when there were any.
+    fn drain_events(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: Instant,
+        slot: usize,
+        port: &mut NPort,
+        scsi: Option<&ScsiTarget>,
+    ) -> bool {
         let mut changed = false;
+        let mut any = false;
         while let Some(ev) = port.poll_event() {
+            any = true;
             match ev {
                 NPortEvent::Execute { id, task } => match scsi {
                     Some(scsi) => {
-                        // The LU receives the task now (ordering contract).
-                        let fut = scsi.dispatch(task);
-                        self.tasks
-                            .push(Box::pin(async move { (slot, id, fut.await) }));
+                        // The LU receives the task now (ordering contract);
+                        // an answer that is ready at once goes out at once.
+                        let mut fut = scsi.dispatch(task);
+                        match fut.as_mut().poll(cx) {
+                            Poll::Ready(r) => port.complete_task(now, id, r),
+                            Poll::Pending => self
+                                .tasks
+                                .push(Box::pin(async move { (slot, id, fut.await) })),
+                        }
                     }
-                    None => port.complete_task(Instant::now(), id, TaskResult::aborted()),
+                    None => port.complete_task(now, id, TaskResult::aborted()),
                 },
                 NPortEvent::TaskManagement { id, request } => match scsi {
                     Some(scsi) => {
@@ -512,7 +720,7 @@ impl Driver {
                         self.tmfs
                             .push(Box::pin(async move { (slot, id, fut.await) }));
                     }
-                    None => port.complete_tmf(Instant::now(), id, TmfResponse::FunctionRejected),
+                    None => port.complete_tmf(now, id, TmfResponse::FunctionRejected),
                 },
                 NPortEvent::NexusLoss(n) => {
                     if let Some(scsi) = scsi {
@@ -549,10 +757,11 @@ impl Driver {
                 }
             }
         }
-        changed
+        self.view_changed |= changed;
+        any
     }
 
-    fn publish(&self) {
+    fn publish(&self, shared: &Shared) {
         let v: Vec<NodePortView> = self
             .slots
             .iter()
@@ -570,6 +779,6 @@ impl Driver {
                 }
             })
             .collect();
-        *self.shared.view.lock().unwrap_or_else(|p| p.into_inner()) = v;
+        *shared.view.lock().unwrap_or_else(|p| p.into_inner()) = v;
     }
 }

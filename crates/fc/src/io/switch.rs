@@ -13,6 +13,8 @@ use crate::wire::frame::Frame;
 
 #[derive(Debug)]
 struct Inner {
+    /// The fabric's notion of "now" for routing (it keeps no timers).
+    epoch: Instant,
     fabric: Mutex<State>,
     /// Frames a destination link refused (congested or down).
     link_drops: AtomicU64,
@@ -37,6 +39,7 @@ impl Switch {
     pub fn new(cfg: FabricConfig) -> Switch {
         Switch {
             inner: Arc::new(Inner {
+                epoch: Instant::now(),
                 fabric: Mutex::new(State {
                     fabric: Fabric::new(cfg),
                     links: Vec::new(),
@@ -144,10 +147,23 @@ impl FabricPort {
     }
 }
 
+impl FabricPort {
+    /// Hands several frames to the fabric under one lock, in order.
+    pub fn transmit_all(&self, frames: impl IntoIterator<Item = Frame>) {
+        let mut st = self.switch.lock();
+        let now = self.switch.inner.epoch;
+        for f in frames {
+            st.fabric.handle_frame(now, self.index, f);
+        }
+        self.switch.pump(&mut st);
+    }
+}
+
 impl FcLink for FabricPort {
     fn transmit(&self, frame: Frame) -> Result<(), LinkError> {
         let mut st = self.switch.lock();
-        st.fabric.handle_frame(Instant::now(), self.index, frame);
+        st.fabric
+            .handle_frame(self.switch.inner.epoch, self.index, frame);
         self.switch.pump(&mut st);
         Ok(())
     }

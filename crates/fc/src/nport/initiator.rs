@@ -19,7 +19,9 @@
 //!   When one succeeds, the engine's own commands it affects end with
 //!   [`InitiatorError::Aborted`] before the function's completion.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fastmap::FastMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -91,8 +93,8 @@ struct Cmd {
 pub struct InitiatorEngine {
     timeout: Duration,
     queued: VecDeque<Queued>,
-    cmds: HashMap<OxId, Cmd>,
-    by_id: HashMap<u64, OxId>,
+    cmds: FastMap<OxId, Cmd>,
+    by_id: FastMap<u64, OxId>,
 }
 
 impl InitiatorEngine {
@@ -100,8 +102,8 @@ impl InitiatorEngine {
         InitiatorEngine {
             timeout,
             queued: VecDeque::new(),
-            cmds: HashMap::new(),
-            by_id: HashMap::new(),
+            cmds: FastMap::default(),
+            by_id: FastMap::default(),
         }
     }
 
@@ -158,6 +160,37 @@ fn tmf_response(code: FcpRspCode) -> Result<TmfResponse, InitiatorError> {
         FcpRspCode::TMF_FAILED => TmfResponse::ServiceDeliveryFailure,
         _ => return Err(InitiatorError::Protocol("unknown FCP_RSP_CODE for a TMF")),
     })
+}
+
+/// An FCP_CMND payload in one allocation (the CDB is not copied first:
+/// the repr borrows the request's bytes); `None` for a CDB longer than FCP
+/// carries.
+#[allow(clippy::too_many_arguments)]
+fn fcp_cmnd_bytes(
+    lun: Lun,
+    cdb: Bytes,
+    attr: FcpTaskAttr,
+    priority: u8,
+    tmf: FcpTmf,
+    (rd, wr): (bool, bool),
+    fcp_dl: u32,
+    bidi_read_dl: u32,
+) -> Option<Bytes> {
+    let c = FcpCmndRepr {
+        lun,
+        crn: 0,
+        priority: priority & 0x0f,
+        task_attribute: attr,
+        tmf,
+        rddata: rd,
+        wrdata: wr,
+        cdb,
+        fcp_dl,
+        bidirectional_read_dl: (rd && wr).then_some(bidi_read_dl),
+    };
+    let mut v = vec![0u8; c.buffer_len()];
+    c.emit(&mut v).ok()?;
+    Some(Bytes::from(v))
 }
 
 /// The pieces of `bufs` covering `[start, start + len)`, as slices.
@@ -242,23 +275,21 @@ impl NPort {
             self.fail(id, &work, InitiatorError::QueueFull);
             return;
         };
-        let (cmnd, lun, kind) = match work {
+        let (payload, lun, kind) = match work {
             Work::Command(r) => {
                 let (rd, wr) = (r.data_in_len > 0, r.data_out_len > 0);
-                let mut c = FcpCmndRepr::command(
+                let payload = fcp_cmnd_bytes(
                     r.lun,
-                    r.cdb.as_bytes(),
+                    r.cdb.bytes().clone(),
+                    fcp_attr(r.attr),
+                    r.priority,
+                    FcpTmf::NONE,
+                    (rd, wr),
                     if wr { r.data_out_len } else { r.data_in_len },
-                    rd,
-                    wr,
+                    r.data_in_len,
                 );
-                if rd && wr {
-                    c.bidirectional_read_dl = Some(r.data_in_len);
-                }
-                c.task_attribute = fcp_attr(r.attr);
-                c.priority = r.priority & 0x0f;
                 (
-                    c,
+                    payload,
                     r.lun,
                     Kind::Scsi {
                         data_out: r.data_out,
@@ -269,10 +300,28 @@ impl NPort {
                 )
             }
             Work::Tmf { lun, function } => {
-                let mut c = FcpCmndRepr::command(lun, &[], 0, false, false);
-                c.tmf = tmf_flags(function).unwrap_or(FcpTmf::NONE);
-                (c, lun, Kind::Tmf { function })
+                let tmf = tmf_flags(function).unwrap_or(FcpTmf::NONE);
+                let payload = fcp_cmnd_bytes(
+                    lun,
+                    Bytes::new(),
+                    FcpTaskAttr::SIMPLE,
+                    0,
+                    tmf,
+                    (false, false),
+                    0,
+                    0,
+                );
+                (payload, lun, Kind::Tmf { function })
             }
+        };
+        let Some(payload) = payload else {
+            self.xm.close_ox(ox);
+            let e = InitiatorError::InvalidRequest("CDB FCP cannot carry");
+            match kind {
+                Kind::Scsi { .. } => self.complete(id, Err(e)),
+                Kind::Tmf { .. } => self.tmf_done(id, Err(e)),
+            }
+            return;
         };
         let seq = self.next_seq_id();
         let h = FcHeaderRepr {
@@ -289,16 +338,6 @@ impl NPort {
             rx_id: RxId::UNASSIGNED,
             parameter: 0,
         };
-        let mut b = vec![0u8; cmnd.buffer_len()];
-        if cmnd.emit(&mut b).is_err() {
-            self.xm.close_ox(ox);
-            let e = InitiatorError::InvalidRequest("CDB FCP cannot carry");
-            match kind {
-                Kind::Scsi { .. } => self.complete(id, Err(e)),
-                Kind::Tmf { .. } => self.tmf_done(id, Err(e)),
-            }
-            return;
-        }
         self.initiator.by_id.insert(id, ox);
         self.initiator.cmds.insert(
             ox,
@@ -312,7 +351,7 @@ impl NPort {
                 aborting: None,
             },
         );
-        self.send(Frame::new(h, Bytes::from(b)));
+        self.send(Frame::new(h, payload));
     }
 
     fn fail(&mut self, id: u64, work: &Work, e: InitiatorError) {

@@ -28,7 +28,9 @@
 pub mod initiator;
 pub mod target;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fastmap::FastMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -257,10 +259,10 @@ pub struct NPort {
     fc_id: FcId,
     fabric_params: Option<LoginParams>,
     pub(crate) xm: ExchangeManager,
-    pending: HashMap<OxId, PendingReq>,
+    pending: FastMap<OxId, PendingReq>,
     steps: VecDeque<Step>,
     step_busy: bool,
-    pub(crate) remotes: HashMap<FcId, Remote>,
+    pub(crate) remotes: FastMap<FcId, Remote>,
     pub(crate) target: TargetEngine,
     pub(crate) initiator: InitiatorEngine,
     tx: VecDeque<Frame>,
@@ -268,7 +270,7 @@ pub struct NPort {
     seq_id: u8,
     stats: NPortStats,
     /// RRQ exchange → the OX_ID it recovers.
-    rrq_for: HashMap<OxId, OxId>,
+    rrq_for: FastMap<OxId, OxId>,
 }
 
 impl NPort {
@@ -283,15 +285,15 @@ impl NPort {
             fc_id: FcId::UNIDENTIFIED,
             fabric_params: None,
             xm,
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             steps: VecDeque::new(),
             step_busy: false,
-            remotes: HashMap::new(),
+            remotes: FastMap::default(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             seq_id: 0,
             stats: NPortStats::default(),
-            rrq_for: HashMap::new(),
+            rrq_for: FastMap::default(),
         }
     }
 

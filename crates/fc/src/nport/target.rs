@@ -18,7 +18,7 @@
 //! - After an ABTS the exchange sends nothing more; BA_ACC goes out once
 //!   the LU has ended the task (or at once if the task never started).
 
-use std::collections::HashMap;
+use crate::fastmap::FastMap;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -86,9 +86,9 @@ enum PendingTmf {
 pub struct TargetEngine {
     max_burst: u32,
     next_id: u64,
-    exchanges: HashMap<(FcId, OxId), Exchange>,
-    by_id: HashMap<u64, (FcId, OxId)>,
-    tmfs: HashMap<u64, PendingTmf>,
+    exchanges: FastMap<(FcId, OxId), Exchange>,
+    by_id: FastMap<u64, (FcId, OxId)>,
+    tmfs: FastMap<u64, PendingTmf>,
 }
 
 impl TargetEngine {
@@ -96,9 +96,9 @@ impl TargetEngine {
         TargetEngine {
             max_burst: max_burst.max(512),
             next_id: 1,
-            exchanges: HashMap::new(),
-            by_id: HashMap::new(),
-            tmfs: HashMap::new(),
+            exchanges: FastMap::default(),
+            by_id: FastMap::default(),
+            tmfs: FastMap::default(),
         }
     }
 

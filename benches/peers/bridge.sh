@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# benches/peers/bridge.sh — the bridge's cost: qemu-img bench through
+# unifab→tgtd against the same tool straight to tgtd, in the same run.
+#
+#   bash benches/peers/bridge.sh            # measure and check the targets
+#   bash benches/peers/bridge.sh --no-check # measure only
+#
+# One tgtd serves a 1 GiB, fully allocated LU file on tmpfs (/dev/shm).
+# One unifab gateway exports that LU as LUN 0 of its own target, with the
+# backend "iscsi://127.0.0.1:TGTD_PORT/IQN/1" (unifab's iSCSI initiator).
+# Every measurement runs on both paths, alternating (direct, bridge,
+# direct, …) so drift hits both alike; REPEATS times; medians are reported.
+#
+#   workload           tool                                       size  QD
+#   seq 4 KiB read     qemu-img bench (QEMU's own iSCSI driver)   4K    32
+#   seq 4 KiB write    qemu-img bench -w                          4K    32
+#   seq 1 MiB read     qemu-img bench                             1M     8
+#   seq 1 MiB write    qemu-img bench -w                          1M     8
+#   seq 4 KiB read     qemu-img bench, latency per request        4K     1
+#   seq 4 KiB write    qemu-img bench -w, latency per request     4K     1
+#   rand 4 KiB read    unifab bench --rw read, p50 latency        4K     1
+#
+# qemu-img bench prints only a run time: the QD1 latency is run time /
+# requests (a mean per run), and its median over the REPEATS runs is what
+# is compared. unifab bench adds a true per-request median (p50), measured
+# the same way on both paths (its own initiator, no verification cost in
+# the timing).
+#
+# Targets (the issue's Show list), checked unless --no-check:
+#   4 KiB QD32: bridge IOPS >= 80 % of direct (read and write)
+#   1 MiB QD8:  bridge MB/s >= 90 % of direct (read and write)
+#   QD1:        bridge median latency <= direct + 30 µs (qemu-img, read and write)
+#
+# Output: a Markdown table on stdout, and in OUT_DIR results.md,
+# results.csv (every run) and both targets' logs.
+#
+# Environment:
+#   UNIFAB_BIN   unifab binary (default target/release/unifab)
+#   REPEATS      repetitions per measurement (default 5)
+#   RUN_SECONDS  length of one throughput run (default 4)
+#   OUT_DIR      where results go (default target/bench-peers/bridge-<date-time>)
+#
+# Needs: tgt, libiscsi-bin, qemu-utils, qemu-block-extra (scripts/setup.sh).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=benches/peers/lib.sh
+. "$HERE/lib.sh"
+
+CHECK=1
+for arg in "$@"; do
+    case "$arg" in
+        --no-check) CHECK=0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument $arg (try --help)" ;;
+    esac
+done
+
+REPEATS=${REPEATS:-5}
+RUN_SECONDS=${RUN_SECONDS:-4}
+UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
+OUT_DIR=${OUT_DIR:-$ROOT/target/bench-peers/bridge-$(date +%Y%m%d-%H%M%S)}
+LU_SIZE=$((1 << 30))
+[[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
+[[ "$RUN_SECONDS" =~ ^[1-9][0-9]*$ ]] || die "RUN_SECONDS must be a positive integer"
+[[ -x "$UNIFAB_BIN" ]] || die "no unifab binary at $UNIFAB_BIN (cargo build --release -p unifab, or set UNIFAB_BIN)"
+
+need qemu-img qemu-utils
+need iscsi-readcapacity16 libiscsi-bin
+qemu-img --help | grep -qw iscsi || die "qemu-img has no iscsi driver: install qemu-block-extra"
+
+mkdir -p "$OUT_DIR"
+WORK=$(mktemp -d /dev/shm/bridge-bench.XXXXXX)
+TGTD_PID="" GW_PID=""
+cleanup() {
+    stop_pid "$GW_PID"
+    stop_pid "$TGTD_PID"
+    cp -f "$WORK"/tgtd/tgtd.log "$WORK"/gw/unifab.log "$WORK"/gw/unifab.toml "$OUT_DIR"/ 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+make_lu "$WORK/lu.img" "$LU_SIZE"
+start_tgtd "$WORK/tgtd" "$WORK/lu.img"
+note "tgtd: $TGTD_URL (pid $TGTD_PID)"
+
+# The gateway: the tgtd LU re-exported as LUN 0.
+mkdir -p "$WORK/gw"
+GW_PORT=$(free_port)
+ADMIN_PORT=$(free_port)
+BRIDGE_IQN="iqn.2026-11.io.unifab:bridge"
+cat >"$WORK/gw/unifab.toml" <<EOF
+[[lu]]
+name = "bridged"
+backend = "$TGTD_URL"
+
+[iscsi]
+listen = ["127.0.0.1:$GW_PORT"]
+
+[[iscsi.target]]
+iqn = "$BRIDGE_IQN"
+luns = ["bridged"]
+
+[admin]
+listen = "127.0.0.1:$ADMIN_PORT"
+data_dir = "$WORK/gw/state"
+EOF
+(cd "$WORK/gw" && RUST_LOG=warn exec "$UNIFAB_BIN" run --config "$WORK/gw/unifab.toml") >"$WORK/gw/unifab.log" 2>&1 &
+GW_PID=$!
+wait_port "$GW_PORT" 20 || { tail -20 "$WORK/gw/unifab.log" >&2; die "the gateway's portal did not open"; }
+BRIDGE_URL="iscsi://127.0.0.1:$GW_PORT/$BRIDGE_IQN/0"
+note "bridge: $BRIDGE_URL -> $TGTD_URL (pid $GW_PID)"
+# The first command through the bridge also logs the gateway in to tgtd.
+qemu-img bench -f raw -t none -c 16 -d 1 -s 4096 "$BRIDGE_URL" >/dev/null 2>&1 \
+    || die "qemu-img cannot read through the bridge ($BRIDGE_URL); log: $OUT_DIR/unifab.log"
+
+declare -A URL=([direct]="$TGTD_URL" [bridge]="$BRIDGE_URL")
+PATHS=(direct bridge)
+# id|size|depth|mode|probe requests
+WORKLOADS=(
+    "read-4k-qd32|4096|32|read|20000"
+    "write-4k-qd32|4096|32|write|20000"
+    "read-1m-qd8|1048576|8|read|400"
+    "write-1m-qd8|1048576|8|write|400"
+    "read-4k-qd1|4096|1|read|2000"
+    "write-4k-qd1|4096|1|write|2000"
+)
+
+# Request counts sized so a run lasts about RUN_SECONDS (QD1 runs a tenth:
+# many short runs make a better median).
+declare -A COUNT
+for w in "${WORKLOADS[@]}"; do
+    IFS='|' read -r id size depth mode probe <<<"$w"
+    secs=$(qemu_bench "$TGTD_URL" "$size" "$depth" "$probe" "$mode")
+    target=$RUN_SECONDS
+    [[ "$depth" == 1 ]] && target=$(awk -v r="$RUN_SECONDS" 'BEGIN { print r / 4 }')
+    COUNT[$id]=$(awk -v p="$probe" -v s="$secs" -v r="$target" 'BEGIN { c = int(p / s * r); if (c < p) c = p; print c }')
+    note "calibrated $id on tgtd: ${COUNT[$id]} requests per run"
+done
+
+CSV="$OUT_DIR/results.csv"
+echo "workload,path,repeat,requests,seconds,iops,mb_per_s,us_per_request" >"$CSV"
+declare -A RES
+for ((r = 1; r <= REPEATS; r++)); do
+    for w in "${WORKLOADS[@]}"; do
+        IFS='|' read -r id size depth mode probe <<<"$w"
+        for p in "${PATHS[@]}"; do
+            n=${COUNT[$id]}
+            secs=$(qemu_bench "${URL[$p]}" "$size" "$depth" "$n" "$mode")
+            read -r iops mbs us < <(awk -v c="$n" -v s="$secs" -v b="$size" \
+                'BEGIN { printf "%.1f %.1f %.1f\n", c / s, c * b / s / 1e6, s / c * 1e6 }')
+            echo "$id,$p,$r,$n,$secs,$iops,$mbs,$us" >>"$CSV"
+            RES[$id/$p]="${RES[$id/$p]:-} $iops"
+            RES[$id/$p/us]="${RES[$id/$p/us]:-} $us"
+            RES[$id/$p/mbs]="${RES[$id/$p/mbs]:-} $mbs"
+        done
+    done
+    note "repeat $r of $REPEATS done"
+done
+
+# A true per-request median at QD1 with unifab's own initiator.
+P50_DIRECT=() P50_BRIDGE=()
+for ((r = 1; r <= REPEATS; r++)); do
+    for p in "${PATHS[@]}"; do
+        p50=$("$UNIFAB_BIN" bench "${URL[$p]}" --rw read --qd 1 --bs 4KiB --size 64MiB --time 2 --json --quiet 2>/dev/null \
+            | python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["read"]["lat_us"]["p50"])')
+        if [[ $p == direct ]]; then P50_DIRECT+=("$p50"); else P50_BRIDGE+=("$p50"); fi
+        echo "read-4k-qd1-p50,$p,$r,,,,,$p50" >>"$CSV"
+    done
+done
+
+FAIL=0
+exec 4>"$OUT_DIR/results.md"
+{
+    echo "## unifab → tgtd bridge vs tgtd direct (qemu-img bench, $REPEATS runs each, medians)"
+    echo
+    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
+    echo
+    echo "| workload | direct | through unifab | ratio | target | |"
+    echo "|---|---:|---:|---:|---|---|"
+    for w in "${WORKLOADS[@]}"; do
+        IFS='|' read -r id size depth mode probe <<<"$w"
+        # shellcheck disable=SC2086
+        if [[ "$depth" == 1 ]]; then
+            d=$(median ${RES[$id/direct/us]}) b=$(median ${RES[$id/bridge/us]})
+            delta=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%+.1f", b - d }')
+            ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b - d <= 30) ? "ok" : "MISSED" }')
+            echo "| $id latency (µs/request) | $d | $b | $delta µs | ≤ +30 µs | $ok |"
+        elif [[ "$size" == 1048576 ]]; then
+            d=$(median ${RES[$id/direct/mbs]}) b=$(median ${RES[$id/bridge/mbs]})
+            ratio=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%.0f %%", b / d * 100 }')
+            ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b >= 0.9 * d) ? "ok" : "MISSED" }')
+            echo "| $id (MB/s) | $d | $b | $ratio | ≥ 90 % | $ok |"
+        else
+            d=$(median ${RES[$id/direct]}) b=$(median ${RES[$id/bridge]})
+            ratio=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%.0f %%", b / d * 100 }')
+            ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b >= 0.8 * d) ? "ok" : "MISSED" }')
+            echo "| $id (IOPS) | $d | $b | $ratio | ≥ 80 % | $ok |"
+        fi
+        [[ "$ok" == ok ]] || FAIL=1
+    done
+    d=$(median "${P50_DIRECT[@]}") b=$(median "${P50_BRIDGE[@]}")
+    delta=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%+.1f", b - d }')
+    echo "| read-4k-qd1 p50 (µs, unifab bench) | $d | $b | $delta µs | (informative) | |"
+} >&4
+exec 4>&-
+cat "$OUT_DIR/results.md"
+note "results in $OUT_DIR"
+if ((CHECK && FAIL)); then
+    die "a target was missed (see the table)"
+fi

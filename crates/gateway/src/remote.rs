@@ -1,0 +1,417 @@
+//! Remote logical units: a `[[lu]]` whose backend is
+//! `iscsi://[user%secret@]host[:port]/iqn/lun` is a
+//! [`RemoteLu`] on unifab's iSCSI initiator, exported over the gateway's
+//! own targets like any other LU (an iSCSI→iSCSI bridge).
+//!
+//! ```toml
+//! [[lu]]
+//! name = "array-disk"
+//! backend = "iscsi://gw%gateway-secret@192.0.2.10:3260/iqn.2001-04.com.example:disk/1"
+//! [lu.iscsi]                      # all optional
+//! mutual_user = "array"           # mutual CHAP: the target's name and secret
+//! mutual_secret = "array-secret-1"
+//! nexus = "per-initiator"         # or "shared"
+//! identity = "derived"            # or "passthrough"
+//! command_timeout = 20            # seconds; every command ends within it
+//! nop_interval = 5
+//! nop_timeout = 5
+//! digests = ["None", "CRC32C"]
+//! ```
+//!
+//! # Identity
+//!
+//! With `identity = "derived"` (the default) the LU reports, in VPD page
+//! 0x83, an NAA 3h (locally assigned) designator and a T10 vendor ID
+//! designator `UNIFAB  <16 hex digits>`, and the same 16 hex digits as its
+//! unit serial number (VPD 0x80), all derived from `identity_seed`
+//! (default: the remote target name, `/`, and the LUN). The same
+//! configuration gives the same identity after every restart; two remote
+//! LUs differ even when the remotes report the same identity (tgtd's
+//! defaults do). Target-port designators come from the remote unchanged, to
+//! match REPORT TARGET PORT GROUPS, which passes through.
+//!
+//! With `identity = "passthrough"` both pages are the remote's, unchanged:
+//! for arrays whose LUs have world-unique names, and for hosts that also
+//! reach the array directly and should see one device over two paths.
+//!
+//! # Nexus
+//!
+//! With `nexus = "per-initiator"` (the default) every host initiator port
+//! gets its own session at the remote, logged in under the host's iSCSI
+//! name (FC hosts: `naa.` + WWPN) and a stable ISID derived from its port
+//! name, so SCSI-2 and persistent reservations, registrations and unit
+//! attentions behave as if each host were attached to the remote directly.
+//! `fixed_name = true` keeps the per-host sessions but logs them all in as
+//! `initiator_name`. `nexus = "shared"` sends every host's commands through
+//! one session (one I_T nexus at the remote).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use unifab_iscsi::chap::ChapCredentials;
+use unifab_iscsi::initiator::IscsiUrl;
+use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiatorFactory};
+use unifab_iscsi::negotiate::Digest;
+use unifab_scsi_core::LogicalUnit;
+use unifab_scsi_core::emulated::EmulatedLu;
+use unifab_scsi_core::remote::{Identity, RemoteLu, RemoteLuConfig};
+
+use crate::config::{Backend, LuConfig, RemoteIscsiConfig};
+
+/// The InitiatorName of the gateway's own sessions.
+pub const GATEWAY_INITIATOR_NAME: &str = "iqn.2026-11.io.unifab:gateway";
+
+/// A logical unit the gateway built from its configuration.
+#[derive(Debug, Clone)]
+pub enum GatewayLu {
+    /// Served from a local backend.
+    Emulated(Arc<EmulatedLu>),
+    /// Forwarded to a remote target.
+    Remote(Arc<RemoteLu>),
+}
+
+impl GatewayLu {
+    /// The LU as the LUN map holds it.
+    pub fn lu(&self) -> Arc<dyn LogicalUnit> {
+        match self {
+            GatewayLu::Emulated(l) => l.clone(),
+            GatewayLu::Remote(l) => l.clone(),
+        }
+    }
+
+    /// The NAA designator the LU reports, when unifab decides it.
+    pub fn naa(&self) -> Option<u64> {
+        match self {
+            GatewayLu::Emulated(l) => Some(l.naa()),
+            GatewayLu::Remote(l) => {
+                matches!(l.config().identity, Identity::Derived { .. }).then(|| l.naa())
+            }
+        }
+    }
+}
+
+fn secs(name: &str, v: Option<f64>, default: f64) -> Result<Duration, String> {
+    let v = v.unwrap_or(default);
+    if !(0.0..=86_400.0).contains(&v) || v.is_nan() {
+        return Err(format!("{name} must be between 0 and 86400 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Checks what only an `iscsi://` LU may or must have.
+pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
+    let Backend::Iscsi(url) = backend else {
+        if lu.iscsi.is_some() {
+            return Err(format!(
+                "lu {:?}: [lu.iscsi] settings need an iscsi:// backend",
+                lu.name
+            ));
+        }
+        return Ok(());
+    };
+    let n = &lu.name;
+    if lu.size.is_some() || lu.block_size.is_some() {
+        return Err(format!(
+            "lu {n:?}: a remote LU takes its size and block size from the remote; remove size/block_size"
+        ));
+    }
+    if lu.read_only || lu.write_cache.is_some() || lu.serial.is_some() {
+        return Err(format!(
+            "lu {n:?}: read_only, write_cache and serial are the remote's for an iscsi backend"
+        ));
+    }
+    if let Some((_, secret)) = &url.chap
+        && secret.len() < 12
+    {
+        return Err(format!(
+            "lu {n:?}: the CHAP secret in the backend URL must be at least 12 bytes (RFC 7143 §9.2.1)"
+        ));
+    }
+    let Some(r) = &lu.iscsi else {
+        return Ok(());
+    };
+    let mutual = match (&r.mutual_user, &r.mutual_secret) {
+        (Some(u), Some(s)) => Some((u, s)),
+        (None, None) => None,
+        _ => {
+            return Err(format!(
+                "lu {n:?}: mutual CHAP needs both mutual_user and mutual_secret"
+            ));
+        }
+    };
+    if let Some((_, s)) = mutual {
+        if url.chap.is_none() {
+            return Err(format!(
+                "lu {n:?}: mutual CHAP needs the initiator's own CHAP credentials in the URL (iscsi://user%secret@…)"
+            ));
+        }
+        if s.len() < 12 {
+            return Err(format!(
+                "lu {n:?}: the mutual CHAP secret must be at least 12 bytes"
+            ));
+        }
+    }
+    if url.mutual_chap.is_some() && mutual.is_some() {
+        return Err(format!(
+            "lu {n:?}: mutual CHAP is given both in the URL and in [lu.iscsi]"
+        ));
+    }
+    if let Some(name) = &r.initiator_name {
+        crate::config::check_iscsi_name(name)
+            .map_err(|e| format!("lu {n:?}: initiator_name: {e}"))?;
+    }
+    match r.nexus.as_deref() {
+        None | Some("per-initiator") | Some("shared") => {}
+        Some(other) => {
+            return Err(format!(
+                "lu {n:?}: nexus {other:?} (expected \"per-initiator\" or \"shared\")"
+            ));
+        }
+    }
+    match r.identity.as_deref() {
+        None | Some("derived") | Some("passthrough") => {}
+        Some(other) => {
+            return Err(format!(
+                "lu {n:?}: identity {other:?} (expected \"derived\" or \"passthrough\")"
+            ));
+        }
+    }
+    if let Some(d) = &r.digests {
+        if d.is_empty() {
+            return Err(format!("lu {n:?}: digests is empty"));
+        }
+        for v in d {
+            if Digest::from_name(v).is_none() {
+                return Err(format!("lu {n:?}: unknown digest {v:?} (None, CRC32C)"));
+            }
+        }
+    }
+    let ct =
+        secs("command_timeout", r.command_timeout, 20.0).map_err(|e| format!("lu {n:?}: {e}"))?;
+    if ct.is_zero() {
+        return Err(format!("lu {n:?}: command_timeout must be positive"));
+    }
+    secs("nop_interval", r.nop_interval, 5.0).map_err(|e| format!("lu {n:?}: {e}"))?;
+    secs("nop_timeout", r.nop_timeout, 5.0).map_err(|e| format!("lu {n:?}: {e}"))?;
+    secs("login_timeout", r.login_timeout, 10.0).map_err(|e| format!("lu {n:?}: {e}"))?;
+    if r.queue_depth
+        .is_some_and(|q| q == 0 || q > unifab_iscsi::initiator::session::MAX_COMMANDS)
+    {
+        return Err(format!(
+            "lu {n:?}: queue_depth must be 1..={}",
+            unifab_iscsi::initiator::session::MAX_COMMANDS
+        ));
+    }
+    Ok(())
+}
+
+/// The initiator settings for a URL and its `[lu.iscsi]` table.
+pub fn initiator_config(
+    url: &IscsiUrl,
+    r: Option<&RemoteIscsiConfig>,
+) -> anyhow::Result<InitiatorConfig> {
+    let d = RemoteIscsiConfig {
+        mutual_user: None,
+        mutual_secret: None,
+        initiator_name: None,
+        nexus: None,
+        fixed_name: false,
+        identity: None,
+        identity_seed: None,
+        command_timeout: None,
+        nop_interval: None,
+        nop_timeout: None,
+        login_timeout: None,
+        digests: None,
+        queue_depth: None,
+    };
+    let r = r.unwrap_or(&d);
+    let mut cfg = InitiatorConfig::new(
+        r.initiator_name
+            .clone()
+            .unwrap_or_else(|| GATEWAY_INITIATOR_NAME.to_string()),
+    );
+    cfg.chap = url
+        .chap
+        .as_ref()
+        .map(|(u, s)| ChapCredentials::new(u.clone(), s.clone().into_bytes()));
+    cfg.mutual_chap = match (&r.mutual_user, &r.mutual_secret, &url.mutual_chap) {
+        (Some(u), Some(s), _) => Some(ChapCredentials::new(u.clone(), s.clone().into_bytes())),
+        (_, _, Some((u, s))) => Some(ChapCredentials::new(u.clone(), s.clone().into_bytes())),
+        _ => None,
+    };
+    let e = anyhow::Error::msg;
+    cfg.session.command_timeout = secs("command_timeout", r.command_timeout, 20.0).map_err(e)?;
+    let nop = secs("nop_interval", r.nop_interval, 5.0).map_err(e)?;
+    cfg.session.nop_interval = (!nop.is_zero()).then_some(nop);
+    cfg.session.nop_timeout = secs("nop_timeout", r.nop_timeout, 5.0).map_err(e)?;
+    cfg.session.tmf_timeout = cfg.session.nop_timeout.max(Duration::from_secs(1));
+    cfg.login_timeout = secs("login_timeout", r.login_timeout, 10.0).map_err(e)?;
+    if let Some(q) = r.queue_depth {
+        cfg.session.max_commands = q;
+    }
+    if let Some(ds) = &r.digests {
+        let list: Vec<Digest> = ds.iter().filter_map(|s| Digest::from_name(s)).collect();
+        cfg.limits.header_digests = list.clone();
+        cfg.limits.data_digests = list;
+    }
+    Ok(cfg)
+}
+
+/// Builds the remote LU of an `iscsi://` `[[lu]]`. Nothing connects yet:
+/// the first command (or [`RemoteLu::probe`]) logs in.
+pub fn build_remote_lu(lu: &LuConfig) -> anyhow::Result<Arc<RemoteLu>> {
+    let Backend::Iscsi(url) = lu.parsed_backend().map_err(anyhow::Error::msg)? else {
+        anyhow::bail!("lu {:?} is not an iscsi:// LU", lu.name);
+    };
+    let r = lu.iscsi.as_ref();
+    let cfg = initiator_config(&url, r)?;
+    let target = url.target.clone().context("no target in the URL")?;
+    let lun = url.lun().context("no LUN in the URL")?;
+    let per_nexus = r.and_then(|r| r.nexus.as_deref()) != Some("shared");
+    let factory = IscsiInitiatorFactory::new(cfg, &url.portal(), &target, &lu.name, per_nexus)
+        .fixed_name(r.is_some_and(|r| r.fixed_name));
+    let identity = match r.and_then(|r| r.identity.as_deref()) {
+        Some("passthrough") => Identity::Passthrough,
+        _ => Identity::Derived {
+            seed: r
+                .and_then(|r| r.identity_seed.clone())
+                .unwrap_or_else(|| format!("{target}/{}", url.lun.unwrap_or(0))),
+        },
+    };
+    Ok(Arc::new(RemoteLu::new(
+        RemoteLuConfig {
+            name: lu.name.clone(),
+            backend: url.redacted(),
+            remote_lun: lun,
+            identity,
+            task_set_depth: 4096,
+        },
+        Arc::new(factory),
+    )))
+}
+
+/// Asks the remote for the LU's capacity in the background until it
+/// answers, logging the outcome once (a remote that is down at start does
+/// not stop the gateway; its commands fail with sense until it is back).
+pub fn spawn_probe(name: String, lu: Arc<RemoteLu>) {
+    tokio::spawn(async move {
+        let mut wait = Duration::from_millis(500);
+        let mut warned = false;
+        loop {
+            match lu.probe().await {
+                Ok((bs, blocks)) => {
+                    tracing::info!(
+                        lu = %name,
+                        remote = %lu.config().backend,
+                        block_size = bs,
+                        bytes = u64::from(bs) * blocks,
+                        "remote logical unit reachable"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    if !warned {
+                        tracing::warn!(lu = %name, remote = %lu.config().backend, error = %e, "remote logical unit not reachable yet; retrying");
+                        warned = true;
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use unifab_scsi_core::Lun;
+
+    fn cfg(extra: &str, backend: &str) -> Result<Config, String> {
+        Config::parse(
+            &format!("[[lu]]\nname = \"r\"\nbackend = \"{backend}\"\n{extra}"),
+            "t.toml",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    const URL: &str = "iscsi://gw%gateway-secret@127.0.0.1:3261/iqn.2026-11.io.unifab:tgtd/1";
+
+    #[test]
+    fn a_remote_lu_parses_with_its_settings() {
+        let c = cfg(
+            "[lu.iscsi]\nmutual_user = \"t\"\nmutual_secret = \"target-secret-1\"\nnexus = \"shared\"\nidentity = \"passthrough\"\ncommand_timeout = 2.5\nnop_interval = 0\ndigests = [\"CRC32C\"]\n",
+            URL,
+        )
+        .unwrap();
+        let lu = &c.lu[0];
+        let Backend::Iscsi(url) = lu.parsed_backend().unwrap() else {
+            panic!()
+        };
+        let ic = initiator_config(&url, lu.iscsi.as_ref()).unwrap();
+        assert_eq!(ic.session.command_timeout, Duration::from_millis(2500));
+        assert_eq!(ic.session.nop_interval, None);
+        assert_eq!(ic.limits.header_digests, vec![Digest::Crc32c]);
+        assert_eq!(ic.chap.as_ref().unwrap().name, "gw");
+        assert_eq!(ic.mutual_chap.as_ref().unwrap().name, "t");
+        assert_eq!(ic.initiator_name, GATEWAY_INITIATOR_NAME);
+        assert!(!format!("{:?}", lu.iscsi).contains("target-secret-1"));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        for (extra, backend, want) in [
+            ("size = \"1GiB\"\n", URL, "takes its size"),
+            ("[lu.iscsi]\nnexus = \"many\"\n", URL, "nexus"),
+            ("[lu.iscsi]\nidentity = \"x\"\n", URL, "identity"),
+            (
+                "[lu.iscsi]\nmutual_user = \"t\"\n",
+                URL,
+                "mutual CHAP needs both",
+            ),
+            ("[lu.iscsi]\ndigests = [\"MD5\"]\n", URL, "unknown digest"),
+            ("[lu.iscsi]\ncommand_timeout = 0\n", URL, "command_timeout"),
+            ("[lu.iscsi]\nbogus = 1\n", URL, "bogus"),
+            ("", "iscsi://h/iqn.2026-11.x:y", "names a target and a LUN"),
+            ("", "iscsi://u%short@h/iqn.2026-11.x:y/0", "12 bytes"),
+            (
+                "size = \"1GiB\"\n[lu.iscsi]\nnexus = \"shared\"\n",
+                "memory",
+                "need an iscsi:// backend",
+            ),
+            (
+                "[lu.iscsi]\nmutual_user = \"t\"\nmutual_secret = \"target-secret-1\"\n",
+                "iscsi://h/iqn.2026-11.x:y/0",
+                "initiator's own CHAP",
+            ),
+        ] {
+            let e = cfg(extra, backend).unwrap_err();
+            assert!(e.contains(want), "{backend} {extra:?}: {e}");
+            assert!(
+                !e.contains("gateway-secret"),
+                "secrets never in errors: {e}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_remote_lu_names_its_remote_without_secrets() {
+        let c = cfg("", URL).unwrap();
+        let lu = build_remote_lu(&c.lu[0]).unwrap();
+        let d = lu.describe();
+        assert_eq!(
+            d.backend,
+            "iscsi://127.0.0.1:3261/iqn.2026-11.io.unifab:tgtd/1"
+        );
+        assert_eq!(lu.config().remote_lun, Lun(1 << 48));
+        // Derived identity from target and LUN, stable.
+        let again = build_remote_lu(&c.lu[0]).unwrap();
+        assert_eq!(lu.naa(), again.naa());
+        let g = GatewayLu::Remote(lu);
+        assert!(g.naa().is_some());
+    }
+}

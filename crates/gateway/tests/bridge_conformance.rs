@@ -1,0 +1,80 @@
+//! Conformance through the bridge: libiscsi's full suite
+//! (`iscsi-test-cu -t ALL --dataloss --allow-sanitize`, two sessions) against
+//! tgtd directly and against unifab re-exporting the same tgtd LU. No test
+//! that passes against tgtd directly may fail (or skip) through unifab; the
+//! tests that pass only through unifab are listed, with the reason, in
+//! docs/bridge.md. The bridged run is also held to its own ratchet,
+//! `conformance/bridge-tgtd.pass`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bridge_support;
+
+use bridge_support::*;
+use unifab_testkit::peers::{IscsiTestCu, Outcome, PassList, Tgtd, conformance_dir};
+
+#[test]
+fn every_test_that_passes_on_tgtd_passes_through_unifab() {
+    let dir = scratch();
+    let file = lu_file(dir.path(), "lu.img", 1 << 30);
+    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
+    let gw = Gateway::start(dir.path(), &bridge_config(dir.path(), &tgtd.url(), ""));
+
+    let direct = IscsiTestCu::new(tgtd.url())
+        .multipath_url(tgtd.url())
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    direct.record("bridge-direct-tgtd").unwrap();
+    assert!(direct.is_complete(), "direct run: {}", direct.stderr_tail);
+
+    let bridged = IscsiTestCu::new(gw.url(0))
+        .multipath_url(gw.url(0))
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    bridged.record("bridge-tgtd").unwrap();
+    assert!(
+        bridged.is_complete(),
+        "bridged run: {}\ngateway log:\n{}",
+        bridged.stderr_tail,
+        tail(&gw.log(), 40)
+    );
+
+    let mut regressions = Vec::new();
+    let mut gains = Vec::new();
+    for t in &direct.tests {
+        let through = bridged.outcome(&t.name);
+        if t.outcome == Outcome::Passed && through != Some(Outcome::Passed) {
+            let detail = bridged
+                .tests
+                .iter()
+                .find(|b| b.name == t.name)
+                .map(|b| b.detail.clone())
+                .unwrap_or_else(|| "did not run".into());
+            regressions.push(format!("{} ({through:?}): {detail}", t.name));
+        }
+        if t.outcome != Outcome::Passed && through == Some(Outcome::Passed) {
+            gains.push(format!("{} ({} directly)", t.name, t.outcome));
+        }
+    }
+    println!(
+        "direct: {} passed, {} skipped, {} failed; bridged: {} passed, {} skipped, {} failed",
+        direct.count(Outcome::Passed),
+        direct.count(Outcome::Skipped),
+        direct.count(Outcome::Failed),
+        bridged.count(Outcome::Passed),
+        bridged.count(Outcome::Skipped),
+        bridged.count(Outcome::Failed),
+    );
+    for g in &gains {
+        println!("passes only through unifab: {g}");
+    }
+    assert!(
+        regressions.is_empty(),
+        "tests that pass on tgtd but not through unifab:\n{}\ngateway log:\n{}",
+        regressions.join("\n"),
+        tail(&gw.log(), 40)
+    );
+    let list = PassList::load(conformance_dir().join("bridge-tgtd.pass")).unwrap();
+    if let Err(f) = list.check(&bridged) {
+        panic!("{f}");
+    }
+}

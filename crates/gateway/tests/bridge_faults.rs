@@ -1,0 +1,207 @@
+//! Faults under load on the bridge: a host (`unifab bench`, verifying every
+//! read) drives a unifab gateway that re-exports a tgtd LU through a TCP
+//! relay, while the test
+//!
+//! - kills tgtd and starts it again,
+//! - stops tgtd (SIGSTOP) for longer than the gateway's NOP timeout and
+//!   command timeout, then continues it,
+//! - drops the TCP connection between gateway and tgtd.
+//!
+//! Then, for each:
+//! - no acknowledged write is lost: after recovery the host reads back
+//!   every chunk it wrote and each holds the data of the last write it was
+//!   told succeeded (`--final-verify`);
+//! - every command the gateway could not complete ended with sense the host
+//!   can retry (ABORTED COMMAND), before the host's own timeout: the host
+//!   never had to time a command out itself (no "transport" retry), and no
+//!   error was of a kind a host does not retry;
+//! - the host never saw wrong data (no miscompare).
+//!
+//! The gateway runs with a 5 s command timeout, a 1 s NOP interval and a
+//! 2 s NOP timeout; the host's own command timeout is 60 s.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bridge_support;
+
+use std::sync::Mutex;
+use std::thread::sleep;
+use std::time::Duration;
+
+use bridge_support::*;
+use unifab_testkit::peers::Tgtd;
+use unifab_testkit::relay::TcpRelay;
+
+/// The scenarios share the machine's two cores: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const REMOTE: &str = "command_timeout = 5\nnop_interval = 1\nnop_timeout = 2\nlogin_timeout = 2\n";
+
+struct Rig {
+    dir: tempfile::TempDir,
+    file: std::path::PathBuf,
+    tgtd: Option<Tgtd>,
+    relay: TcpRelay,
+    gw: Gateway,
+}
+
+fn rig() -> Rig {
+    let dir = scratch();
+    let file = lu_file(dir.path(), "lu.img", 128 << 20);
+    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
+    let relay = TcpRelay::start(tgtd.addr()).unwrap();
+    let backend = format!("iscsi://{}/{}/1", relay.addr(), tgtd.iqn());
+    let gw = Gateway::start(dir.path(), &bridge_config(dir.path(), &backend, REMOTE));
+    Rig {
+        dir,
+        file,
+        tgtd: Some(tgtd),
+        relay,
+        gw,
+    }
+}
+
+fn load(gw: &Gateway) -> std::process::Child {
+    bench_spawn(
+        &gw.url(0),
+        &[
+            "--rw",
+            "rw",
+            "--time",
+            "25",
+            "--final-verify",
+            "--size",
+            "64MiB",
+            "--bs",
+            "16KiB",
+            "--qd",
+            "16",
+            "--command-timeout",
+            "60",
+            "--retry-time",
+            "300",
+        ],
+    )
+}
+
+/// What must hold after every fault.
+fn check(r: &BenchRun, rig: &Rig) {
+    println!("host's view: {}", r.json);
+    let log = || tail(&rig.gw.log(), 40);
+    assert!(r.ok, "{}\ngateway log:\n{}", r.report(), log());
+    assert_eq!(r.u64("miscompares"), 0, "wrong data reached the host");
+    assert_eq!(r.u64("errors"), 0, "an error the host cannot retry");
+    assert!(r.u64("verified_bytes") > 0);
+    for (reason, n) in r.retry_reasons() {
+        assert!(
+            !reason.starts_with("transport"),
+            "the host had to give up on the gateway itself ({n}x {reason}): a command did not end in time\n{}",
+            r.report()
+        );
+    }
+    // The data is on tgtd's LU: every sector there is whole and in place.
+    let t = rig.tgtd.as_ref().unwrap();
+    let direct = bench(
+        &t.url(),
+        &[
+            "--rw",
+            "read",
+            "--size",
+            "64MiB",
+            "--bs",
+            "1MiB",
+            "--pattern",
+            "sequential",
+            "--ops",
+            "64",
+        ],
+    );
+    assert!(direct.ok, "{}", direct.report());
+    assert_eq!(direct.u64("miscompares"), 0);
+}
+
+fn upstream_reconnected(rig: &Rig) -> bool {
+    rig.gw.log().contains("logging in again")
+}
+
+#[test]
+fn tcp_connection_drop_under_load() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rig = rig();
+    let host = load(&rig.gw);
+    sleep(Duration::from_secs(5));
+    rig.relay.cut();
+    sleep(Duration::from_secs(4));
+    rig.relay.cut();
+    let r = bench_wait(host);
+    check(&r, &rig);
+    assert!(
+        upstream_reconnected(&rig),
+        "the drop was felt:\n{}",
+        rig.gw.log()
+    );
+    let _ = &rig.dir;
+}
+
+#[test]
+fn tgtd_stopped_longer_than_the_nop_timeout_under_load() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let rig = rig();
+    let pid = rig.tgtd.as_ref().unwrap().pid() as libc::pid_t;
+    let host = load(&rig.gw);
+    sleep(Duration::from_secs(5));
+    // SAFETY: signalling a child process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    struct Cont(libc::pid_t);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            // SAFETY: as above; resumes tgtd even if the test fails.
+            unsafe {
+                libc::kill(self.0, libc::SIGCONT);
+            }
+        }
+    }
+    let cont = Cont(pid);
+    // Longer than NOP interval + timeout (3 s) and the command timeout (5 s).
+    sleep(Duration::from_secs(9));
+    drop(cont);
+    let r = bench_wait(host);
+    check(&r, &rig);
+    assert!(
+        upstream_reconnected(&rig),
+        "the stop was detected:\n{}",
+        rig.gw.log()
+    );
+    // Commands in flight during the stop ended with retryable sense.
+    let sensed: u64 = r
+        .retry_reasons()
+        .iter()
+        .filter(|(reason, _)| reason.starts_with("aborted command 08/0"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        sensed > 0,
+        "in-flight commands end with ABORTED COMMAND / LU communication failure or time-out: {:?}",
+        r.retry_reasons()
+    );
+}
+
+#[test]
+fn tgtd_killed_and_started_again_under_load() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut rig = rig();
+    let host = load(&rig.gw);
+    sleep(Duration::from_secs(5));
+    // SIGKILL (tgtd ignores SIGTERM); its connections reset.
+    drop(rig.tgtd.take());
+    sleep(Duration::from_secs(3));
+    let t = Tgtd::start(&rig.file).unwrap_or_else(|e| panic!("{e}"));
+    rig.relay.set_upstream(t.addr());
+    rig.tgtd = Some(t);
+    let r = bench_wait(host);
+    check(&r, &rig);
+    assert!(
+        upstream_reconnected(&rig),
+        "the kill was felt:\n{}",
+        rig.gw.log()
+    );
+}

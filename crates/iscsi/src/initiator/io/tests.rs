@@ -1,0 +1,454 @@
+//! The driver over real TCP against unifab's own target server, with a
+//! fault-injecting relay in between where a test needs one.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use unifab_scsi_core::backend::MemoryBackend;
+use unifab_scsi_core::emulated::{EmulatedLu, EmulatedLuConfig};
+use unifab_scsi_core::target::ScsiTarget;
+use unifab_scsi_core::{LogicalUnit, Status, Task, TaskResult};
+use unifab_testkit::relay::TcpRelay;
+
+use super::*;
+use crate::target::io::TaskRouter;
+use crate::target::server::{ChapSettings, ServerConfig, TargetNode, TargetServer};
+
+const IQN: &str = "iqn.2026-11.io.unifab:unit";
+
+#[derive(Debug)]
+struct Router(Arc<ScsiTarget>);
+
+impl TaskRouter for Router {
+    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        self.0.dispatch(task)
+    }
+    fn task_management(
+        &self,
+        request: unifab_scsi_core::TmfRequest,
+    ) -> BoxFuture<'static, TmfResponse> {
+        self.0.task_management(request)
+    }
+    fn nexus_loss(&self, nexus: &ItNexus) {
+        self.0.nexus_loss(nexus);
+    }
+}
+
+struct Target {
+    addr: SocketAddr,
+    server: TargetServer,
+    _stop: watch::Sender<bool>,
+}
+
+async fn target(chap: Option<ChapSettings>, digests: Option<Vec<Digest>>) -> Target {
+    let scsi = Arc::new(ScsiTarget::new());
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig::default(),
+        Arc::new(MemoryBackend::new(64 << 20)),
+    )
+    .unwrap();
+    scsi.insert(Lun(0), Arc::new(lu) as Arc<dyn LogicalUnit>);
+    let mut sc = ServerConfig::default();
+    if let Some(d) = digests {
+        sc.negotiation.header_digests = d.clone();
+        sc.negotiation.data_digests = d;
+    }
+    let (server, listeners) = TargetServer::bind(
+        &["127.0.0.1:0".parse().unwrap()],
+        sc,
+        vec![TargetNode {
+            name: IQN.into(),
+            alias: None,
+            router: Arc::new(Router(scsi)),
+            allow: None,
+            chap,
+        }],
+    )
+    .await
+    .unwrap();
+    let (tx, rx) = watch::channel(false);
+    let s2 = server.clone();
+    tokio::spawn(async move { s2.run(listeners, rx).await });
+    Target {
+        addr: server.local_addrs()[0],
+        server,
+        _stop: tx,
+    }
+}
+
+/// The target's session table once the login has registered there (the
+/// initiator may be in full feature phase a moment before).
+async fn settled_sessions(t: &Target) -> Vec<crate::target::io::SessionInfo> {
+    for _ in 0..500 {
+        let s = t.server.sessions();
+        if !s.is_empty() {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the target never listed the session");
+}
+
+fn cfg() -> InitiatorConfig {
+    let mut c = InitiatorConfig::new("iqn.2026-11.io.unifab:unit-initiator");
+    c.session.command_timeout = Duration::from_secs(5);
+    c.session.nop_interval = Some(Duration::from_millis(500));
+    c.session.nop_timeout = Duration::from_secs(1);
+    c.login_timeout = Duration::from_secs(2);
+    c.reconnect_min = Duration::from_millis(20);
+    c.reconnect_max = Duration::from_millis(200);
+    c
+}
+
+fn write16(lba: u64, data: Bytes) -> Request {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x8a;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[10..14].copy_from_slice(&((data.len() / 512) as u32).to_be_bytes());
+    Request::with_data_out(Lun(0), Bytes::copy_from_slice(&cdb), data)
+}
+
+fn read16(lba: u64, blocks: u32) -> Request {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x88;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[10..14].copy_from_slice(&blocks.to_be_bytes());
+    Request::new(Lun(0), Bytes::copy_from_slice(&cdb), blocks * 512)
+}
+
+fn pattern(len: usize, seed: u32) -> Bytes {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 11) as u8)
+        .collect::<Vec<_>>()
+        .into()
+}
+
+fn flat(r: &TaskResult) -> Vec<u8> {
+    r.data_in.iter().flat_map(|b| b.iter().copied()).collect()
+}
+
+/// Awaits an outcome, failing the test (not hanging) if the initiator
+/// broke its promise that every command ends.
+async fn outcome(s: Submitted) -> Outcome {
+    tokio::time::timeout(Duration::from_secs(60), s.outcome)
+        .await
+        .expect("a command never ended")
+}
+
+/// TEST UNIT READY until GOOD (the first answer is the power-on UA).
+async fn ready(ini: &IscsiInitiator) {
+    for _ in 0..5 {
+        let r = outcome(ini.submit(Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0))).await;
+        if r.is_ok_and(|r| r.status == Status::GOOD) {
+            return;
+        }
+    }
+    panic!("never ready");
+}
+
+async fn verified_io(ini: &IscsiInitiator, base: u64, seed: u32) {
+    let mut writes = Vec::new();
+    for i in 0..32u64 {
+        let data = pattern(64 * 1024, seed + i as u32);
+        writes.push((
+            base + i * 128,
+            data.clone(),
+            ini.submit(write16(base + i * 128, data)),
+        ));
+    }
+    let mut reads = Vec::new();
+    for (lba, data, w) in writes {
+        let r = outcome(w).await.unwrap();
+        assert_eq!(r.status, Status::GOOD);
+        reads.push((data, ini.submit(read16(lba, 128))));
+    }
+    for (data, r) in reads {
+        let r = outcome(r).await.unwrap();
+        assert_eq!(r.status, Status::GOOD);
+        assert!(flat(&r) == data.to_vec(), "read back what was written");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_verified_io_over_tcp() {
+    let t = target(None, None).await;
+    let ini = IscsiInitiator::start(cfg(), &t.addr.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    verified_io(&ini, 0, 1).await;
+    assert_eq!(ini.logins(), 1);
+    assert_eq!(settled_sessions(&t).await.len(), 1);
+    assert_eq!(
+        t.server.sessions()[0].initiator,
+        "iqn.2026-11.io.unifab:unit-initiator"
+    );
+    ini.close();
+    // The logout ends the target's session.
+    for _ in 0..200 {
+        if t.server.sessions().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(t.server.sessions().is_empty(), "logged out");
+    assert_eq!(
+        outcome(ini.submit(read16(0, 1))).await.unwrap_err(),
+        InitiatorError::Closed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chap_mutual_chap_and_digests() {
+    let secret = b"initiator-secret-1".to_vec();
+    let tsecret = b"target-secret-12345".to_vec();
+    // One-way CHAP.
+    let t = target(
+        Some(ChapSettings {
+            user: "alice".into(),
+            secret: secret.clone(),
+            mutual: None,
+        }),
+        None,
+    )
+    .await;
+    let mut c = cfg();
+    c.chap = Some(ChapCredentials::new("alice", secret.clone()));
+    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    ini.close();
+    // A wrong secret fails the login for good: commands fail at once with
+    // the reason instead of waiting for their timeout.
+    let mut c = cfg();
+    c.chap = Some(ChapCredentials::new("alice", b"wrong-secret-123".to_vec()));
+    c.session.command_timeout = Duration::from_secs(3600);
+    let bad = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
+    let e = bad
+        .wait_connected(Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, InitiatorError::Unreachable { .. }), "{e}");
+    let e = outcome(bad.submit(read16(0, 1))).await.unwrap_err();
+    assert!(
+        matches!(e, InitiatorError::Unreachable { ref reason } if reason.contains("authentication failure (status 0x0201)")),
+        "{e}"
+    );
+    bad.close();
+
+    // Mutual CHAP with CRC32C digests required by the target.
+    let t = target(
+        Some(ChapSettings {
+            user: "alice".into(),
+            secret: secret.clone(),
+            mutual: Some(("tgt".into(), tsecret.clone())),
+        }),
+        Some(vec![Digest::Crc32c]),
+    )
+    .await;
+    let mut c = cfg().digests(
+        &[Digest::Crc32c, Digest::None],
+        &[Digest::Crc32c, Digest::None],
+    );
+    c.chap = Some(ChapCredentials::new("alice", secret.clone()));
+    c.mutual_chap = Some(ChapCredentials::new("tgt", tsecret.clone()));
+    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        settled_sessions(&t).await[0].digests,
+        "header=CRC32C,data=CRC32C"
+    );
+    ready(&ini).await;
+    verified_io(&ini, 4096, 7).await;
+    ini.close();
+    // The target fails mutual authentication: we refuse to go on.
+    let mut c = cfg().digests(&[Digest::Crc32c], &[Digest::Crc32c]);
+    c.chap = Some(ChapCredentials::new("alice", secret));
+    c.mutual_chap = Some(ChapCredentials::new("tgt", b"not-the-targets-one".to_vec()));
+    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
+    assert!(ini.wait_connected(Duration::from_secs(2)).await.is_err());
+    ini.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_targets_discovery() {
+    let t = target(None, None).await;
+    let found = discover(&cfg(), &t.addr.to_string()).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].name, IQN);
+    assert!(
+        found[0]
+            .addresses
+            .iter()
+            .any(|a| a.starts_with(&t.addr.to_string())),
+        "{found:?}"
+    );
+    assert_eq!(address_of(&found[0].addresses[0]), t.addr.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_is_reinstated_and_nothing_is_lost() {
+    let t = target(None, None).await;
+    let relay = TcpRelay::start(t.addr).unwrap();
+    let ini = IscsiInitiator::start(cfg(), &relay.addr().to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    // Writes in flight when the connection drops are sent again.
+    let mut pending = Vec::new();
+    for i in 0..64u64 {
+        let data = pattern(32 * 1024, 100 + i as u32);
+        pending.push((i * 64, data.clone(), ini.submit(write16(i * 64, data))));
+        if i == 20 {
+            relay.cut();
+        }
+    }
+    let mut acknowledged = Vec::new();
+    for (lba, data, w) in pending {
+        match outcome(w).await {
+            Ok(r) if r.status == Status::GOOD => acknowledged.push((lba, data)),
+            // A unit attention after the reinstatement is the remote's
+            // answer, passed on unchanged; never a silent success.
+            Ok(r) => assert_eq!(r.status, Status::CHECK_CONDITION),
+            Err(e) => panic!("writes are re-sent, not failed: {e}"),
+        }
+    }
+    assert!(ini.logins() >= 2, "logged in again");
+    // One session at the target: the new login reinstated the old one.
+    assert_eq!(settled_sessions(&t).await.len(), 1);
+    ready(&ini).await;
+    for (lba, data) in acknowledged {
+        let r = outcome(ini.submit(read16(lba, 64))).await.unwrap();
+        assert!(
+            flat(&r) == data.to_vec(),
+            "acknowledged write at {lba} lost"
+        );
+    }
+    ini.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_target_is_detected_and_commands_end_with_timeout() {
+    let t = target(None, None).await;
+    let relay = TcpRelay::start(t.addr).unwrap();
+    let mut c = cfg();
+    c.session.command_timeout = Duration::from_secs(3);
+    // A command that is not idempotent in flight when the peer freezes.
+    let ini = IscsiInitiator::start(c, &relay.addr().to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    relay.freeze();
+    let r = ini.submit(read16(0, 8));
+    let w = ini.submit(write16(0, pattern(4096, 3)));
+    let r = outcome(r).await;
+    let w = outcome(w).await;
+    for o in [r, w] {
+        let e = o.unwrap_err();
+        assert!(
+            matches!(e, InitiatorError::Timeout { after } if after == Duration::from_secs(3)),
+            "{e}"
+        );
+    }
+    // The ping went unanswered: the connection was declared dead.
+    assert!(ini.last_error().is_some());
+    relay.thaw();
+    relay.cut();
+    ini.wait_connected(Duration::from_secs(10)).await.unwrap();
+    ready(&ini).await;
+    verified_io(&ini, 1 << 16, 9).await;
+    ini.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_wait_for_a_restarted_target() {
+    let t = target(None, None).await;
+    let relay = TcpRelay::start(t.addr).unwrap();
+    let ini = IscsiInitiator::start(cfg(), &relay.addr().to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    // The target "dies": connections drop and new ones are refused.
+    relay.refuse(true);
+    relay.cut();
+    let r = ini.submit(read16(0, 8));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // It comes back (elsewhere): the queued read is served.
+    let t2 = target(None, None).await;
+    relay.set_upstream(t2.addr);
+    relay.refuse(false);
+    let res = outcome(r).await.unwrap();
+    // The new target's power-on unit attention, unchanged.
+    assert!(res.status == Status::GOOD || res.status == Status::CHECK_CONDITION);
+    ready(&ini).await;
+    ini.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_management_over_tcp() {
+    let t = target(None, None).await;
+    let ini = IscsiInitiator::start(cfg(), &t.addr.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    let r = ini
+        .task_management(Lun(0), TmfFunction::AbortTask { tag: 12345 })
+        .await
+        .unwrap();
+    assert_eq!(r, TmfResponse::FunctionComplete);
+    let r = ini
+        .task_management(Lun(0), TmfFunction::LogicalUnitReset)
+        .await
+        .unwrap();
+    assert_eq!(r, TmfResponse::FunctionComplete);
+    // The reset leaves a unit attention, reported unchanged.
+    let r = outcome(ini.submit(Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0)))
+        .await
+        .unwrap();
+    assert_eq!(r.status, Status::CHECK_CONDITION);
+    let r = ini
+        .task_management(Lun(0), TmfFunction::QueryTaskSet)
+        .await
+        .unwrap();
+    assert_eq!(r, TmfResponse::FunctionComplete);
+    ini.close();
+}
+
+#[test]
+fn upstream_identity() {
+    let a = TransportId::Iscsi {
+        name: "iqn.2026-11.io.example:h".into(),
+        isid: Some([0x40, 0, 0, 0, 0, 1]),
+    };
+    let b = TransportId::Iscsi {
+        name: "iqn.2026-11.io.example:h".into(),
+        isid: Some([0x40, 0, 0, 0, 0, 2]),
+    };
+    assert_eq!(upstream_name(&a), "iqn.2026-11.io.example:h");
+    assert_eq!(upstream_isid(&a, "lu1"), upstream_isid(&a.clone(), "lu1"));
+    assert_ne!(upstream_isid(&a, "lu1"), upstream_isid(&b, "lu1"));
+    assert_ne!(
+        upstream_isid(&a, "lu1"),
+        upstream_isid(&a, "lu2"),
+        "two LUs of one target never share a session"
+    );
+    assert_eq!(upstream_isid(&a, "lu1")[0] & 0xc0, 0x80, "random ISID type");
+    assert_ne!(
+        upstream_isid(&a, "lu1")[1..],
+        [0x40, 0, 0, 0, 1],
+        "not the host's own ISID"
+    );
+    assert_ne!(random_isid(), random_isid());
+    assert_eq!(
+        upstream_name(&TransportId::Fcp {
+            wwpn: 0x2000_0025_b500_0001
+        }),
+        "naa.20000025b5000001"
+    );
+    assert_eq!(address_of("192.0.2.1:3261,1"), "192.0.2.1:3261");
+    assert_eq!(address_of("192.0.2.1"), "192.0.2.1:3260");
+    assert_eq!(address_of("[::1]:3262,2"), "[::1]:3262");
+    assert_eq!(address_of("[::1]"), "[::1]:3260");
+    assert_eq!(address_of("fe80::1"), "[fe80::1]:3260");
+    let t = parse_send_targets(b"TargetName=iqn.2026-11.a:1\0TargetAddress=1.2.3.4:3260,1\0TargetAddress=5.6.7.8:3260,1\0TargetName=iqn.2026-11.a:2\0").unwrap();
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[0].addresses.len(), 2);
+    assert!(t[1].addresses.is_empty());
+    assert!(parse_send_targets(b"TargetAddress=1.2.3.4\0").is_err());
+}

@@ -9,10 +9,11 @@
 //!
 //! ```no_run
 //! use unifab_testkit::relay::TcpRelay;
-//! let relay = TcpRelay::start("127.0.0.1:3260".parse()?)?;
+//! let upstream: std::net::SocketAddr = "127.0.0.1:3260".parse()?;
+//! let relay = TcpRelay::start(upstream)?;
 //! println!("connect to {}", relay.addr());
 //! relay.cut(); // every connection through it drops now
-//! # Ok::<(), std::io::Error>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::io::{self, Read, Write};

@@ -16,6 +16,8 @@
 #                     debconf question is pre-answered "no")
 #   fcoe-utils        fipvlan (FIP peer)
 #   iperf3            loopback ceiling for benchmarks
+#   iproute2          ip netns/veth: the FCIP two-site test puts each
+#                     gateway in its own network namespace
 #   clang m4 libelf-dev pkg-config libpcap-dev   builds of AF_XDP / pcap crates
 #   (shell linter)    the "shellcheck" package, used by test-all.sh
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
@@ -28,7 +30,7 @@ set -euo pipefail
 
 APT_PACKAGES=(
     libiscsi-bin tgt qemu-utils qemu-block-extra tshark fcoe-utils iperf3
-    clang m4 libelf-dev pkg-config libpcap-dev shellcheck
+    clang m4 libelf-dev pkg-config libpcap-dev shellcheck iproute2
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }
@@ -138,6 +140,7 @@ check "qemu-img has the iscsi driver" bash -c 'qemu-img --help | grep -qw iscsi'
 check "tshark --version" tshark --version
 check "fipvlan --version" fipvlan --version
 check "iperf3 --version" iperf3 --version
+check "ip netns list (iproute2)" ip netns list
 check "clang --version" clang --version
 check "shellcheck --version" shellcheck --version
 check "pkg-config finds libpcap" pkg-config --exists libpcap

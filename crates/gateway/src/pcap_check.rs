@@ -295,6 +295,33 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
     Ok(report)
 }
 
+/// Every whole FCIP encapsulated frame of a capture (TCP streams on
+/// `opts.fcip_ports`, reassembled) with the capture frame that carried
+/// its last byte and its direction, in capture order (for fuzz seeds).
+pub fn fcip_frames(
+    file: &[u8],
+    opts: &CheckOptions,
+) -> Result<Vec<(u64, FlowKey, Vec<u8>)>, CheckError> {
+    let frames = read_frames(file)?;
+    let mut flows: BTreeMap<FlowKey, Flow<'_>> = BTreeMap::new();
+    for fr in &frames {
+        if let LinkPayload::Ip(ip) = link_payload(fr)
+            && let Some(seg) = tcp_segment(ip)
+            && (opts.fcip_ports.contains(&seg.src.port())
+                || opts.fcip_ports.contains(&seg.dst.port()))
+        {
+            flows
+                .entry(FlowKey {
+                    src: seg.src,
+                    dst: seg.dst,
+                })
+                .or_default()
+                .push(fr.number, &seg);
+        }
+    }
+    Ok(crate::capture::fcip::frames(&flows))
+}
+
 /// Every whole iSCSI PDU of a capture with its direction, in stream order
 /// per direction (for fuzz seeds and transcript tests).
 pub fn iscsi_pdus(

@@ -272,13 +272,20 @@ impl Netns {
     pub fn create(name: &str, net: u8, idx: u8) -> Result<Netns, String> {
         let _ = ip(&["netns", "del", name]);
         ip(&["netns", "add", name])?;
+        let outside = std::net::Ipv4Addr::new(10, net, idx, 1);
+        let inside = std::net::Ipv4Addr::new(10, net, idx, 2);
+        // From here on, a step that fails drops `ns`, which removes the
+        // namespace and the veth pair again.
+        let ns = Netns {
+            name: name.to_string(),
+            inside,
+            outside,
+        };
         let host = format!("{name}-h");
         let peer = format!("{name}-n");
         let _ = ip(&["link", "del", &host]);
         ip(&["link", "add", &host, "type", "veth", "peer", "name", &peer])?;
         ip(&["link", "set", &peer, "netns", name])?;
-        let outside = std::net::Ipv4Addr::new(10, net, idx, 1);
-        let inside = std::net::Ipv4Addr::new(10, net, idx, 2);
         ip(&["addr", "add", &format!("{outside}/24"), "dev", &host])?;
         ip(&["link", "set", &host, "up"])?;
         ip(&[
@@ -301,11 +308,7 @@ impl Netns {
             "via",
             &outside.to_string(),
         ])?;
-        Ok(Netns {
-            name: name.to_string(),
-            inside,
-            outside,
-        })
+        Ok(ns)
     }
 
     /// A command run inside the namespace.

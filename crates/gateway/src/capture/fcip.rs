@@ -39,6 +39,38 @@ fn looks_like_header(b: &[u8]) -> bool {
 /// are checked in capture order, so an SW_ACC is decoded against the
 /// request it answers.
 pub fn check_flows(flows: &BTreeMap<FlowKey, Flow<'_>>, report: &mut Report) {
+    let units = split_flows(flows, report);
+    let mut tracker = ReplyTracker::new();
+    let mut requests: HashMap<(FlowKey, u16), SwIlsCode> = HashMap::new();
+    for (frame, key, bytes) in units {
+        let reverse = FlowKey {
+            src: key.dst,
+            dst: key.src,
+        };
+        let (what, verdict) = check_one(&bytes, &mut tracker, &mut requests, key, reverse);
+        report.entries.push(Entry {
+            frame,
+            protocol: Protocol::Fcip,
+            what,
+            verdict,
+        });
+    }
+}
+
+/// Every whole encapsulated frame of the FCIP streams, with the capture
+/// frame that carried its last byte and its direction, in capture order
+/// (for fuzz seeds). Gaps, truncated frames and bytes skipped to find a
+/// header are left out.
+pub fn frames(flows: &BTreeMap<FlowKey, Flow<'_>>) -> Vec<(u64, FlowKey, Vec<u8>)> {
+    split_flows(flows, &mut Report::default())
+}
+
+/// Reassembles each stream and cuts it into encapsulated frames (sorted
+/// by capture frame); gaps, truncation and resync go into `report`.
+fn split_flows(
+    flows: &BTreeMap<FlowKey, Flow<'_>>,
+    report: &mut Report,
+) -> Vec<(u64, FlowKey, Vec<u8>)> {
     let mut units: Vec<(u64, FlowKey, Vec<u8>)> = Vec::new();
     for (key, flow) in flows {
         let (runs, gaps) = flow.reassemble();
@@ -81,21 +113,7 @@ pub fn check_flows(flows: &BTreeMap<FlowKey, Flow<'_>>, report: &mut Report) {
         }
     }
     units.sort_by_key(|u| u.0);
-    let mut tracker = ReplyTracker::new();
-    let mut requests: HashMap<(FlowKey, u16), SwIlsCode> = HashMap::new();
-    for (frame, key, bytes) in units {
-        let reverse = FlowKey {
-            src: key.dst,
-            dst: key.src,
-        };
-        let (what, verdict) = check_one(&bytes, &mut tracker, &mut requests, key, reverse);
-        report.entries.push(Entry {
-            frame,
-            protocol: Protocol::Fcip,
-            what,
-            verdict,
-        });
-    }
+    units
 }
 
 fn not_accepted(what: &str, reason: impl std::fmt::Display) -> (String, Verdict) {

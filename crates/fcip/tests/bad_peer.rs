@@ -94,6 +94,7 @@ fn fsf(nonce: u64, dest: Wwn, usage_code: u16) -> [u8; 76] {
         usage_code,
         destination_wwn: dest,
         k_a_tov: 10_000,
+        ..SpecialFrameRepr::default()
     }
     .to_bytes()
 }

@@ -18,6 +18,7 @@ use unifab_fc::wire::header::{FCtl, FcType, RCtl};
 use unifab_fc::wire::{FcHeaderRepr, FcId, OxId, RxId, Wwn};
 use unifab_fcip::proto::eport::{EPort, LocalSwitch, Output, ZoneDb, sw_ils_frame};
 use unifab_fcip::proto::fspf::{DEFAULT_COST, Fspf};
+use unifab_fcip::wire::encap::EncapFlags;
 use unifab_fcip::wire::frame::FcipFrameRepr;
 use unifab_fcip::wire::fsf::{Capabilities, EntityId, SpecialFrameRepr, UsageFlags};
 use unifab_fcip::wire::sw_ils::{FspfHeader, Hlo, Lsa, Lsu, RscnDevice, SwIlsRepr, SwRscn};
@@ -148,6 +149,9 @@ const FSF: SpecialFrameRepr = SpecialFrameRepr {
     usage_code: 0,
     destination_wwn: Wwn(0x1000_0000_c900_0002),
     k_a_tov: 10_000,
+    flags: EncapFlags(0),
+    timestamp_seconds: 0,
+    timestamp_fraction: 0,
 };
 
 fn fcp(r_ctl: RCtl, s: u32, d: u32, f_ctl: u32, payload: Vec<u8>) -> Frame {

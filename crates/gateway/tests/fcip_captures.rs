@@ -122,6 +122,7 @@ fn write_fcip_fuzz_seeds() {
             usage_code: 0,
             destination_wwn: Wwn(dest),
             k_a_tov: 10_000,
+            ..SpecialFrameRepr::default()
         };
         let echo = SpecialFrameRepr {
             changed: dest == 0,

@@ -30,6 +30,7 @@ use crate::proto::eport::{EPort, LocalSwitch, Output, ZoneDb};
 use crate::proto::fastwrite::{DEFAULT_MAX_BYTES, DEFAULT_TABLE, HostAction, HostSide, TargetSide};
 use crate::proto::handshake::check_echo;
 use crate::proto::stream::{ReceiveWindow, SendWindow};
+use crate::wire::encap::EncapFlags;
 use crate::wire::enhanced::{
     self, BatchHeader, BatchKind, Codec, Hello, Reassembly, put_record, records,
 };
@@ -346,6 +347,9 @@ async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result
         usage_code: slot as u16,
         destination_wwn: cfg.peer_wwn,
         k_a_tov: cfg.k_a_tov,
+        flags: EncapFlags(0),
+        timestamp_seconds: 0,
+        timestamp_fraction: 0,
     };
     let sent = fsf.to_bytes();
     stream.write_all(&sent).await.map_err(|e| e.to_string())?;

@@ -23,7 +23,7 @@
 
 use unifab_fc::wire::Wwn;
 
-use super::encap::{ENCAP_LEN, EncapHeader, EncapRepr, PFlags};
+use super::encap::{ENCAP_LEN, EncapFlags, EncapHeader, EncapRepr, PFlags};
 use super::{WireError, be};
 
 /// Length of the special frame.
@@ -214,6 +214,12 @@ pub struct SpecialFrameRepr {
     pub destination_wwn: Wwn,
     /// K_A_TOV in milliseconds.
     pub k_a_tov: u32,
+    /// The encapsulation header's Flags (CRCV: its CRC is valid).
+    pub flags: EncapFlags,
+    /// The encapsulation header's time stamp, seconds (0: not synchronised).
+    pub timestamp_seconds: u32,
+    /// The encapsulation header's time stamp, fraction.
+    pub timestamp_fraction: u32,
 }
 
 impl SpecialFrameRepr {
@@ -229,6 +235,9 @@ impl SpecialFrameRepr {
             usage_code: f.usage_code(),
             destination_wwn: f.destination_wwn(),
             k_a_tov: f.k_a_tov(),
+            flags: f.encap().flags(),
+            timestamp_seconds: f.encap().timestamp_seconds(),
+            timestamp_fraction: f.encap().timestamp_fraction(),
         }
     }
 
@@ -245,8 +254,10 @@ impl SpecialFrameRepr {
         }
         let e = EncapRepr {
             pflags: PFlags(pf),
+            flags: self.flags,
             frame_len: SPECIAL_FRAME_WORDS,
-            ..EncapRepr::default()
+            timestamp_seconds: self.timestamp_seconds,
+            timestamp_fraction: self.timestamp_fraction,
         };
         e.emit(&mut EncapHeader::new_unchecked(&mut buf[..ENCAP_LEN]));
         buf[field::MARK1..field::MARK1 + 4].copy_from_slice(&MARKER);
@@ -283,7 +294,30 @@ mod tests {
             usage_code: 0,
             destination_wwn: Wwn(0x1000_0000_c900_0002),
             k_a_tov: 10_000,
+            ..SpecialFrameRepr::default()
         }
+    }
+
+    /// Found by the fcip_fsf fuzz target: a special frame with a time
+    /// stamp (and one with a valid header CRC) re-emits byte for byte.
+    #[test]
+    fn time_stamp_and_header_crc_are_kept() {
+        let mut r = sample();
+        r.timestamp_seconds = 0x2800_0000;
+        r.timestamp_fraction = 0x8000_0001;
+        let b = r.to_bytes();
+        assert_eq!(&b[16..24], &[0x28, 0, 0, 0, 0x80, 0, 0, 1]);
+        let back = SpecialFrameRepr::parse(&SpecialFrame::new_checked(&b[..]).unwrap());
+        assert_eq!(back, r);
+        assert_eq!(back.to_bytes(), b);
+        r.flags = EncapFlags(EncapFlags::CRCV);
+        let b = r.to_bytes();
+        assert_eq!(b[12] & 0xfc, 4, "CRCV set in the flags");
+        let v = SpecialFrame::new_checked(&b[..]).unwrap();
+        assert!(v.encap().flags().crc_valid());
+        let back = SpecialFrameRepr::parse(&v);
+        assert_eq!(back, r);
+        assert_eq!(back.to_bytes(), b);
     }
 
     #[test]

@@ -346,6 +346,19 @@ async fn failover(keepalive_ms: u64) {
                         0,
                     ))
                     .await;
+                if res.status != Status::GOOD {
+                    let key = res.sense.as_ref().and_then(|s| s.get(2)).map(|k| k & 0x0f);
+                    let asc = res
+                        .sense
+                        .as_ref()
+                        .and_then(|s| s.get(12..14))
+                        .map(<[u8]>::to_vec);
+                    eprintln!(
+                        "failover: write at {:.3} s: {:?}, sense key {key:?}, ASC/ASCQ {asc:?}",
+                        t0.elapsed().as_secs_f64(),
+                        res.status
+                    );
+                }
                 c.lock().unwrap().push((
                     t0.elapsed().as_secs_f64(),
                     lba,
@@ -381,6 +394,7 @@ async fn failover(keepalive_ms: u64) {
     let before = gap(0.2, cut_at);
     // Verify every written block.
     let mut bad = 0;
+    let mut bad_status = 0;
     let mut seen = std::collections::BTreeMap::new();
     for (_, lba, ok) in &c {
         if *ok {
@@ -392,15 +406,22 @@ async fn failover(keepalive_ms: u64) {
             .execute(task(9_000_000 + i as u64, cdb(false, *lba, 16), None, 8192))
             .await;
         let got: Vec<u8> = r.data_in.iter().flat_map(|x| x.iter().copied()).collect();
-        if r.status != Status::GOOD || got.iter().any(|b| *b != (lba % 251) as u8) {
+        if r.status != Status::GOOD {
+            bad_status += 1;
+        } else if got.len() != 8192 || got.iter().any(|b| *b != (lba % 251) as u8) {
             bad += 1;
         }
     }
     let st = s.tunnel.as_ref().unwrap().stats();
+    let failures: Vec<(usize, u64)> = st.circuits.iter().map(|c| (c.slot, c.failures)).collect();
+    eprintln!(
+        "failover: circuit failures (slot, count): {failures:?}; tunnel {}",
+        st.state
+    );
     let retrans: u64 = st.circuits.iter().map(|c| c.retransmits).sum();
     let up = st.circuits.iter().filter(|c| c.state == "up").count();
     println!(
-        "| keepalive {keepalive_ms} ms, dead {} ms | {} | {:.0} ms | {:.0} ms | {:.1} ms | {errors} | {bad} of {} | {retrans} | {up}/2 up, dropped {} |",
+        "| keepalive {keepalive_ms} ms, dead {} ms | {} | {:.0} ms | {:.0} ms | {:.1} ms | {errors} | {bad} of {} ({bad_status} verify reads failed) | {retrans} | {up}/2 up, dropped {} |",
         keepalive_ms * 4,
         c.len(),
         pause_cut * 1e3,

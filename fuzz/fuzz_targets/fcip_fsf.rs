@@ -23,7 +23,9 @@ fuzz_target!(|data: &[u8]| {
         // fixed point.
         assert_eq!(out[8], data[8] & (PFlags::CH | PFlags::SF));
         assert_eq!(out[10], !out[8]);
-        let again = SpecialFrameRepr::parse(&SpecialFrame::new_checked(&out[..]).expect("re-emitted special frame parses"));
+        let again = SpecialFrameRepr::parse(
+            &SpecialFrame::new_checked(&out[..]).expect("re-emitted special frame parses"),
+        );
         assert_eq!(again, r);
         out[8] = data[8];
         out[10] = data[10];
@@ -36,7 +38,9 @@ fuzz_target!(|data: &[u8]| {
         match a.accept(ip, data, |r| r.source_wwn.0 & 1 == 0) {
             Ok(Accepted::Join { echo, .. }) => assert_eq!(&echo[..], data),
             Ok(Accepted::Identify(e)) => {
-                let r = SpecialFrameRepr::parse(&SpecialFrame::new_checked(&e[..]).expect("echo parses"));
+                let r = SpecialFrameRepr::parse(
+                    &SpecialFrame::new_checked(&e[..]).expect("echo parses"),
+                );
                 assert!(r.changed);
             }
             Err(_) => {}

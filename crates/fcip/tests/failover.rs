@@ -5,6 +5,8 @@
 //! - Enhanced mode: every write completes GOOD, everything reads back as
 //!   written, the batches in flight on the dead circuit were resent on the
 //!   other one, and the circuit comes back when the cut ends.
+//! - Enhanced mode, every circuit silent at once for less than K_A_TOV:
+//!   the link stays up and every write completes GOOD.
 //! - RFC mode, the only connections cut: the host sees errors it can
 //!   retry (never GOOD for a write that did not happen), and after the cut
 //!   every block holds either its old or its new contents, never anything
@@ -146,6 +148,68 @@ async fn enhanced_mode_loses_nothing_when_a_circuit_is_black_holed() {
         c2_after - c2_before,
         s.ta.stats()
     );
+}
+
+/// Every circuit silent at once for longer than the circuits' dead timer
+/// (80 ms) but far less than K_A_TOV (10 s): a starved host looks like
+/// this. Neither end may guess which circuit survives (the two guesses
+/// could differ): the link stays up, and every write completes GOOD and
+/// reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enhanced_mode_rides_out_every_circuit_falling_silent_at_once() {
+    let s = sites_via(
+        LinkMode::Enhanced,
+        false,
+        compress::Mode::None,
+        Some(WanProfile::lan()),
+    )
+    .await;
+    let _ = s.remote.execute(task(1, &[0; 6], None, 0)).await;
+    let writes = 32u32;
+    let mut futs = Vec::new();
+    for k in 0..writes {
+        futs.push(s.remote.execute(task(
+            100 + u64::from(k),
+            &write_cdb(k * 128, 128, false),
+            Some(pattern(k, 4)),
+            0,
+        )));
+        if k == 4 {
+            for l in &s.links {
+                l.set_cut(true);
+            }
+        }
+    }
+    let restore = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        for l in &s.links {
+            l.set_cut(false);
+        }
+    };
+    let (results, ()) = tokio::join!(futures_join(futs), restore);
+    for (k, r) in results.iter().enumerate() {
+        assert_eq!(
+            r.status,
+            Status::GOOD,
+            "write {k}: {r:?}; {:?}",
+            s.ta.stats()
+        );
+    }
+    for k in 0..writes {
+        let r = s
+            .remote
+            .execute(task(
+                1000 + u64::from(k),
+                &write_cdb(k * 128, 128, true),
+                None,
+                65536,
+            ))
+            .await;
+        assert_eq!(r.status, Status::GOOD, "read {k}");
+        let got: Vec<u8> = r.data_in.iter().flat_map(|x| x.iter().copied()).collect();
+        assert!(got == pattern(k, 4), "write {k} reads back different data");
+    }
+    assert!(s.ta.stats().state.starts_with("up"), "{:?}", s.ta.stats());
 }
 
 async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {

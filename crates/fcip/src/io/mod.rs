@@ -15,7 +15,9 @@
 //! - Enhanced mode (`LinkMode::Enhanced`, both ends unifab): every
 //!   circuit carries numbered batches (class F first); heartbeats on every
 //!   circuit every `keepalive`; a circuit silent for `dead_after` is dead
-//!   and its unacknowledged batches are resent on the others. Compression
+//!   and its unacknowledged batches are resent on the others — unless
+//!   every circuit is silent at once: then none is dead until one is
+//!   heard again, or until K_A_TOV (the link goes down). Compression
 //!   and FastWrite apply here. The mode is agreed, never forced: the
 //!   connector announces it in the special frame's entity identifier and
 //!   the acceptor answers with a hello batch; no hello, no tunnel (with
@@ -83,7 +85,9 @@ pub struct TunnelConfig {
     pub keepalive: Duration,
     /// Silence after which a circuit (or the class F connection) is dead.
     pub dead_after: Duration,
-    /// K_A_TOV announced in the special frame (ms).
+    /// K_A_TOV announced in the special frame (ms); in enhanced mode also
+    /// how long every circuit may be silent at once before the link is
+    /// taken down.
     pub k_a_tov: u32,
     /// Unacknowledged bytes a tunnel may have in flight (enhanced).
     pub window_bytes: usize,

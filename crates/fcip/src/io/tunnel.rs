@@ -786,6 +786,33 @@ impl Actor {
         }
     }
 
+    /// Enhanced mode: when every live circuit looks dead at once, none is
+    /// declared dead until one of them is heard from again (then the
+    /// others go on the next tick) or all have been silent for K_A_TOV.
+    /// Losing one circuit of several costs a resend on a survivor; losing
+    /// the last takes the link down and fails every exchange in flight.
+    /// All circuits falling silent together is as likely a starved host
+    /// (this one or the peer) as an outage of every path, and neither end
+    /// can tell which circuit will come back first, so both wait for the
+    /// evidence instead of guessing (a guess could differ between the two
+    /// ends, each keeping the circuit the other closed).
+    fn spare_last_circuits(&self, dead: Vec<usize>, now: Instant) -> Vec<usize> {
+        if !self.enhanced || dead.is_empty() || dead.len() < self.circuits.len() {
+            return dead;
+        }
+        let newest = self
+            .circuits
+            .values()
+            .map(|c| now.duration_since(c.last_rx))
+            .min()
+            .unwrap_or_default();
+        if newest <= Duration::from_millis(u64::from(self.cfg.k_a_tov)) {
+            Vec::new()
+        } else {
+            dead
+        }
+    }
+
     fn on_tick(&mut self) {
         let now = Instant::now();
         let dead: Vec<usize> = self
@@ -797,6 +824,7 @@ impl Actor {
             })
             .map(|(s, _)| *s)
             .collect();
+        let dead = self.spare_last_circuits(dead, now);
         for s in dead {
             self.circuit_down(s, "keep-alive timeout (nothing received)");
         }

@@ -12,6 +12,12 @@
 //! FCIP ratchet (`conformance/unifab-fcip.pass`) passes. (Circuit loss
 //! under load: `crates/fcip/tests/failover.rs`.)
 //!
+//! The tunnels run with a 100 ms keep-alive and a 2 s dead timer, not the
+//! 20/80 ms defaults: this test is about what crosses the tunnel, and on a
+//! CI host shared with builds an 80 ms stall of the class F connection in
+//! RFC mode takes the link down (circuit loss is `crates/fcip/tests/
+//! failover.rs`'s subject; see docs/fcip.md "Not yet shown").
+//!
 //! Needs root (network namespaces, veth: CI runs as root), the release
 //! binary (`cargo build --release -p unifab`) and `iscsi-test-cu`
 //! (Debian `libiscsi-bin`); a missing one fails the test with its name.
@@ -136,6 +142,8 @@ listen = "{}:3225"
 name = "fcip0"
 peer = "{SW_A}"
 mode = "{mode}"
+keepalive_ms = 100
+dead_ms = 2000
 {extra}
 
 [[fcip.tunnel.circuit]]
@@ -173,6 +181,8 @@ wwpn = "{INITIATOR_WWPN}"
 name = "fcip0"
 peer = "{SW_B}"
 mode = "{mode}"
+keepalive_ms = 100
+dead_ms = 2000
 {extra}
 
 [[fcip.tunnel.circuit]]

@@ -55,9 +55,24 @@ pub struct LuConfig {
     /// Logical block length: 512 (default) or 4096.
     #[serde(default)]
     pub block_size: Option<u32>,
+    /// Physical block length reported to initiators (READ CAPACITY(16)
+    /// LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT), e.g. 4096 for a
+    /// 512-byte LU on 4 KiB-page storage: a power-of-two multiple of
+    /// `block_size`. Default: the logical block length.
+    #[serde(default)]
+    pub physical_block_size: Option<u32>,
     /// Refuse writes (DATA PROTECT / WRITE PROTECTED).
     #[serde(default)]
     pub read_only: bool,
+    /// Removable medium (INQUIRY RMB=1): START STOP UNIT with LOEJ ejects
+    /// and loads it, PREVENT ALLOW MEDIUM REMOVAL guards it. Default false.
+    #[serde(default)]
+    pub removable: bool,
+    /// Most bytes a second a SANITIZE OVERWRITE writes, so a sanitize does
+    /// not starve other LUs on the same storage (`"128MiB"`, the default;
+    /// `0`: no limit).
+    #[serde(default)]
+    pub sanitize_rate: Option<Size>,
     /// Write cache enabled at power-on (WCE of the caching mode page).
     /// With it off every write reaches stable storage before its status.
     #[serde(default)]
@@ -383,7 +398,10 @@ impl Config {
                 backend: format!("file:{DEFAULT_DATA_DIR}/default.img"),
                 size: Some(Size(1 << 30)),
                 block_size: None,
+                physical_block_size: None,
                 read_only: false,
+                removable: false,
+                sanitize_rate: None,
                 write_cache: None,
                 serial: None,
                 iscsi: None,
@@ -460,6 +478,15 @@ impl Config {
                     "lu {:?}: block_size must be 512 or 4096, not {bs}",
                     lu.name
                 ));
+            }
+            if let Some(p) = lu.physical_block_size {
+                let ratio = p / bs;
+                if p < bs || p % bs != 0 || !ratio.is_power_of_two() || ratio > 1 << 15 {
+                    return Err(format!(
+                        "lu {:?}: physical_block_size {p} must be a power-of-two multiple of the block size {bs} (at most 2^15 blocks)",
+                        lu.name
+                    ));
+                }
             }
             if let Some(Size(s)) = lu.size {
                 if s == 0 || s % u64::from(bs) != 0 {
@@ -645,6 +672,37 @@ chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret =
         .unwrap_err()
         .to_string();
         assert!(e.contains("block_size"), "{e}");
+        for bad in [256, 1536, 3072] {
+            let e = Config::parse(
+                &EXAMPLE.replace(
+                    "size = \"1GiB\"",
+                    &format!("size = \"1GiB\"\nphysical_block_size = {bad}"),
+                ),
+                "f",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("physical_block_size"), "{e}");
+        }
+        let c = Config::parse(
+            &EXAMPLE.replace(
+                "size = \"1GiB\"",
+                "size = \"1GiB\"\nphysical_block_size = 4096\nremovable = true",
+            ),
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.lu[0].physical_block_size, Some(4096));
+        assert!(c.lu[0].removable);
+        let c = Config::parse(
+            &EXAMPLE.replace(
+                "size = \"1GiB\"",
+                "size = \"1GiB\"\nsanitize_rate = \"1GiB\"",
+            ),
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.lu[0].sanitize_rate, Some(Size(1 << 30)));
         let e = Config::parse(
             &EXAMPLE.replace("iqn.2026-11.io.unifab:vol0", "notaname"),
             "f",

@@ -122,6 +122,11 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
             "lu {n:?}: read_only, write_cache and serial are the remote's for an iscsi backend"
         ));
     }
+    if lu.physical_block_size.is_some() || lu.removable || lu.sanitize_rate.is_some() {
+        return Err(format!(
+            "lu {n:?}: physical_block_size, removable and sanitize_rate are the remote's for an iscsi backend"
+        ));
+    }
     if let Some((_, secret)) = &url.chap
         && secret.len() < 12
     {

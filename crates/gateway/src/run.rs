@@ -87,6 +87,9 @@ pub fn build_lu(
         pr_path: Some(data_dir.join(format!("{}.pr", sanitize(&lu.name)))),
         write_cache: lu.write_cache.unwrap_or(defaults.write_cache),
         read_only: lu.read_only,
+        physical_block_size: lu.physical_block_size,
+        removable: lu.removable,
+        sanitize_rate: lu.sanitize_rate.map_or(defaults.sanitize_rate, |s| s.0),
         ..defaults
     };
     let emulated = EmulatedLu::new(cfg, backend.clone())

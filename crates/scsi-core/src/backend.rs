@@ -688,6 +688,14 @@ impl BlockBackend for FileBackend {
         if let Err(e) = check_range(offset, len as u64, self.size) {
             return Some(Err(e));
         }
+        // A read fault on a hole of a shared tmpfs mapping allocates the
+        // page, so reading an unmapped LBA would map it (and a host reading
+        // the whole LU would fill a thin LU). Ranges that are not wholly
+        // data go through pread, which reads holes as zeros in place.
+        match self.seek(offset, libc::SEEK_HOLE) {
+            Ok(Some(hole)) if hole >= offset + len as u64 => {}
+            _ => return None,
+        }
         let off = usize::try_from(offset).ok()?;
         Some(Ok(Bytes::from_owner(MappedSlice {
             map: map.clone(),
@@ -851,7 +859,9 @@ impl BlockBackend for FileBackend {
 
     fn caps(&self) -> BackendCaps {
         BackendCaps {
-            discard: !self.read_only,
+            // The file can deallocate; a read-only one refuses the call
+            // (like every write), but stays a thin-provisioned medium.
+            discard: true,
             discard_zeroes: true,
             allocation_status: true,
             volatile_cache: true,
@@ -971,6 +981,29 @@ mod tests {
         let mut z = vec![1u8; 4096];
         f.read_at(1024 * 1024, &mut z).unwrap();
         assert!(z.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn reading_a_hole_of_a_tmpfs_file_leaves_it_a_hole() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            panic!("/dev/shm (tmpfs) is needed for this test");
+        };
+        let path = dir.path().join("lu.img");
+        let size = 4 * 1024 * 1024;
+        let f = FileBackend::open(&path, Some(size), FileOptions::default()).unwrap();
+        let data = Bytes::from(vec![0x5au8; 64 * 1024]);
+        f.write_at(0, std::slice::from_ref(&data), false).unwrap();
+        // Data reads may come from the mapping; hole reads must not.
+        if let Some(r) = f.read_shared(0, 4096) {
+            assert_eq!(&r.unwrap()[..], &[0x5a; 4096][..]);
+        }
+        assert!(f.read_shared(1024 * 1024, 4096).is_none());
+        assert!(f.read_shared(60 * 1024, 8192).is_none(), "straddles a hole");
+        let mut buf = vec![1u8; 4096];
+        f.read_at(1024 * 1024, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 0));
+        let run = f.allocation(1024 * 1024, size).unwrap();
+        assert!(!run.mapped, "reading a hole allocated it");
     }
 
     #[test]

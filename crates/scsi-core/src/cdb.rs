@@ -38,6 +38,7 @@ pub mod opcode {
     pub const SYNCHRONIZE_CACHE_10: u8 = 0x35;
     pub const READ_DEFECT_DATA_10: u8 = 0x37;
     pub const WRITE_SAME_10: u8 = 0x41;
+    pub const SANITIZE: u8 = 0x48;
     pub const UNMAP: u8 = 0x42;
     pub const MODE_SELECT_10: u8 = 0x55;
     pub const RESERVE_10: u8 = 0x56;
@@ -45,6 +46,8 @@ pub mod opcode {
     pub const MODE_SENSE_10: u8 = 0x5a;
     pub const PERSISTENT_RESERVE_IN: u8 = 0x5e;
     pub const PERSISTENT_RESERVE_OUT: u8 = 0x5f;
+    pub const EXTENDED_COPY: u8 = 0x83;
+    pub const RECEIVE_COPY_RESULTS: u8 = 0x84;
     pub const READ_16: u8 = 0x88;
     pub const COMPARE_AND_WRITE: u8 = 0x89;
     pub const WRITE_16: u8 = 0x8a;
@@ -54,6 +57,7 @@ pub mod opcode {
     pub const PRE_FETCH_16: u8 = 0x90;
     pub const SYNCHRONIZE_CACHE_16: u8 = 0x91;
     pub const WRITE_SAME_16: u8 = 0x93;
+    pub const WRITE_ATOMIC_16: u8 = 0x9c;
     pub const SERVICE_ACTION_IN_16: u8 = 0x9e;
     pub const REPORT_LUNS: u8 = 0xa0;
     pub const MAINTENANCE_IN: u8 = 0xa3;
@@ -424,6 +428,61 @@ pub enum Command {
         blocks: u32,
         /// Group number.
         group: u8,
+        /// Control byte.
+        control: u8,
+    },
+    /// WRITE ATOMIC(16) (SBC-4).
+    WriteAtomic16 {
+        /// WRPROTECT.
+        wrprotect: u8,
+        /// DPO.
+        dpo: bool,
+        /// FUA.
+        fua: bool,
+        /// First logical block.
+        lba: u64,
+        /// ATOMIC BOUNDARY.
+        boundary: u16,
+        /// TRANSFER LENGTH in logical blocks.
+        blocks: u16,
+        /// Group number.
+        group: u8,
+        /// Control byte.
+        control: u8,
+    },
+    /// SANITIZE (SBC-4).
+    Sanitize {
+        /// IMMED.
+        immed: bool,
+        /// AUSE: allow unrestricted sanitize exit.
+        ause: bool,
+        /// SERVICE ACTION (5 bits): 01h OVERWRITE, 02h BLOCK ERASE, 03h
+        /// CRYPTO ERASE, 1Fh EXIT FAILURE MODE.
+        service_action: u8,
+        /// Parameter list length.
+        param_len: u16,
+        /// Control byte.
+        control: u8,
+    },
+    /// THIRD-PARTY COPY OUT (83h): EXTENDED COPY(LID1) is service
+    /// action 00h.
+    ExtendedCopy {
+        /// SERVICE ACTION (5 bits).
+        service_action: u8,
+        /// Parameter list length.
+        param_len: u32,
+        /// Control byte.
+        control: u8,
+    },
+    /// THIRD-PARTY COPY IN (84h): RECEIVE COPY RESULTS (LID1 service
+    /// actions: 00h COPY STATUS, 03h OPERATING PARAMETERS).
+    ReceiveCopyResults {
+        /// SERVICE ACTION (5 bits).
+        service_action: u8,
+        /// LIST IDENTIFIER.
+        list_id: u8,
+        /// Allocation length.
+        alloc_len: u32,
         /// Control byte.
         control: u8,
     },
@@ -1063,6 +1122,56 @@ impl Command {
                     control: control(b[15], 15)?,
                 }
             }
+            WRITE_ATOMIC_16 => {
+                let b: [u8; 16] = take(cdb)?;
+                reserved(b[1], 0x07, 1)?;
+                reserved(b[14], 0xe0, 14)?;
+                Command::WriteAtomic16 {
+                    wrprotect: b[1] >> 5,
+                    dpo: bit(b[1], 4),
+                    fua: bit(b[1], 3),
+                    lba: be64([b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9]]),
+                    boundary: be16([b[10], b[11]]),
+                    blocks: be16([b[12], b[13]]),
+                    group: b[14] & 0x1f,
+                    control: control(b[15], 15)?,
+                }
+            }
+            EXTENDED_COPY => {
+                let b: [u8; 16] = take(cdb)?;
+                reserved(b[1], 0xe0, 1)?;
+                zero(&b[2..10], 2)?;
+                reserved(b[14], 0xff, 14)?;
+                Command::ExtendedCopy {
+                    service_action: b[1] & 0x1f,
+                    param_len: be32([b[10], b[11], b[12], b[13]]),
+                    control: control(b[15], 15)?,
+                }
+            }
+            RECEIVE_COPY_RESULTS => {
+                let b: [u8; 16] = take(cdb)?;
+                reserved(b[1], 0xe0, 1)?;
+                zero(&b[3..10], 3)?;
+                reserved(b[14], 0xff, 14)?;
+                Command::ReceiveCopyResults {
+                    service_action: b[1] & 0x1f,
+                    list_id: b[2],
+                    alloc_len: be32([b[10], b[11], b[12], b[13]]),
+                    control: control(b[15], 15)?,
+                }
+            }
+            SANITIZE => {
+                let b: [u8; 10] = take(cdb)?;
+                reserved(b[1], 0x40, 1)?;
+                zero(&b[2..7], 2)?;
+                Command::Sanitize {
+                    immed: bit(b[1], 7),
+                    ause: bit(b[1], 5),
+                    service_action: b[1] & 0x1f,
+                    param_len: be16([b[7], b[8]]),
+                    control: control(b[9], 9)?,
+                }
+            }
             UNMAP => {
                 let b: [u8; 10] = take(cdb)?;
                 reserved(b[1], 0xfe, 1)?;
@@ -1505,6 +1614,62 @@ impl Command {
                 group,
                 control,
             ),
+            Command::WriteAtomic16 {
+                wrprotect,
+                dpo,
+                fua,
+                lba,
+                boundary,
+                blocks,
+                group,
+                control,
+            } => {
+                b[0] = WRITE_ATOMIC_16;
+                b[1] = ((wrprotect & 7) << 5) | flag(dpo, 4) | flag(fua, 3);
+                b[2..10].copy_from_slice(&lba.to_be_bytes());
+                b[10..12].copy_from_slice(&boundary.to_be_bytes());
+                b[12..14].copy_from_slice(&blocks.to_be_bytes());
+                b[14] = group & 0x1f;
+                b[15] = control;
+                16
+            }
+            Command::ExtendedCopy {
+                service_action,
+                param_len,
+                control,
+            } => {
+                b[0] = EXTENDED_COPY;
+                b[1] = service_action & 0x1f;
+                b[10..14].copy_from_slice(&param_len.to_be_bytes());
+                b[15] = control;
+                16
+            }
+            Command::ReceiveCopyResults {
+                service_action,
+                list_id,
+                alloc_len,
+                control,
+            } => {
+                b[0] = RECEIVE_COPY_RESULTS;
+                b[1] = service_action & 0x1f;
+                b[2] = list_id;
+                b[10..14].copy_from_slice(&alloc_len.to_be_bytes());
+                b[15] = control;
+                16
+            }
+            Command::Sanitize {
+                immed,
+                ause,
+                service_action,
+                param_len,
+                control,
+            } => {
+                b[0] = SANITIZE;
+                b[1] = flag(immed, 7) | flag(ause, 5) | (service_action & 0x1f);
+                b[7..9].copy_from_slice(&param_len.to_be_bytes());
+                b[9] = control;
+                10
+            }
             Command::WriteSame {
                 size,
                 wrprotect,
@@ -1854,12 +2019,15 @@ mod tests {
         (0x37, 10),
         (0x41, 10),
         (0x42, 10),
+        (0x48, 10),
         (0x55, 10),
         (0x56, 10),
         (0x57, 10),
         (0x5a, 10),
         (0x5e, 10),
         (0x5f, 10),
+        (0x83, 16),
+        (0x84, 16),
         (0x88, 16),
         (0x89, 16),
         (0x8a, 16),
@@ -1869,6 +2037,7 @@ mod tests {
         (0x90, 16),
         (0x91, 16),
         (0x93, 16),
+        (0x9c, 16),
         (0x9e, 16),
         (0xa0, 12),
         (0xa3, 12),

@@ -20,8 +20,36 @@
 //!   blocks it names (INVALID FIELD IN CDB); ORWRITE and COMPARE AND WRITE
 //!   hold an exclusive write lock, plain writes a shared one, so both are
 //!   atomic against other writers.
-//! - START STOP UNIT and PREVENT ALLOW MEDIUM REMOVAL succeed and change
-//!   nothing: the medium is not removable and never stops.
+//! - On a fixed LU (the default) START STOP UNIT and PREVENT ALLOW MEDIUM
+//!   REMOVAL succeed and change nothing. On a removable LU
+//!   ([`EmulatedLuConfig::removable`], INQUIRY RMB=1) START STOP UNIT with
+//!   LOEJ ejects and loads the medium; while it is ejected every command
+//!   that needs the medium gets NOT READY, MEDIUM NOT PRESENT. PREVENT is
+//!   held per I_T nexus; while any nexus holds it, eject and load are
+//!   refused (ILLEGAL REQUEST, MEDIUM REMOVAL PREVENTED). A nexus's
+//!   prevention ends with PREVENT=0, its loss (logout, connection drop),
+//!   and every prevention ends with a LOGICAL UNIT RESET or TARGET RESET
+//!   (SPC-4 §6.13; SBC-3 §5.7).
+//! - SANITIZE (OVERWRITE, BLOCK ERASE, CRYPTO ERASE, EXIT FAILURE MODE)
+//!   runs on a thread of its own. While it runs, every command but
+//!   INQUIRY, REPORT LUNS and REQUEST SENSE gets NOT READY, SANITIZE IN
+//!   PROGRESS; it goes on through ABORT TASK, resets and nexus loss (SBC-4
+//!   §4.11). BLOCK ERASE and CRYPTO ERASE deallocate the medium (it reads
+//!   back as zeros); OVERWRITE writes the final pass's pattern (the
+//!   pattern, or its inverse after an even number of inverted passes) at
+//!   most [`EmulatedLuConfig::sanitize_rate`] bytes a second, so a
+//!   sanitize does not starve other LUs on the same storage. A failed
+//!   sanitize leaves the medium in failure mode (MEDIUM ERROR, SANITIZE
+//!   COMMAND FAILED) until a sanitize succeeds or EXIT FAILURE MODE.
+//! - EXTENDED COPY (LID1) copies block-to-block segments within this LU
+//!   (identification CSCDs naming its NAA designator; [`xcopy`] has the
+//!   limits); a list with LIST ID USAGE 00b keeps its result for RECEIVE
+//!   COPY RESULTS COPY STATUS on the same I_T nexus (the last
+//!   [`COPY_RESULTS_KEPT`] lists) until that nexus is lost or the LU is
+//!   reset.
+//! - WRITE ATOMIC(16) holds the exclusive write lock, like COMPARE AND
+//!   WRITE, so no other write interleaves with it; it has no alignment or
+//!   granularity restriction and no atomic boundary support.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -61,6 +89,14 @@ pub struct EmulatedLuConfig {
     pub name: String,
     /// Logical block length: 512 or 4096.
     pub block_size: u32,
+    /// Physical block length reported by READ CAPACITY(16) (LOGICAL BLOCKS
+    /// PER PHYSICAL BLOCK EXPONENT): a power-of-two multiple of
+    /// `block_size`, at most 2^15 logical blocks. `None`: the logical
+    /// block length.
+    pub physical_block_size: Option<u32>,
+    /// Removable medium (INQUIRY RMB=1): START STOP UNIT LOEJ ejects and
+    /// loads it, PREVENT ALLOW MEDIUM REMOVAL guards it.
+    pub removable: bool,
     /// T10 vendor identification (≤ 8 ASCII characters).
     pub vendor: String,
     /// Product identification (≤ 16).
@@ -82,6 +118,8 @@ pub struct EmulatedLuConfig {
     pub write_cache: bool,
     /// Refuse all writes (DATA PROTECT).
     pub read_only: bool,
+    /// Most bytes a second a SANITIZE OVERWRITE writes; 0: no limit.
+    pub sanitize_rate: u64,
     /// Backend I/O mode.
     pub io_mode: IoMode,
     /// Task set depth (TASK SET FULL beyond).
@@ -93,6 +131,8 @@ impl Default for EmulatedLuConfig {
         EmulatedLuConfig {
             name: "lu0".into(),
             block_size: 512,
+            physical_block_size: None,
+            removable: false,
             vendor: "UNIFAB".into(),
             product: "EMULATED DISK".into(),
             revision: "0001".into(),
@@ -102,6 +142,7 @@ impl Default for EmulatedLuConfig {
             max_transfer_blocks: 16384,
             write_cache: true,
             read_only: false,
+            sanitize_rate: DEFAULT_SANITIZE_RATE,
             io_mode: IoMode::default(),
             task_set_depth: 256,
         }
@@ -115,6 +156,10 @@ pub enum LuError {
     /// Only 512 and 4096 are supported.
     #[error("unsupported block size {0}")]
     BlockSize(u32),
+    /// The physical block length is not a power-of-two multiple of the
+    /// logical block length (at most 2^15 logical blocks).
+    #[error("unsupported physical block size {0}")]
+    PhysicalBlockSize(u32),
     /// The backend holds no whole block.
     #[error("backend of {0} bytes holds no block")]
     TooSmall(u64),
@@ -125,6 +170,12 @@ pub enum LuError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
+
+/// Default [`EmulatedLuConfig::sanitize_rate`]: 128 MiB/s.
+pub const DEFAULT_SANITIZE_RATE: u64 = 128 << 20;
+
+/// Held EXTENDED COPY results kept for RECEIVE COPY RESULTS.
+pub const COPY_RESULTS_KEPT: usize = 16;
 
 /// Most unit attentions queued per I_T nexus.
 const UA_QUEUE: usize = 8;
@@ -137,6 +188,21 @@ const MAX_UNMAP_BLOCKS: u64 = 1 << 20;
 /// MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT.
 const MAX_UNMAP_DESCRIPTORS: usize = 256;
 
+/// SANITIZE service actions (SBC-4 Table 83).
+const SANITIZE_OVERWRITE: u8 = 0x01;
+const SANITIZE_BLOCK_ERASE: u8 = 0x02;
+const SANITIZE_CRYPTO_ERASE: u8 = 0x03;
+const SANITIZE_EXIT_FAILURE_MODE: u8 = 0x1f;
+
+/// What a SANITIZE does to the medium.
+#[derive(Debug)]
+enum SanitizeJob {
+    /// Every block becomes this image.
+    Overwrite(Vec<u8>),
+    /// Deallocate (or zero) every block.
+    Erase,
+}
+
 #[derive(Debug)]
 struct LuState {
     /// Every I_T nexus identity seen, with its pending unit attentions.
@@ -145,6 +211,10 @@ struct LuState {
     pr: PrState,
     wce: bool,
     swp: bool,
+    /// I_T nexuses holding PREVENT MEDIUM REMOVAL.
+    prevent: HashSet<PortKey>,
+    /// Held EXTENDED COPY results: nexus, list identifier, status.
+    copy_results: VecDeque<(PortKey, u8, xcopy::CopyStatus)>,
 }
 
 #[derive(Debug)]
@@ -153,13 +223,21 @@ struct Inner {
     backend: Arc<dyn BlockBackend>,
     bs: u64,
     shift: u32,
+    /// LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT.
+    lbppbe: u8,
+    /// A removable medium that is ejected.
+    ejected: AtomicBool,
+    /// A SANITIZE operation is running.
+    sanitizing: AtomicBool,
+    /// The last SANITIZE failed (sanitize failure mode).
+    sanitize_failed: AtomicBool,
     blocks: AtomicU64,
     naa: u64,
     serial: String,
     thin: bool,
     state: Mutex<LuState>,
     /// Nexus ids already registered in `state.ua` (fast-path check).
-    seen: RwLock<HashSet<u64>>,
+    seen: RwLock<crate::idmap::IdSet<u64>>,
     /// Pending unit attentions over all nexuses (fast-path check).
     ua_total: AtomicUsize,
     /// A RESERVE or persistent reservation/registration exists.
@@ -281,6 +359,32 @@ fn first_bytes(data: Vec<Bytes>, n: usize) -> Vec<Bytes> {
     out
 }
 
+/// Whether `cmd` needs the medium: on a removable LU with the medium
+/// ejected it gets NOT READY, MEDIUM NOT PRESENT. Commands about the
+/// device server itself (INQUIRY, REPORT LUNS, sense, mode and
+/// reservation data, START STOP UNIT, PREVENT ALLOW) do not.
+fn needs_medium(cmd: &Command) -> bool {
+    !matches!(
+        cmd,
+        Command::Inquiry { .. }
+            | Command::RequestSense { .. }
+            | Command::ReportLuns { .. }
+            | Command::ReportSupportedOpcodes { .. }
+            | Command::ReportSupportedTmfs { .. }
+            | Command::ReportTargetPortGroups { .. }
+            | Command::PersistentReserveIn { .. }
+            | Command::PersistentReserveOut { .. }
+            | Command::Reserve { .. }
+            | Command::Release { .. }
+            | Command::ModeSense { .. }
+            | Command::ModeSelect { .. }
+            | Command::StartStopUnit { .. }
+            | Command::PreventAllow { .. }
+            | Command::SendDiagnostic { .. }
+            | Command::ReceiveCopyResults { .. }
+    )
+}
+
 /// Command classes for RESERVE(6) and persistent reservation conflicts.
 fn access_of(cmd: &Command) -> Access {
     match cmd {
@@ -300,6 +404,7 @@ fn access_of(cmd: &Command) -> Access {
         | Command::PreFetch { .. }
         | Command::GetLbaStatus { .. }
         | Command::ModeSense { .. }
+        | Command::ReceiveCopyResults { .. }
         | Command::ReadDefectData { .. } => Access::Read,
         _ => Access::Write,
     }
@@ -315,6 +420,17 @@ impl EmulatedLu {
         if bs != 512 && bs != 4096 {
             return Err(LuError::BlockSize(bs));
         }
+        let lbppbe = match config.physical_block_size {
+            None => 0,
+            Some(p) if p >= bs && p % bs == 0 && (p / bs).is_power_of_two() => {
+                let e = (p / bs).trailing_zeros();
+                if e > 15 {
+                    return Err(LuError::PhysicalBlockSize(p));
+                }
+                e as u8
+            }
+            Some(p) => return Err(LuError::PhysicalBlockSize(p)),
+        };
         let blocks = backend.size() / u64::from(bs);
         if blocks == 0 {
             return Err(LuError::TooSmall(backend.size()));
@@ -348,6 +464,10 @@ impl EmulatedLu {
             inner: Arc::new(Inner {
                 bs: u64::from(bs),
                 shift: bs.trailing_zeros(),
+                lbppbe,
+                ejected: AtomicBool::new(false),
+                sanitizing: AtomicBool::new(false),
+                sanitize_failed: AtomicBool::new(false),
                 blocks: AtomicU64::new(blocks),
                 naa,
                 serial,
@@ -358,8 +478,10 @@ impl EmulatedLu {
                     pr,
                     wce,
                     swp: false,
+                    prevent: HashSet::new(),
+                    copy_results: VecDeque::new(),
                 }),
-                seen: RwLock::new(HashSet::new()),
+                seen: RwLock::new(crate::idmap::IdSet::default()),
                 ua_total: AtomicUsize::new(0),
                 reserved: AtomicBool::new(reserved),
                 write_protected: AtomicBool::new(ro),
@@ -530,6 +652,26 @@ impl Inner {
             Ok(c) => c,
             Err(e) => return TaskResult::check_condition(Sense::from(e)),
         };
+        if self.sanitizing.load(Ordering::Acquire)
+            && !matches!(
+                cmd,
+                Command::Inquiry { .. } | Command::ReportLuns { .. } | Command::RequestSense { .. }
+            )
+        {
+            return check(
+                SenseKey::NOT_READY,
+                asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+            );
+        }
+        if self.ejected.load(Ordering::Acquire) && needs_medium(&cmd) {
+            return check(SenseKey::NOT_READY, asc::MEDIUM_NOT_PRESENT);
+        }
+        if self.sanitize_failed.load(Ordering::Acquire)
+            && needs_medium(&cmd)
+            && !matches!(cmd, Command::Sanitize { .. })
+        {
+            return check(SenseKey::MEDIUM_ERROR, asc::SANITIZE_COMMAND_FAILED);
+        }
         self.dispatch(cmd, task).await
     }
 
@@ -539,7 +681,14 @@ impl Inner {
             Command::RequestSense {
                 desc, alloc_len, ..
             } => {
-                let s = Sense::new(SenseKey::NO_SENSE, asc::NO_ADDITIONAL_SENSE);
+                let s = if self.sanitizing.load(Ordering::Acquire) {
+                    Sense::new(
+                        SenseKey::NOT_READY,
+                        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+                    )
+                } else {
+                    Sense::new(SenseKey::NO_SENSE, asc::NO_ADDITIONAL_SENSE)
+                };
                 data_in(sense_bytes(&s, desc), usize::from(alloc_len))
             }
             Command::Inquiry {
@@ -588,10 +737,81 @@ impl Inner {
                 }
                 TaskResult::good()
             }
-            Command::StartStopUnit { .. } | Command::PreventAllow { prevent: 0 | 1, .. } => {
+            Command::StartStopUnit {
+                power_condition,
+                loej,
+                start,
+                ..
+            } => {
+                // A power condition other than START_VALID ignores LOEJ
+                // and START (SBC-3 §5.25).
+                if !self.cfg.removable || !loej || power_condition != 0 {
+                    return TaskResult::good();
+                }
+                let st = self.lock();
+                if !st.prevent.is_empty() {
+                    return illegal(asc::MEDIUM_REMOVAL_PREVENTED);
+                }
+                self.ejected.store(!start, Ordering::Release);
+                TaskResult::good()
+            }
+            Command::PreventAllow {
+                prevent: p @ (0 | 1),
+                ..
+            } => {
+                if self.cfg.removable {
+                    let mut st = self.lock();
+                    let key = PortKey::of(&task.nexus);
+                    if p == 1 {
+                        st.prevent.insert(key);
+                    } else {
+                        st.prevent.remove(&key);
+                    }
+                }
                 TaskResult::good()
             }
             Command::PreventAllow { .. } => bad_cdb(4, Some(1)),
+            Command::WriteAtomic16 {
+                wrprotect,
+                dpo,
+                fua,
+                lba,
+                boundary,
+                blocks,
+                group,
+                control,
+            } => {
+                if wrprotect != 0 {
+                    return bad_cdb(1, Some(7));
+                }
+                if self.write_protected.load(Ordering::Acquire) {
+                    return write_protected();
+                }
+                if let Some(r) = self.range(lba, u64::from(blocks)) {
+                    return r;
+                }
+                if u32::from(blocks) > self.max_atomic_blocks() {
+                    return bad_cdb(12, None);
+                }
+                // MAXIMUM ATOMIC BOUNDARY SIZE is zero: no boundaries.
+                if boundary != 0 {
+                    return bad_cdb(10, None);
+                }
+                let io = BlockIo {
+                    size: CdbSize::Sixteen,
+                    lba,
+                    blocks: u32::from(blocks),
+                    protect: 0,
+                    dpo,
+                    fua,
+                    fua_nv: false,
+                    rarc: false,
+                    bytchk: 0,
+                    group,
+                    control,
+                };
+                self.write_locked(io, task, false, true).await
+            }
             Command::SendDiagnostic {
                 self_test_code,
                 self_test,
@@ -642,6 +862,7 @@ impl Inner {
                 let mut v = vec![0u8; 32];
                 v[0..8].copy_from_slice(&self.blocks().saturating_sub(1).to_be_bytes());
                 v[8..12].copy_from_slice(&(self.bs as u32).to_be_bytes());
+                v[13] = self.lbppbe;
                 if self.thin {
                     v[14] = 0x80 | 0x40; // LBPME, LBPRZ
                 }
@@ -650,6 +871,40 @@ impl Inner {
             Command::Read(io) => self.read(io, task).await,
             Command::Write(io) => self.write(io, task, false).await,
             Command::WriteAndVerify(io) => self.write(io, task, true).await,
+            Command::Sanitize {
+                immed,
+                service_action,
+                param_len,
+                ..
+            } => self.sanitize(task, immed, service_action, param_len).await,
+            Command::ExtendedCopy {
+                service_action,
+                param_len,
+                ..
+            } => self.extended_copy(task, service_action, param_len).await,
+            Command::ReceiveCopyResults {
+                service_action,
+                list_id,
+                alloc_len,
+                ..
+            } => match service_action {
+                0x03 => data_in(xcopy::operating_parameters(), alloc_len as usize),
+                0x00 => {
+                    let key = PortKey::of(&task.nexus);
+                    let st = self.lock();
+                    let found = st
+                        .copy_results
+                        .iter()
+                        .rev()
+                        .find(|(k, id, _)| *k == key && *id == list_id)
+                        .map(|(_, _, s)| *s);
+                    match found {
+                        Some(s) => data_in(s.to_bytes(), alloc_len as usize),
+                        None => bad_cdb(2, None),
+                    }
+                }
+                _ => bad_cdb(1, Some(4)),
+            },
             Command::Verify(io) => self.verify(io, task).await,
             Command::OrWrite(io) => self.orwrite(io, task).await,
             Command::CompareAndWrite(io) => self.compare_and_write(io, task).await,
@@ -870,10 +1125,263 @@ impl Inner {
         }
     }
 
-    async fn write(self: &Arc<Self>, io: BlockIo, mut task: Task, verify: bool) -> TaskResult {
+    /// EXTENDED COPY (LID1): checks the parameter list, then copies each
+    /// segment within this LU.
+    async fn extended_copy(
+        self: &Arc<Self>,
+        task: Task,
+        service_action: u8,
+        param_len: u32,
+    ) -> TaskResult {
+        if service_action != 0 {
+            return bad_cdb(1, Some(4));
+        }
+        if param_len == 0 {
+            return TaskResult::good();
+        }
+        if self.write_protected.load(Ordering::Acquire) {
+            return write_protected();
+        }
+        // Longer than any list the limits allow: refused by the parser
+        // from its header; no need to gather more than the limit.
+        let cap = 16 + xcopy::MAX_DESCRIPTOR_LIST_LENGTH as usize + 64;
+        let want = (param_len as usize).min(cap);
+        let p = gather(&task.data_out, 0, want);
+        if p.len() < want {
+            return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
+        }
+        let plan = match xcopy::CopyPlan::parse(&p, self.naa, self.bs as u32) {
+            Ok(plan) => plan,
+            Err(sense) => return TaskResult::check_condition(sense),
+        };
+        let mut status = xcopy::CopyStatus {
+            ok: true,
+            segments: 0,
+            bytes: 0,
+        };
+        let mut result = TaskResult::good();
+        for seg in &plan.segments {
+            let n = u64::from(seg.blocks);
+            if self.range(seg.src_lba, n).is_some() || self.range(seg.dst_lba, n).is_some() {
+                status.ok = false;
+                result = check(SenseKey::COPY_ABORTED, asc::NO_ADDITIONAL_SENSE);
+                break;
+            }
+            let len = n << self.shift;
+            let (src, dst) = (seg.src_lba << self.shift, seg.dst_lba << self.shift);
+            let res = self
+                .io(move |me| {
+                    let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                    copy_within(me.backend.as_ref(), src, dst, len)
+                })
+                .await;
+            match res {
+                Some(Ok(())) => {
+                    status.segments += 1;
+                    status.bytes += len;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "EXTENDED COPY segment failed");
+                    status.ok = false;
+                    result = check(
+                        SenseKey::COPY_ABORTED,
+                        xcopy::COPY_TARGET_DEVICE_NOT_REACHABLE,
+                    );
+                    break;
+                }
+                None => {
+                    status.ok = false;
+                    result = check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
+                    break;
+                }
+            }
+        }
+        if plan.list_id_usage == 0 {
+            let key = PortKey::of(&task.nexus);
+            let mut st = self.lock();
+            st.copy_results
+                .retain(|(k, id, _)| !(*k == key && *id == plan.list_id));
+            if st.copy_results.len() >= COPY_RESULTS_KEPT {
+                st.copy_results.pop_front();
+            }
+            st.copy_results.push_back((key, plan.list_id, status));
+        }
+        result
+    }
+
+    /// SANITIZE: checks the request, starts the operation on its own
+    /// thread and, without IMMED, waits for it (or for the task's abort).
+    async fn sanitize(
+        self: &Arc<Self>,
+        task: Task,
+        immed: bool,
+        service_action: u8,
+        param_len: u16,
+    ) -> TaskResult {
+        let job = match service_action {
+            SANITIZE_EXIT_FAILURE_MODE => {
+                if param_len != 0 {
+                    return bad_cdb(7, None);
+                }
+                self.sanitize_failed.store(false, Ordering::Release);
+                return TaskResult::good();
+            }
+            SANITIZE_OVERWRITE => {
+                let bs = self.bs as usize;
+                let len = usize::from(param_len);
+                if len <= 4 || len > bs + 4 {
+                    return bad_cdb(7, None);
+                }
+                let p = gather(&task.data_out, 0, len);
+                if p.len() < len {
+                    return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
+                }
+                let invert = p[0] & 0x80 != 0;
+                let test = (p[0] >> 5) & 3;
+                let count = p[0] & 0x1f;
+                if test != 0 {
+                    return bad_param(0, Some(6));
+                }
+                if count == 0 {
+                    return bad_param(0, Some(4));
+                }
+                let ipl = usize::from(u16::from_be_bytes([p[2], p[3]]));
+                if ipl == 0 || ipl > bs || ipl + 4 != len {
+                    return bad_param(2, None);
+                }
+                let pattern = &p[4..len];
+                // The last pass leaves the pattern inverted when passes
+                // alternate and their number is even.
+                let flip = invert && count % 2 == 0;
+                let block: Vec<u8> = pattern
+                    .iter()
+                    .cycle()
+                    .take(bs)
+                    .map(|b| if flip { !b } else { *b })
+                    .collect();
+                SanitizeJob::Overwrite(block)
+            }
+            SANITIZE_BLOCK_ERASE | SANITIZE_CRYPTO_ERASE => {
+                if param_len != 0 {
+                    return bad_cdb(7, None);
+                }
+                SanitizeJob::Erase
+            }
+            _ => return bad_cdb(1, Some(4)),
+        };
+        if self.write_protected.load(Ordering::Acquire) {
+            return write_protected();
+        }
+        if self.sanitizing.swap(true, Ordering::AcqRel) {
+            return check(
+                SenseKey::NOT_READY,
+                asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+            );
+        }
+        let me = self.clone();
+        let work = move || {
+            let ok = match me.sanitize_run(&job) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(error = %e, "SANITIZE failed");
+                    false
+                }
+            };
+            me.sanitize_failed.store(!ok, Ordering::Release);
+            me.sanitizing.store(false, Ordering::Release);
+        };
+        #[cfg(feature = "tokio")]
+        {
+            if std::thread::Builder::new()
+                .name("unifab-sanitize".into())
+                .spawn(work)
+                .is_err()
+            {
+                self.sanitizing.store(false, Ordering::Release);
+                return check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
+            }
+            if immed {
+                return TaskResult::good();
+            }
+            while self.sanitizing.load(Ordering::Acquire) {
+                // An aborted SANITIZE task ends; the operation goes on.
+                if !self.tasks.contains(&task.nexus, task.tag) {
+                    return TaskResult::aborted();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        #[cfg(not(feature = "tokio"))]
+        {
+            let _ = immed;
+            work();
+        }
+        if self.sanitize_failed.load(Ordering::Acquire) {
+            check(SenseKey::MEDIUM_ERROR, asc::SANITIZE_COMMAND_FAILED)
+        } else {
+            TaskResult::good()
+        }
+    }
+
+    /// The sanitize operation itself (on the sanitize thread).
+    fn sanitize_run(&self, job: &SanitizeJob) -> Result<(), BackendError> {
+        let size = self.blocks() << self.shift;
+        match job {
+            SanitizeJob::Erase => {
+                let _g = self.write_lock.write().unwrap_or_else(|p| p.into_inner());
+                if self.thin {
+                    self.backend.discard(0, size)?;
+                } else {
+                    self.backend.write_zeroes(0, size)?;
+                }
+                self.backend.flush()
+            }
+            SanitizeJob::Overwrite(block) => {
+                let per = ((1usize << 20) / block.len()).max(1);
+                let chunk = Bytes::from(block.repeat(per));
+                let rate = self.cfg.sanitize_rate;
+                let started = std::time::Instant::now();
+                let mut pos = 0u64;
+                while pos < size {
+                    let n = (size - pos).min(chunk.len() as u64) as usize;
+                    {
+                        let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                        self.backend.write_at(pos, &[chunk.slice(..n)], false)?;
+                    }
+                    pos += n as u64;
+                    if rate != 0 {
+                        let due = std::time::Duration::from_secs_f64(pos as f64 / rate as f64);
+                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                            std::thread::sleep(wait);
+                        }
+                    }
+                }
+                self.backend.flush()
+            }
+        }
+    }
+
+    /// MAXIMUM ATOMIC TRANSFER LENGTH (VPD 0xB0).
+    fn max_atomic_blocks(&self) -> u32 {
+        self.cfg.max_transfer_blocks.min(u32::from(u16::MAX))
+    }
+
+    async fn write(self: &Arc<Self>, io: BlockIo, task: Task, verify: bool) -> TaskResult {
         if let Some(r) = self.io_checks(&io, true, u64::from(self.cfg.max_transfer_blocks)) {
             return r;
         }
+        self.write_locked(io, task, verify, false).await
+    }
+
+    /// Writes the whole blocks of data-out; `exclusive` holds the write
+    /// lock exclusively (no other write interleaves).
+    async fn write_locked(
+        self: &Arc<Self>,
+        io: BlockIo,
+        mut task: Task,
+        verify: bool,
+        exclusive: bool,
+    ) -> TaskResult {
         let wanted = u64::from(io.blocks) << self.shift;
         let residual = self.out_residual(&task, wanted);
         let have = task.data_out_total() as u64;
@@ -888,7 +1396,10 @@ impl Inner {
         let off = io.lba << self.shift;
         let res = self
             .io(move |me| {
-                let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                let _shared =
+                    (!exclusive).then(|| me.write_lock.read().unwrap_or_else(|p| p.into_inner()));
+                let _exclusive =
+                    exclusive.then(|| me.write_lock.write().unwrap_or_else(|p| p.into_inner()));
                 me.backend.write_at(off, &data, fua)?;
                 if verify {
                     let mut back = vec![0u8; n as usize];
@@ -1302,8 +1813,9 @@ impl Inner {
                 return bad_cdb(2, None);
             }
             let mut v = Vec::with_capacity(96);
-            // Direct access, not removable, SPC-4, HiSup + format 2.
-            v.extend_from_slice(&[0x00, 0x00, 0x06, 0x12, 0, 0, 0, 0x02]);
+            // Direct access, RMB, SPC-4, HiSup + format 2.
+            let rmb = if self.cfg.removable { 0x80 } else { 0 };
+            v.extend_from_slice(&[0x00, rmb, 0x06, 0x12, 0, 0, 0, 0x02]);
             // TPGS = 01b (implicit ALUA) for REPORT TARGET PORT GROUPS; CmdQue.
             v[5] = 0x10;
             ascii_field(&mut v, &self.cfg.vendor, 8);
@@ -1320,26 +1832,46 @@ impl Inner {
         }
         let mut v = vec![0x00, page, 0, 0];
         match page {
-            0x00 => v.extend_from_slice(&[0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2]),
+            0x00 => v.extend_from_slice(&[0x00, 0x80, 0x83, 0x8f, 0xb0, 0xb1, 0xb2]),
+            0x8f => {
+                // Third-party Copy: a Supported Commands descriptor
+                // (0001h) naming EXTENDED COPY(LID1) and RECEIVE COPY
+                // RESULTS' COPY STATUS and OPERATING PARAMETERS.
+                let cmds: [u8; 7] = [0x83, 1, 0x00, 0x84, 2, 0x00, 0x03];
+                let mut d = vec![0x00, 0x01, 0, 0, cmds.len() as u8];
+                d.extend_from_slice(&cmds);
+                d.resize(d.len().div_ceil(4) * 4, 0);
+                let dlen = (d.len() - 4) as u16;
+                d[2..4].copy_from_slice(&dlen.to_be_bytes());
+                v.extend_from_slice(&d);
+            }
             0x80 => v.extend_from_slice(self.serial.as_bytes()),
             0x83 => self.device_id(nexus, &mut v),
             0xb0 => {
                 v.resize(64, 0);
                 v[5] = MAX_CAW_BLOCKS as u8;
-                v[6..8].copy_from_slice(&1u16.to_be_bytes());
+                let lbppb = 1u32 << self.lbppbe;
+                v[6..8].copy_from_slice(&(lbppb as u16).to_be_bytes());
                 v[8..12].copy_from_slice(&self.cfg.max_transfer_blocks.to_be_bytes());
                 let opt = (128 * 1024 / self.bs as u32).min(self.cfg.max_transfer_blocks);
                 v[12..16].copy_from_slice(&opt.to_be_bytes());
                 if self.thin {
                     v[20..24].copy_from_slice(&(MAX_UNMAP_BLOCKS as u32).to_be_bytes());
                     v[24..28].copy_from_slice(&(MAX_UNMAP_DESCRIPTORS as u32).to_be_bytes());
-                    v[28..32].copy_from_slice(&1u32.to_be_bytes());
+                    v[28..32].copy_from_slice(&lbppb.to_be_bytes());
                 }
                 v[36..44].copy_from_slice(&MAX_WRITE_SAME_BLOCKS.to_be_bytes());
+                // MAXIMUM ATOMIC TRANSFER LENGTH; ATOMIC ALIGNMENT and
+                // ATOMIC TRANSFER LENGTH GRANULARITY 0 (no restriction);
+                // no atomic boundaries.
+                v[44..48].copy_from_slice(&self.max_atomic_blocks().to_be_bytes());
             }
             0xb1 => {
                 v.resize(64, 0);
                 v[4..6].copy_from_slice(&1u16.to_be_bytes()); // non-rotating
+                // WABEREQ = WACEREQ = 01b: reads after a BLOCK or CRYPTO
+                // ERASE succeed (the medium reads as zeros).
+                v[7] = 0x50;
             }
             0xb2 => {
                 v.resize(8, 0);
@@ -1552,6 +2084,29 @@ impl Inner {
     }
 }
 
+/// Copies `len` bytes at `src` to `dst` on `backend` in 1 MiB pieces,
+/// backwards when the destination overlaps the source from above.
+fn copy_within(
+    backend: &dyn BlockBackend,
+    src: u64,
+    dst: u64,
+    len: u64,
+) -> Result<(), BackendError> {
+    const PIECE: u64 = 1 << 20;
+    let backwards = dst > src && dst < src + len;
+    let mut buf = vec![0u8; PIECE.min(len) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = PIECE.min(len - done);
+        let at = if backwards { len - done - n } else { done };
+        let piece = buf.get_mut(..n as usize).unwrap_or_default();
+        backend.read_at(src + at, piece)?;
+        backend.write_at(dst + at, &[Bytes::copy_from_slice(piece)], false)?;
+        done += n;
+    }
+    Ok(())
+}
+
 /// A mode page for page control `pc` (0 current, 1 changeable mask,
 /// 2 default).
 fn mode_page(code: u8, pc: u8, wce: bool, swp: bool) -> Vec<u8> {
@@ -1632,12 +2187,19 @@ const SUPPORTED: &[(u8, Option<u16>)] = &[
     (0x37, None),
     (0x41, None),
     (0x42, None),
+    (0x48, Some(0x01)),
+    (0x48, Some(0x02)),
+    (0x48, Some(0x03)),
+    (0x48, Some(0x1f)),
     (0x55, None),
     (0x56, None),
     (0x57, None),
     (0x5a, None),
     (0x5e, None),
     (0x5f, None),
+    (0x83, Some(0x00)),
+    (0x84, Some(0x00)),
+    (0x84, Some(0x03)),
     (0x88, None),
     (0x89, None),
     (0x8a, None),
@@ -1647,6 +2209,7 @@ const SUPPORTED: &[(u8, Option<u16>)] = &[
     (0x90, None),
     (0x91, None),
     (0x93, None),
+    (0x9c, None),
     (0x9e, Some(0x10)),
     (0x9e, Some(0x12)),
     (0xa0, None),
@@ -1701,6 +2264,7 @@ fn usage_data(op: u8, sa: Option<u16>) -> Vec<u8> {
             | 0xaf
             | 0x41
             | 0x93
+            | 0x9c
     );
     if block_io {
         usage[1] &= !0xe0;
@@ -1845,6 +2409,8 @@ impl LogicalUnit for EmulatedLu {
                 };
                 let mut st = inner.lock();
                 st.reserve6 = None;
+                st.prevent.clear();
+                st.copy_results.clear();
                 // LOGICAL UNIT RESET: a unit attention for every I_T nexus,
                 // the requester's included (SAM-5 §6.3.2; libiscsi's
                 // MultipathIO.Reset counts it on the resetting path too).
@@ -1862,6 +2428,7 @@ impl LogicalUnit for EmulatedLu {
                 let w = ts.abort_matching(move |x, _| *x == n);
                 let me = PortKey::of(&nexus);
                 let mut st = inner.lock();
+                st.prevent.remove(&me);
                 if st.reserve6.as_ref() == Some(&me) {
                     st.reserve6 = None;
                     inner.update_reserved(&st);
@@ -1910,6 +2477,8 @@ impl LogicalUnit for EmulatedLu {
         drop(inner.tasks.abort_matching(move |x, _| *x == n));
         let me = PortKey::of(nexus);
         let mut st = inner.lock();
+        st.prevent.remove(&me);
+        st.copy_results.retain(|(k, _, _)| *k != me);
         if st.reserve6.as_ref() == Some(&me) {
             st.reserve6 = None;
             inner.update_reserved(&st);
@@ -1931,6 +2500,8 @@ impl LogicalUnit for EmulatedLu {
         }
     }
 }
+
+pub mod xcopy;
 
 #[cfg(test)]
 mod tests;

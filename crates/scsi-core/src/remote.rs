@@ -49,6 +49,13 @@
 //! build those pages, unifab asks the remote with an allocation length of
 //! 4096 and answers the host within its own allocation length. Standard
 //! INQUIRY data (vendor, product) passes through in both modes.
+//!
+//! EXTENDED COPY (LID1) names its copy targets by these designators, so
+//! with a derived identity the identification CSCD descriptors that carry
+//! the derived NAA are rewritten to the remote's own NAA (learnt from the
+//! remote's page 0x83, which a host reads before it can name the LU)
+//! before the command goes on; the remote's copy manager then finds
+//! itself.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -106,6 +113,9 @@ struct Inner {
     blocks: AtomicU64,
     naa: u64,
     serial: String,
+    /// The remote's own logical-unit NAA (from its VPD page 0x83; 0 until
+    /// seen).
+    remote_naa: AtomicU64,
 }
 
 /// A front-end initiator port and target port pair: one remote nexus.
@@ -117,27 +127,7 @@ struct PortEntry {
     users: usize,
 }
 
-/// A hasher for the small integer keys of the per-command maps (nexus ids
-/// and tags come from this process, not from peers, so no DoS-resistant
-/// hashing is needed on the hot path).
-#[derive(Debug, Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+use crate::idmap::IdMap;
 
 #[derive(Debug, Default)]
 struct State {
@@ -178,6 +168,7 @@ impl RemoteLu {
                 blocks: AtomicU64::new(0),
                 naa: (0x3u64 << 60) | (hash & 0x0fff_ffff_ffff_ffff),
                 serial: format!("{hash:016x}"),
+                remote_naa: AtomicU64::new(0),
             }),
         }
     }
@@ -407,6 +398,15 @@ impl Inner {
                         break;
                     }
                     let association = (d[1] >> 4) & 0x3;
+                    if association == 0 && d[1] & 0x0f == 3 && d[3] == 8 {
+                        if let Some(&naa) = data
+                            .get(at + 4..at + 12)
+                            .and_then(|b| <&[u8; 8]>::try_from(b).ok())
+                        {
+                            self.remote_naa
+                                .store(u64::from_be_bytes(naa), Ordering::Relaxed);
+                        }
+                    }
                     if association != 0 {
                         v.extend_from_slice(&data[at..at + len]);
                     }
@@ -419,6 +419,39 @@ impl Inner {
         v.truncate(usize::from(alloc));
         TaskResult::with_data(Bytes::from(v))
     }
+}
+
+/// An EXTENDED COPY (LID1) parameter list with every identification CSCD
+/// descriptor (E4h) that names NAA `from` (binary, logical unit, 8 bytes)
+/// naming `to` instead; `None` when no descriptor names `from` (the list
+/// then goes on unchanged). The list is a few hundred bytes of control
+/// data, so it is copied.
+fn rewrite_cscd_naa(data_out: &[Bytes], from: u64, to: u64) -> Option<Vec<u8>> {
+    let total: usize = data_out.iter().map(Bytes::len).sum();
+    if total > 64 * 1024 {
+        return None;
+    }
+    let mut p = Vec::with_capacity(total);
+    for s in data_out {
+        p.extend_from_slice(s);
+    }
+    let cscd_len = usize::from(u16::from_be_bytes([*p.get(2)?, *p.get(3)?]));
+    let mut changed = false;
+    let mut at = 16;
+    while at + 32 <= (16 + cscd_len).min(p.len()) {
+        let d = &mut p[at..at + 32];
+        let names_from = d[0] == 0xe4
+            && d[4] & 0x0f == 1
+            && d[5] & 0x3f == 0x03
+            && d[7] == 8
+            && d[8..16] == from.to_be_bytes();
+        if names_from {
+            d[8..16].copy_from_slice(&to.to_be_bytes());
+            changed = true;
+        }
+        at += 32;
+    }
+    changed.then_some(p)
 }
 
 impl LogicalUnit for RemoteLu {
@@ -446,6 +479,14 @@ impl LogicalUnit for RemoteLu {
             cdb[3..5].copy_from_slice(&(IDENTITY_ALLOC as u16).to_be_bytes());
             request.cdb = crate::task::Cdb::new(Bytes::from(cdb));
             request.data_in_len = IDENTITY_ALLOC;
+        }
+        if opcode == 0x83 && matches!(inner.cfg.identity, Identity::Derived { .. }) {
+            let remote = inner.remote_naa.load(Ordering::Relaxed);
+            if remote != 0 {
+                if let Some(list) = rewrite_cscd_naa(&request.data_out, inner.naa, remote) {
+                    request.data_out = vec![Bytes::from(list)];
+                }
+            }
         }
         let submitted = init.submit(request);
         inner.lock().tags.insert(key, (init.clone(), submitted.tag));

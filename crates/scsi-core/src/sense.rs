@@ -27,6 +27,8 @@ impl SenseKey {
     pub const BLANK_CHECK: SenseKey = SenseKey(0x8);
     /// ABORTED COMMAND.
     pub const ABORTED_COMMAND: SenseKey = SenseKey(0xb);
+    /// COPY ABORTED.
+    pub const COPY_ABORTED: SenseKey = SenseKey(0xa);
     /// MISCOMPARE.
     pub const MISCOMPARE: SenseKey = SenseKey(0xe);
 }
@@ -161,6 +163,7 @@ pub mod asc {
     use super::Asc;
     pub const NO_ADDITIONAL_SENSE: Asc = Asc(0x00, 0x00);
     pub const LOGICAL_UNIT_NOT_READY_CAUSE_NOT_REPORTABLE: Asc = Asc(0x04, 0x00);
+    pub const LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS: Asc = Asc(0x04, 0x1b);
     pub const LOGICAL_UNIT_COMMUNICATION_FAILURE: Asc = Asc(0x08, 0x00);
     pub const LOGICAL_UNIT_COMMUNICATION_TIME_OUT: Asc = Asc(0x08, 0x01);
     pub const WRITE_ERROR: Asc = Asc(0x0c, 0x00);
@@ -195,6 +198,8 @@ pub mod asc {
     pub const DATA_PHASE_ERROR: Asc = Asc(0x4b, 0x00);
     pub const INITIATOR_DETECTED_ERROR_MESSAGE_RECEIVED: Asc = Asc(0x48, 0x00);
     pub const OVERLAPPED_COMMANDS_ATTEMPTED: Asc = Asc(0x4e, 0x00);
+    pub const MEDIUM_REMOVAL_PREVENTED: Asc = Asc(0x53, 0x02);
+    pub const SANITIZE_COMMAND_FAILED: Asc = Asc(0x31, 0x03);
     pub const INSUFFICIENT_REGISTRATION_RESOURCES: Asc = Asc(0x55, 0x04);
     pub const INSUFFICIENT_RESOURCES: Asc = Asc(0x55, 0x03);
 }

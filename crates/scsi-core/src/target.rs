@@ -9,7 +9,7 @@
 //! DATA HAS CHANGED (cleared by REPORT LUNS, reported by REQUEST SENSE,
 //! not by INQUIRY).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::Bytes;
@@ -32,7 +32,7 @@ pub struct ScsiTarget {
 struct Inner {
     luns: RwLock<BTreeMap<Lun, Arc<dyn LogicalUnit>>>,
     /// Nexus id -> "REPORTED LUNS DATA HAS CHANGED" pending.
-    nexuses: Mutex<HashMap<u64, bool>>,
+    nexuses: Mutex<crate::idmap::IdMap<u64, bool>>,
 }
 
 fn fixed_sense(key: SenseKey, code: crate::sense::Asc) -> Bytes {
@@ -45,7 +45,7 @@ impl ScsiTarget {
         ScsiTarget::default()
     }
 
-    fn nexuses(&self) -> MutexGuard<'_, HashMap<u64, bool>> {
+    fn nexuses(&self) -> MutexGuard<'_, crate::idmap::IdMap<u64, bool>> {
         self.inner.nexuses.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -258,6 +258,10 @@ pub(crate) async fn fill(
 /// peer has taken some: a peer that does not read cannot make us buffer.
 const OUT_QUEUE_LIMIT: usize = 8 << 20;
 
+/// How much input one wake-up reads before handling it (more stays in the
+/// socket for the next turn).
+const READ_AHEAD_LIMIT: usize = 256 << 10;
+
 /// Runs a session in full-feature phase until it ends. `rbuf` holds any
 /// bytes already read past the login.
 ///
@@ -431,13 +435,32 @@ pub(crate) async fn run_ffp(
                 if rbuf.capacity() < need {
                     rbuf.reserve(need - rbuf.len());
                 }
-                match stream.try_read_buf(&mut rbuf) {
-                    Ok(0) => eof = true,
-                    Ok(_) => pending_input = true,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        end_reason = format!("read failed: {e}");
-                        break 'outer;
+                // Drain the socket (up to READ_AHEAD_LIMIT buffered) before
+                // the PDUs are handled, so the answers to every command that
+                // arrived together leave in one vectored write: at queue
+                // depth the initiator's commands arrive one segment at a
+                // time, and answering each before the next read costs a
+                // write per command.
+                loop {
+                    match stream.try_read_buf(&mut rbuf) {
+                        Ok(0) => {
+                            eof = true;
+                            break;
+                        }
+                        Ok(_) => {
+                            pending_input = true;
+                            if rbuf.len() >= READ_AHEAD_LIMIT {
+                                break;
+                            }
+                            if rbuf.capacity() - rbuf.len() < 1024 {
+                                rbuf.reserve(8192);
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            end_reason = format!("read failed: {e}");
+                            break 'outer;
+                        }
                     }
                 }
             }

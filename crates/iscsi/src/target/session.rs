@@ -28,12 +28,13 @@
 //! - NOP-Out/NOP-In both ways with a dead-peer timeout, logout, and a
 //!   Reject for every malformed PDU.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tracing::{debug, trace};
 
+use unifab_scsi_core::idmap::{IdMap, IdSet};
 use unifab_scsi_core::{
     Cdb, ItNexus, Lun, Residual, Sense, SenseKey, Status, Task, TaskAttr, TaskResult, TmfFunction,
     TmfRequest, TmfResponse, sense::asc,
@@ -296,7 +297,7 @@ struct PendingTmf {
     request: TaskMgmtRequest,
     /// Tasks the TMF waits for (they are aborted but their futures have not
     /// resolved yet).
-    waiting_tasks: HashSet<u32>,
+    waiting_tasks: IdSet<u32>,
     /// The LU's response, once it came.
     lu_response: Option<TmfResponse>,
     /// Whether the LU was asked at all.
@@ -335,10 +336,10 @@ pub struct Session {
     /// initiator), held until the gap fills; bounded by the window.
     ahead: BTreeMap<u32, PduFrame>,
 
-    tasks: HashMap<u32, TaskEntry>,
+    tasks: IdMap<u32, TaskEntry>,
     /// ITTs in CmdSN order not yet handed to the LU.
     undelivered: VecDeque<u32>,
-    ttt_to_itt: HashMap<u32, u32>,
+    ttt_to_itt: IdMap<u32, u32>,
     next_ttt: u32,
     budget_used: u64,
     /// Tasks waiting for budget to send their R2Ts, in arrival order.
@@ -347,7 +348,7 @@ pub struct Session {
     /// Data-Out for them is dropped without a Reject.
     recently_ended: VecDeque<u32>,
 
-    tmfs: HashMap<u32, PendingTmf>,
+    tmfs: IdMap<u32, PendingTmf>,
 
     /// A Text Request arriving in pieces (C bit): its ITT and text so far.
     text_in: Option<(u32, BytesMut)>,
@@ -409,14 +410,14 @@ impl Session {
             outstanding: 0,
             outstanding_immediate: 0,
             ahead: BTreeMap::new(),
-            tasks: HashMap::new(),
+            tasks: IdMap::default(),
             undelivered: VecDeque::new(),
-            ttt_to_itt: HashMap::new(),
+            ttt_to_itt: IdMap::default(),
             next_ttt: 1,
             budget_used: 0,
             r2t_waiters: VecDeque::new(),
             recently_ended: VecDeque::new(),
-            tmfs: HashMap::new(),
+            tmfs: IdMap::default(),
             text_in: None,
             text_out: None,
             last_activity: now,
@@ -1612,7 +1613,7 @@ impl Session {
             }
             _ => Vec::new(),
         };
-        let mut waiting = HashSet::new();
+        let mut waiting = IdSet::default();
         for itt in affected {
             let executing = match self.tasks.get_mut(&itt) {
                 Some(e) => {

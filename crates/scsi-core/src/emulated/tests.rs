@@ -433,7 +433,7 @@ async fn vpd_pages_and_capacity() {
     let n = ready_nexus(&lu, "a").await;
     let d = data(&run(&lu, &n, &inquiry(true, 0, 255), &[]).await);
     let pages = &d[4..];
-    assert_eq!(pages, &[0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2]);
+    assert_eq!(pages, &[0x00, 0x80, 0x83, 0x8f, 0xb0, 0xb1, 0xb2]);
     for &p in pages {
         let r = run(&lu, &n, &inquiry(true, p, 255), &[]).await;
         assert_good(&r);
@@ -1029,4 +1029,497 @@ async fn target_report_luns_missing_lun_and_map_change_ua() {
         asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED,
     );
     t.nexus_loss(&n);
+}
+
+fn start_stop(loej: bool, start: bool) -> [u8; 6] {
+    [0x1b, 0, 0, 0, (u8::from(loej) << 1) | u8::from(start), 0]
+}
+fn prevent(p: u8) -> [u8; 6] {
+    [0x1e, 0, 0, 0, p, 0]
+}
+
+#[tokio::test]
+async fn removable_medium_eject_load_and_prevention() {
+    let lu = lu_with(EmulatedLuConfig {
+        removable: true,
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    let b = ready_nexus(&lu, "b").await;
+    let d = data(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
+    assert_eq!(d[1] & 0x80, 0x80, "RMB");
+    // Eject, then medium commands are NOT READY; INQUIRY still works.
+    assert_good(&run(&lu, &a, &start_stop(true, false), &[]).await);
+    for cdb in [
+        tur().to_vec(),
+        rw10(0x28, 0, 0, 1).to_vec(),
+        vec![0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    ] {
+        assert_sense(
+            &run(&lu, &b, &cdb, &[]).await,
+            SenseKey::NOT_READY,
+            asc::MEDIUM_NOT_PRESENT,
+        );
+    }
+    assert_good(&run(&lu, &b, &inquiry(false, 0, 36), &[]).await);
+    // PREVENT while ejected is accepted, and then load is refused too.
+    assert_good(&run(&lu, &a, &prevent(1), &[]).await);
+    assert_sense(
+        &run(&lu, &a, &start_stop(true, true), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::MEDIUM_REMOVAL_PREVENTED,
+    );
+    assert_good(&run(&lu, &a, &prevent(0), &[]).await);
+    assert_good(&run(&lu, &a, &start_stop(true, true), &[]).await);
+    assert_good(&run(&lu, &a, &tur(), &[]).await);
+    // A prevention by one nexus guards against every nexus.
+    assert_good(&run(&lu, &a, &prevent(1), &[]).await);
+    assert_sense(
+        &run(&lu, &b, &start_stop(true, false), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::MEDIUM_REMOVAL_PREVENTED,
+    );
+    // START without LOEJ does not touch the medium.
+    assert_good(&run(&lu, &b, &start_stop(false, false), &[]).await);
+    assert_good(&run(&lu, &b, &tur(), &[]).await);
+    // PREVENT 2 and 3 are refused.
+    assert_sense(
+        &run(&lu, &a, &prevent(2), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    // The holder's nexus loss ends its prevention.
+    lu.nexus_loss(&a);
+    assert_good(&run(&lu, &b, &start_stop(true, false), &[]).await);
+    assert_good(&run(&lu, &b, &start_stop(true, true), &[]).await);
+    // A LU reset ends every prevention.
+    assert_good(&run(&lu, &b, &prevent(1), &[]).await);
+    let resp = lu
+        .task_management(TmfRequest {
+            nexus: b.clone(),
+            lun: Lun::ZERO,
+            function: TmfFunction::LogicalUnitReset,
+        })
+        .await;
+    assert_eq!(resp, TmfResponse::FunctionComplete);
+    assert_ua(
+        &run(&lu, &b, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_good(&run(&lu, &b, &start_stop(true, false), &[]).await);
+    // So does a target reset.
+    assert_good(&run(&lu, &b, &start_stop(true, true), &[]).await);
+    assert_good(&run(&lu, &b, &prevent(1), &[]).await);
+    lu.task_management(TmfRequest {
+        nexus: b.clone(),
+        lun: Lun::ZERO,
+        function: TmfFunction::TargetReset,
+    })
+    .await;
+    assert_good(&run(&lu, &b, &start_stop(true, false), &[]).await);
+}
+
+#[tokio::test]
+async fn fixed_medium_ignores_loej_and_prevent() {
+    let lu = lu();
+    let a = ready_nexus(&lu, "a").await;
+    let d = data(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
+    assert_eq!(d[1] & 0x80, 0, "RMB");
+    assert_good(&run(&lu, &a, &prevent(1), &[]).await);
+    assert_good(&run(&lu, &a, &start_stop(true, false), &[]).await);
+    assert_good(&run(&lu, &a, &tur(), &[]).await);
+}
+
+#[tokio::test]
+async fn physical_block_size_sets_lbppbe() {
+    let lu = lu_with(EmulatedLuConfig {
+        physical_block_size: Some(4096),
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    let rc16 = [0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0];
+    let d = data(&run(&lu, &a, &rc16, &[]).await);
+    assert_eq!(d[13] & 0x0f, 3, "8 logical blocks per physical block");
+    let bl = data(&run(&lu, &a, &inquiry(true, 0xb0, 64), &[]).await);
+    assert_eq!(u16::from_be_bytes([bl[6], bl[7]]), 8, "OTLG");
+    assert_eq!(
+        u32::from_be_bytes([bl[28], bl[29], bl[30], bl[31]]),
+        8,
+        "OUG"
+    );
+    // Unaligned unmapping WRITE SAME still succeeds.
+    assert_good(&run(&lu, &a, &rw16(0x93, 0x09, 3, 5), &[]).await);
+    let plain = lu_with(EmulatedLuConfig::default());
+    let z = ready_nexus(&plain, "z").await;
+    let d = data(&run(&plain, &z, &rc16, &[]).await);
+    assert_eq!(d[13] & 0x0f, 0);
+    for bad in [256, 1536, 512 << 16] {
+        let e = EmulatedLu::new(
+            EmulatedLuConfig {
+                physical_block_size: Some(bad),
+                ..Default::default()
+            },
+            Arc::new(MemoryBackend::new(BLOCKS * 512)),
+        );
+        assert!(
+            matches!(e, Err(LuError::PhysicalBlockSize(b)) if b == bad),
+            "{bad}"
+        );
+    }
+}
+
+fn write_atomic16(flags: u8, lba: u64, boundary: u16, n: u16) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x9c;
+    c[1] = flags;
+    c[2..10].copy_from_slice(&lba.to_be_bytes());
+    c[10..12].copy_from_slice(&boundary.to_be_bytes());
+    c[12..14].copy_from_slice(&n.to_be_bytes());
+    c
+}
+
+#[tokio::test]
+async fn write_atomic16_writes_and_refuses() {
+    let lu = lu();
+    let a = ready_nexus(&lu, "a").await;
+    let payload: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+    assert_good(&run(&lu, &a, &write_atomic16(0x18, 10, 0, 2), &payload).await);
+    let back = data(&run(&lu, &a, &rw10(0x28, 0, 10, 2), &[]).await);
+    assert_eq!(back, payload);
+    // Zero blocks at the end is GOOD, past it out of range.
+    assert_good(&run(&lu, &a, &write_atomic16(0, BLOCKS, 0, 0), &[]).await);
+    for lba in [BLOCKS + 1, 1 << 63, u64::MAX] {
+        assert_sense(
+            &run(&lu, &a, &write_atomic16(0, lba, 0, 0), &[]).await,
+            SenseKey::ILLEGAL_REQUEST,
+            asc::LBA_OUT_OF_RANGE,
+        );
+    }
+    assert_sense(
+        &run(&lu, &a, &write_atomic16(0, BLOCKS - 1, 0, 2), &payload).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::LBA_OUT_OF_RANGE,
+    );
+    for flags in [0x20, 0xe0] {
+        assert_sense(
+            &run(&lu, &a, &write_atomic16(flags, 0, 0, 1), &payload[..512]).await,
+            SenseKey::ILLEGAL_REQUEST,
+            asc::INVALID_FIELD_IN_CDB,
+        );
+    }
+    assert_sense(
+        &run(&lu, &a, &write_atomic16(0, 0, 1, 1), &payload[..512]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    let bl = data(&run(&lu, &a, &inquiry(true, 0xb0, 64), &[]).await);
+    let max_atomic = u32::from_be_bytes([bl[44], bl[45], bl[46], bl[47]]);
+    let max_xfer = u32::from_be_bytes([bl[8], bl[9], bl[10], bl[11]]);
+    assert!(max_atomic > 0 && max_atomic <= max_xfer);
+    // REPORT SUPPORTED OPCODES lists it with DPO and FUA usable.
+    let rsoc = [0xa3, 0x0c, 0x01, 0x9c, 0, 0, 0, 0, 1, 0, 0, 0];
+    let d = data(&run(&lu, &a, &rsoc, &[]).await);
+    assert_eq!(d[1] & 0x07, 0x03, "supported");
+    assert_eq!(d[4 + 1] & 0x18, 0x18, "DPO FUA in usage data");
+    let ro = lu_with(EmulatedLuConfig {
+        read_only: true,
+        ..Default::default()
+    });
+    let r = ready_nexus(&ro, "a").await;
+    assert_sense(
+        &run(&ro, &r, &write_atomic16(0, 0, 0, 1), &payload[..512]).await,
+        SenseKey::DATA_PROTECT,
+        asc::WRITE_PROTECTED,
+    );
+}
+
+fn sanitize(immed: bool, sa: u8, param_len: u16) -> [u8; 10] {
+    let mut c = [0u8; 10];
+    c[0] = 0x48;
+    c[1] = (u8::from(immed) << 7) | sa;
+    c[7..9].copy_from_slice(&param_len.to_be_bytes());
+    c
+}
+
+fn overwrite_params(flags: u8, pattern: &[u8]) -> Vec<u8> {
+    let mut p = vec![flags, 0];
+    p.extend_from_slice(&(pattern.len() as u16).to_be_bytes());
+    p.extend_from_slice(pattern);
+    p
+}
+
+#[tokio::test]
+async fn sanitize_overwrite_erase_and_refusals() {
+    let lu = lu_with(EmulatedLuConfig {
+        sanitize_rate: 0,
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    // OVERWRITE with a 3-byte pattern repeated through every block.
+    let p = overwrite_params(0x01, &[1, 2, 3]);
+    assert_good(&run(&lu, &a, &sanitize(false, 1, p.len() as u16), &p).await);
+    let expect: Vec<u8> = [1u8, 2, 3].iter().cycle().take(512).copied().collect();
+    for lba in [0, BLOCKS as u32 - 1] {
+        assert_eq!(
+            data(&run(&lu, &a, &rw10(0x28, 0, lba, 1), &[]).await),
+            expect
+        );
+    }
+    // Two inverted passes leave the inverse.
+    let p = overwrite_params(0x82, &[0x0f]);
+    assert_good(&run(&lu, &a, &sanitize(false, 1, p.len() as u16), &p).await);
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, 7, 1), &[]).await),
+        vec![0xf0; 512]
+    );
+    // BLOCK ERASE and CRYPTO ERASE: zeros, deallocated.
+    for sa in [2, 3] {
+        assert_good(&run(&lu, &a, &rw10(0x2a, 0, 0, 1), &[0xaa; 512]).await);
+        assert_good(&run(&lu, &a, &sanitize(false, sa, 0), &[]).await);
+        assert_eq!(
+            data(&run(&lu, &a, &rw10(0x28, 0, 0, 1), &[]).await),
+            vec![0; 512]
+        );
+    }
+    let gls = rw16(0x9e, 0x12, 0, 0);
+    let mut gls = gls;
+    gls[10..14].copy_from_slice(&64u32.to_be_bytes());
+    let d = data(&run(&lu, &a, &gls, &[]).await);
+    assert_eq!(d[20], 1, "deallocated");
+    // Refusals: service actions, lengths, parameter fields.
+    let invalid = |r: &TaskResult| {
+        let s = sense_of(r);
+        assert_eq!(s.key, SenseKey::ILLEGAL_REQUEST, "{s:?}");
+        assert!(
+            s.asc == asc::INVALID_FIELD_IN_CDB || s.asc == asc::INVALID_FIELD_IN_PARAMETER_LIST,
+            "{s:?}"
+        );
+    };
+    for sa in [0, 4, 0x10, 0x1e] {
+        invalid(&run(&lu, &a, &sanitize(false, sa, 0), &[]).await);
+    }
+    for sa in [2, 3, 0x1f] {
+        invalid(&run(&lu, &a, &sanitize(false, sa, 8), &[0; 8]).await);
+    }
+    assert_good(&run(&lu, &a, &sanitize(false, 0x1f, 0), &[]).await);
+    let full = overwrite_params(0x01, &[0xaa; 512]);
+    for len in [0u16, 1, 4, 517] {
+        invalid(
+            &run(
+                &lu,
+                &a,
+                &sanitize(false, 1, len),
+                &vec![0; usize::from(len)],
+            )
+            .await,
+        );
+    }
+    let mut zero_count = full.clone();
+    zero_count[0] = 0;
+    invalid(&run(&lu, &a, &sanitize(false, 1, 516), &zero_count).await);
+    let mut bad_ipl = full.clone();
+    bad_ipl[2..4].copy_from_slice(&0u16.to_be_bytes());
+    invalid(&run(&lu, &a, &sanitize(false, 1, 516), &bad_ipl).await);
+    let mut reserved = sanitize(false, 2, 0);
+    reserved[1] |= 0x40;
+    invalid(&run(&lu, &a, &reserved, &[]).await);
+    // Listed per service action.
+    for sa in [1u8, 2, 3, 0x1f] {
+        let rsoc = [0xa3, 0x0c, 0x02, 0x48, 0, sa, 0, 0, 1, 0, 0, 0];
+        let d = data(&run(&lu, &a, &rsoc, &[]).await);
+        assert_eq!(d[1] & 0x07, 0x03, "{sa:#x} supported");
+    }
+    let d = data(&run(&lu, &a, &inquiry(true, 0xb1, 64), &[]).await);
+    assert_eq!(d[7], 0x50, "WABEREQ WACEREQ");
+    // A write-protected LU refuses it.
+    let ro = lu_with(EmulatedLuConfig {
+        read_only: true,
+        ..Default::default()
+    });
+    let r = ready_nexus(&ro, "a").await;
+    assert_sense(
+        &run(&ro, &r, &sanitize(false, 2, 0), &[]).await,
+        SenseKey::DATA_PROTECT,
+        asc::WRITE_PROTECTED,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sanitize_in_progress_refuses_commands_until_done() {
+    // 4 MiB at 4 MiB/s: about a second in progress.
+    let lu = lu_with(EmulatedLuConfig {
+        sanitize_rate: 4 << 20,
+        ..Default::default()
+    });
+    let a = ready_nexus(&lu, "a").await;
+    let p = overwrite_params(0x01, &[0x5a]);
+    assert_good(&run(&lu, &a, &sanitize(true, 1, p.len() as u16), &p).await);
+    assert_sense(
+        &run(&lu, &a, &tur(), &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+    );
+    assert_sense(
+        &run(&lu, &a, &rw10(0x28, 0, 0, 1), &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+    );
+    assert_good(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
+    let s = data(&run(&lu, &a, &[0x03, 0, 0, 0, 18, 0], &[]).await);
+    assert_eq!((s[2] & 0x0f, s[12], s[13]), (0x02, 0x04, 0x1b));
+    // A LU reset does not stop it.
+    lu.task_management(TmfRequest {
+        nexus: a.clone(),
+        lun: Lun::ZERO,
+        function: TmfFunction::LogicalUnitReset,
+    })
+    .await;
+    assert_ua(
+        &run(&lu, &a, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_sense(
+        &run(&lu, &a, &tur(), &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+    );
+    loop {
+        let r = run(&lu, &a, &tur(), &[]).await;
+        if r.status == Status::GOOD {
+            break;
+        }
+        assert_sense(
+            &r,
+            SenseKey::NOT_READY,
+            asc::LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS,
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, BLOCKS as u32 - 1, 1), &[]).await),
+        vec![0x5a; 512]
+    );
+}
+
+fn xcopy_cdb(len: u32) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x83;
+    c[10..14].copy_from_slice(&len.to_be_bytes());
+    c
+}
+
+fn rcr_cdb(sa: u8, list_id: u8) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x84;
+    c[1] = sa;
+    c[2] = list_id;
+    c[10..14].copy_from_slice(&1024u32.to_be_bytes());
+    c
+}
+
+/// A one-segment LID1 list copying `n` blocks within the LU named `naa`.
+fn xcopy_list(list_id: u8, usage: u8, naa: u64, n: u16, src: u64, dst: u64) -> Vec<u8> {
+    let mut p = vec![0u8; 16];
+    p[0] = list_id;
+    p[1] = usage << 3;
+    p[3] = 32;
+    p[11] = 28;
+    let mut cscd = vec![0u8; 32];
+    cscd[0] = 0xe4;
+    cscd[4] = 0x01;
+    cscd[5] = 0x03;
+    cscd[7] = 8;
+    cscd[8..16].copy_from_slice(&naa.to_be_bytes());
+    cscd[29..32].copy_from_slice(&[0, 2, 0]);
+    p.extend(cscd);
+    let mut seg = vec![0u8; 28];
+    seg[0] = 0x02;
+    seg[3] = 24;
+    seg[10..12].copy_from_slice(&n.to_be_bytes());
+    seg[12..20].copy_from_slice(&src.to_be_bytes());
+    seg[20..28].copy_from_slice(&dst.to_be_bytes());
+    p.extend(seg);
+    p
+}
+
+#[tokio::test]
+async fn extended_copy_and_receive_copy_results() {
+    let lu = lu();
+    let a = ready_nexus(&lu, "a").await;
+    let payload: Vec<u8> = (0..4096u32).map(|i| (i % 253) as u8).collect();
+    assert_good(&run(&lu, &a, &rw10(0x2a, 0, 0, 8), &payload).await);
+    // No result held yet for list 5.
+    assert_sense(
+        &run(&lu, &a, &rcr_cdb(0, 5), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    let p = xcopy_list(5, 0, lu.naa(), 8, 0, 4000);
+    assert_good(&run(&lu, &a, &xcopy_cdb(p.len() as u32), &p).await);
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, 4000, 8), &[]).await),
+        payload
+    );
+    let s = data(&run(&lu, &a, &rcr_cdb(0, 5), &[]).await);
+    assert_eq!((s[4], u16::from_be_bytes([s[5], s[6]])), (0x01, 1));
+    // Another nexus does not see it.
+    let b = ready_nexus(&lu, "b").await;
+    assert_sense(
+        &run(&lu, &b, &rcr_cdb(0, 5), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    // An overlapping copy upwards keeps the source intact while copying.
+    let p = xcopy_list(6, 2, lu.naa(), 8, 4000, 4004);
+    assert_good(&run(&lu, &a, &xcopy_cdb(p.len() as u32), &p).await);
+    assert_eq!(
+        data(&run(&lu, &a, &rw10(0x28, 0, 4004, 8), &[]).await),
+        payload
+    );
+    // Beyond the end and a foreign LU: COPY ABORTED.
+    for p in [
+        xcopy_list(7, 0, lu.naa(), 8, 0, BLOCKS - 1),
+        xcopy_list(7, 0, lu.naa() ^ 1, 8, 0, 100),
+    ] {
+        let s = sense_of(&run(&lu, &a, &xcopy_cdb(p.len() as u32), &p).await);
+        assert_eq!(s.key, SenseKey::COPY_ABORTED, "{s:?}");
+    }
+    // Held results end with the nexus.
+    lu.nexus_loss(&a);
+    let a = nexus("a");
+    assert_ua(
+        &run(&lu, &a, &tur(), &[]).await,
+        asc::I_T_NEXUS_LOSS_OCCURRED,
+    );
+    assert_sense(
+        &run(&lu, &a, &rcr_cdb(0, 5), &[]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+    // An empty parameter list does nothing.
+    assert_good(&run(&lu, &a, &xcopy_cdb(0), &[]).await);
+    let op = data(&run(&lu, &a, &rcr_cdb(3, 0), &[]).await);
+    assert!(op.len() >= 44);
+    assert_eq!(
+        u16::from_be_bytes([op[8], op[9]]),
+        xcopy::MAX_CSCD_DESCRIPTORS
+    );
+    // VPD 0x8F is listed and served.
+    let pages = data(&run(&lu, &a, &inquiry(true, 0, 64), &[]).await);
+    assert!(pages[4..].contains(&0x8f));
+    let tpc = data(&run(&lu, &a, &inquiry(true, 0x8f, 64), &[]).await);
+    assert_eq!(tpc[1], 0x8f);
+    assert_eq!(&tpc[4..6], &[0x00, 0x01]);
+    // A write-protected LU refuses it.
+    let ro = lu_with(EmulatedLuConfig {
+        read_only: true,
+        ..Default::default()
+    });
+    let r = ready_nexus(&ro, "a").await;
+    let p = xcopy_list(1, 0, ro.naa(), 1, 0, 1);
+    assert_sense(
+        &run(&ro, &r, &xcopy_cdb(p.len() as u32), &p).await,
+        SenseKey::DATA_PROTECT,
+        asc::WRITE_PROTECTED,
+    );
 }

@@ -679,3 +679,35 @@ async fn nexus_loss_closes_only_per_nexus_initiators() {
         assert_eq!(*h.closed.lock().unwrap(), per_nexus);
     }
 }
+
+#[test]
+fn extended_copy_cscds_naming_the_derived_naa_name_the_remote() {
+    let from = 0x3000_0000_0000_0001u64;
+    let to = 0x6000_0000_0000_0002u64;
+    let cscd = |naa: u64| {
+        let mut d = vec![0u8; 32];
+        d[0] = 0xe4;
+        d[4] = 0x01;
+        d[5] = 0x03;
+        d[7] = 8;
+        d[8..16].copy_from_slice(&naa.to_be_bytes());
+        d
+    };
+    let mut list = vec![0u8; 16];
+    list[3] = 64;
+    list.extend(cscd(from));
+    list.extend(cscd(0x3000_0000_0000_0009));
+    list.extend(vec![0x02u8; 28]);
+    // Split across two slices, as data-out PDUs may be.
+    let parts = [
+        Bytes::copy_from_slice(&list[..40]),
+        Bytes::copy_from_slice(&list[40..]),
+    ];
+    let out = super::rewrite_cscd_naa(&parts, from, to).expect("rewritten");
+    assert_eq!(&out[24..32], &to.to_be_bytes());
+    assert_eq!(&out[56..64], &0x3000_0000_0000_0009u64.to_be_bytes());
+    assert_eq!(&out[..16], &list[..16]);
+    assert_eq!(&out[80..], &list[80..]);
+    assert!(super::rewrite_cscd_naa(&parts, to, from).is_none());
+    assert!(super::rewrite_cscd_naa(&[Bytes::from_static(&[0, 1])], from, to).is_none());
+}

@@ -222,6 +222,65 @@ pub struct IscsiTestCu {
     timeout: Duration,
 }
 
+/// Every test the installed `iscsi-test-cu --list` names in `family`
+/// (`ALL`: 230 tests in libiscsi 1.19), as `FAMILY.Suite.Test`.
+///
+/// # Errors
+/// [`PeerError::MissingProgram`] without `libiscsi-bin`; the failure of the
+/// command; [`PeerError::Unparsable`] if it names no test of `family`.
+pub fn list_tests(family: &str) -> Result<Vec<String>, PeerError> {
+    let program = find_program("iscsi-test-cu", PACKAGE)?;
+    let shown = display_command(&program, &["--list".to_owned()]);
+    let mut command = Command::new(&program);
+    command.arg("--list");
+    let done = run_with_limit(&mut command, &shown, Duration::from_secs(60))?;
+    let prefix = format!("{family}.");
+    let names = parse_test_list(&prefix, &done.stdout);
+    if names.is_empty() {
+        return Err(PeerError::Unparsable {
+            command: shown,
+            reason: format!("no test of family {family} in its output"),
+        });
+    }
+    Ok(names)
+}
+
+/// A `--test` selection of every suite of `family` but `excluded` (suite
+/// names without the family, e.g. `"Sanitize"`), registered in the
+/// family's own order (`iscsi-test-cu` takes a comma list from its end).
+///
+/// # Errors
+/// As [`list_tests`].
+pub fn suites_except(family: &str, excluded: &[&str]) -> Result<String, PeerError> {
+    Ok(suite_selection(family, &list_tests(family)?, excluded))
+}
+
+fn suite_selection(family: &str, tests: &[String], excluded: &[&str]) -> String {
+    let mut suites: Vec<&str> = Vec::new();
+    for test in tests {
+        let Some((suite, _)) = test.rsplit_once('.') else {
+            continue;
+        };
+        let short = suite.strip_prefix(family).and_then(|s| s.strip_prefix('.'));
+        if short.is_some_and(|s| excluded.contains(&s)) || suites.contains(&suite) {
+            continue;
+        }
+        suites.push(suite);
+    }
+    suites.reverse();
+    suites.join(",")
+}
+
+/// The `FAMILY.Suite.Test` lines (three parts) of `--list` output.
+fn parse_test_list(prefix: &str, stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(prefix) && l.split('.').count() == 3)
+        .map(str::to_owned)
+        .collect()
+}
+
 impl IscsiTestCu {
     /// The full suite against `url` (`iscsi://[user%secret@]host:port/iqn/lun`):
     /// the whole `ALL` family (230 tests in libiscsi 1.19) with `--dataloss`
@@ -707,6 +766,35 @@ Tests completed with return value: 0
     #[test]
     fn a_test_outside_a_suite_is_an_error() {
         assert!(parse_console("ALL", "  Test: X ...passed\n").is_err());
+    }
+
+    #[test]
+    fn test_list_keeps_three_part_names_of_the_family() {
+        let out = "ALL\nALL.Read10\nALL.Read10.Simple\nALL.Read10.BeyondEol\nSCSI.Read10.Simple\n";
+        assert_eq!(
+            parse_test_list("ALL.", out),
+            ["ALL.Read10.Simple", "ALL.Read10.BeyondEol"]
+        );
+    }
+
+    #[test]
+    fn suite_selection_leaves_out_and_reverses() {
+        let tests: Vec<String> = [
+            "ALL.Read10.Simple",
+            "ALL.Read10.BeyondEol",
+            "ALL.Sanitize.Reset",
+            "ALL.Write10.Simple",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        assert_eq!(
+            suite_selection("ALL", &tests, &["Sanitize"]),
+            "ALL.Write10,ALL.Read10"
+        );
+        assert_eq!(
+            suite_selection("ALL", &tests, &[]),
+            "ALL.Write10,ALL.Sanitize,ALL.Read10"
+        );
     }
 
     #[test]

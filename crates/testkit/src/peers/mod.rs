@@ -42,7 +42,8 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 pub use iscsi_test_cu::{
-    IscsiTestCu, Outcome, ParsedConsole, RunSummary, SuiteResult, TestResult, parse_console,
+    IscsiTestCu, Outcome, ParsedConsole, RunSummary, SuiteResult, TestResult, list_tests,
+    parse_console, suites_except,
 };
 pub use net::{free_tcp_port, wait_for_port};
 pub use process::find_program;

@@ -82,6 +82,8 @@ struct LuSpec {
     name: String,
     backend: Backend,
     size: u64,
+    /// Further `key = value` lines (value already TOML).
+    settings: Vec<(String, String)>,
 }
 
 /// Settings for a [`Unifab`] instance; made by [`Unifab::builder`].
@@ -110,6 +112,7 @@ impl UnifabBuilder {
             name,
             backend: Backend::File(path.into()),
             size,
+            settings: Vec::new(),
         });
         self
     }
@@ -121,8 +124,36 @@ impl UnifabBuilder {
             name,
             backend: Backend::Memory,
             size,
+            settings: Vec::new(),
         });
         self
+    }
+
+    /// Adds `key = value` to the last LU's `[[lu]]` table; `value` is TOML
+    /// (`"true"`, `"4096"`, `"\"text\""`). Does nothing before the first
+    /// LU.
+    pub fn lu_setting(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Some(lu) = self.lus.last_mut() {
+            lu.settings.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// The last LU is write-protected (`read_only = true`; its file must
+    /// exist, a read-only LU never creates one).
+    pub fn read_only(self) -> Self {
+        self.lu_setting("read_only", "true")
+    }
+
+    /// The last LU has a removable medium (`removable = true`).
+    pub fn removable(self) -> Self {
+        self.lu_setting("removable", "true")
+    }
+
+    /// The last LU reports `bytes` as its physical block length
+    /// (`physical_block_size`).
+    pub fn physical_block_size(self, bytes: u32) -> Self {
+        self.lu_setting("physical_block_size", bytes.to_string())
     }
 
     /// Extra arguments after `run --config FILE`.
@@ -152,11 +183,15 @@ impl UnifabBuilder {
                 Backend::Memory => "memory".to_owned(),
             };
             out.push_str(&format!(
-                "[[lu]]\nname = {}\nbackend = {}\nsize = {}\n\n",
+                "[[lu]]\nname = {}\nbackend = {}\nsize = {}\n",
                 toml_string(&lu.name),
                 toml_string(&backend),
                 toml_string(&size_string(lu.size)),
             ));
+            for (key, value) in &lu.settings {
+                out.push_str(&format!("{key} = {value}\n"));
+            }
+            out.push('\n');
         }
         let luns: Vec<String> = self.lus.iter().map(|lu| toml_string(&lu.name)).collect();
         out.push_str(&format!(
@@ -413,8 +448,11 @@ mod tests {
     #[test]
     fn config_is_the_documented_toml() {
         let builder = Unifab::builder()
+            .read_only()
             .file_lu("/dev/shm/a \"b\"/lu0.img", 1 << 30)
-            .memory_lu(64 << 20);
+            .memory_lu(64 << 20)
+            .removable()
+            .physical_block_size(4096);
         let text = builder.config_toml(13260);
         let value: toml::Table = text.parse().expect("valid TOML");
         let lus = value["lu"].as_array().expect("lu array");
@@ -426,6 +464,12 @@ mod tests {
         );
         assert_eq!(lus[0]["size"].as_str(), Some("1GiB"));
         assert_eq!(lus[1]["backend"].as_str(), Some("memory"));
+        assert!(
+            lus[0].get("read_only").is_none(),
+            "no LU yet when it was set"
+        );
+        assert_eq!(lus[1]["removable"].as_bool(), Some(true));
+        assert_eq!(lus[1]["physical_block_size"].as_integer(), Some(4096));
         assert_eq!(lus[1]["size"].as_str(), Some("64MiB"));
         let iscsi = value["iscsi"].as_table().expect("iscsi table");
         assert_eq!(

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# benches/peers/cpu-per-io.sh — where the CPU goes: CPU time per command of
+# the target (unifab and tgtd) and of the client (qemu-img bench), user and
+# system separately, for 4 KiB reads and writes at QD32.
+#
+#   bash benches/peers/cpu-per-io.sh
+#
+# On a machine where the client and the target share the cores, the IOPS
+# ratio between two targets is bounded by the client's own CPU per command;
+# this script shows that split. It measures CPU time, not wall time: the
+# target's from /proc/PID/stat before and after the run, the client's from
+# getrusage(RUSAGE_CHILDREN). Each figure is the median of REPEATS runs,
+# alternating the targets.
+#
+# Environment:
+#   UNIFAB_BIN   unifab binary (default target/release/unifab)
+#   REPEATS      runs per measurement (default 3)
+#   REQUESTS     qemu-img bench requests per run (default 100000)
+#   OUT_DIR      where logs go (default target/bench-peers/cpu-<date-time>)
+#
+# Needs: tgt, qemu-utils, qemu-block-extra (scripts/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=benches/peers/lib.sh
+source benches/peers/lib.sh
+
+UNIFAB_BIN=$(realpath "${UNIFAB_BIN:-target/release/unifab}")
+REPEATS=${REPEATS:-3}
+REQUESTS=${REQUESTS:-100000}
+OUT_DIR=${OUT_DIR:-target/bench-peers/cpu-$(date +%Y%m%d-%H%M%S)}
+need qemu-img qemu-utils
+need python3 python3
+mkdir -p "$OUT_DIR"
+WORK=$(mktemp -d /dev/shm/unifab-cpu.XXXXXX)
+TGTD_PID=""
+UNIFAB_PID=""
+cleanup() {
+    [[ -n $TGTD_PID ]] && stop_pid "$TGTD_PID"
+    [[ -n $UNIFAB_PID ]] && stop_pid "$UNIFAB_PID"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+SIZE=$((1 << 30))
+make_lu "$WORK/tgtd.img" "$SIZE"
+make_lu "$WORK/unifab.img" "$SIZE"
+start_tgtd "$WORK/tgtd" "$WORK/tgtd.img"
+start_unifab "$UNIFAB_BIN" "$WORK/unifab" "$WORK/unifab.img" "$SIZE"
+
+ticks=$(getconf CLK_TCK)
+# cpu_of PID -> "utime stime" in clock ticks
+cpu_of() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
+
+# run_one PID URL RW -> "target_user_us target_sys_us client_user_us client_sys_us iops" per command
+run_one() {
+    local pid=$1 url=$2 rw=$3 before after
+    before=$(cpu_of "$pid")
+    local client
+    client=$(python3 - "$url" "$rw" "$REQUESTS" <<'EOF'
+import resource, subprocess, sys, time
+url, rw, n = sys.argv[1], sys.argv[2], sys.argv[3]
+cmd = ["qemu-img", "bench", "-f", "raw", "-t", "none", "-c", n, "-d", "32", "-s", "4096"]
+if rw == "write":
+    cmd.append("-w")
+cmd.append(url)
+t0 = time.monotonic()
+subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+wall = time.monotonic() - t0
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime, r.ru_stime, wall)
+EOF
+)
+    after=$(cpu_of "$pid")
+    python3 - "$before" "$after" "$client" "$REQUESTS" "$ticks" <<'EOF'
+import sys
+b = [int(x) for x in sys.argv[1].split()]
+a = [int(x) for x in sys.argv[2].split()]
+cu, cs, wall = (float(x) for x in sys.argv[3].split())
+n, hz = int(sys.argv[4]), int(sys.argv[5])
+tu = (a[0] - b[0]) / hz / n * 1e6
+ts = (a[1] - b[1]) / hz / n * 1e6
+print(f"{tu:.1f} {ts:.1f} {cu / n * 1e6:.1f} {cs / n * 1e6:.1f} {n / wall:.0f}")
+EOF
+}
+
+# warm up both (first touch of the LU pages, logins)
+qemu-img bench -f raw -t none -c 2000 -d 32 -s 4096 -w "$TGTD_URL" >/dev/null
+qemu-img bench -f raw -t none -c 2000 -d 32 -s 4096 -w "$UNIFAB_URL" >/dev/null
+
+declare -A rows
+for rw in read write; do
+    for ((i = 0; i < REPEATS; i++)); do
+        rows[tgtd-$rw]+="$(run_one "$TGTD_PID" "$TGTD_URL" "$rw")"$'\n'
+        rows[unifab-$rw]+="$(run_one "$UNIFAB_PID" "$UNIFAB_URL" "$rw")"$'\n'
+    done
+done
+
+col_median() { # col_median ROWS COLUMN
+    local values
+    mapfile -t values < <(printf '%s' "$1" | awk -v c="$2" 'NF { print $c }')
+    median "${values[@]}"
+}
+
+{
+    echo "## CPU per 4 KiB command at QD32 (qemu-img bench), µs"
+    echo
+    echo "Medians of $REPEATS runs of $REQUESTS requests, alternating targets; LUs on tmpfs; $(nproc) cores."
+    echo
+    echo "| target | workload | target user | target sys | client user | client sys | IOPS |"
+    echo "|---|---|---:|---:|---:|---:|---:|"
+    for rw in read write; do
+        for t in tgtd unifab; do
+            r=${rows[$t-$rw]}
+            printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$t" "$rw" \
+                "$(col_median "$r" 1)" "$(col_median "$r" 2)" "$(col_median "$r" 3)" \
+                "$(col_median "$r" 4)" "$(col_median "$r" 5)"
+        done
+    done
+    echo
+    echo "Load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$OUT_DIR/results.md"

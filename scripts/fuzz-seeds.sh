@@ -2,10 +2,14 @@
 # Regenerate the fuzz seed corpora (fuzz/corpus/, gitignored) from the
 # captures in ../shared/captures: every iSCSI PDU of iscsi-tapel.pcap and
 # scsi-osd-example-001.pcap for iscsi_pdu, and their Login/Text data
-# segments for iscsi_text.
+# segments for iscsi_text; the FCIP frames of fcip_trace.cap (TCP
+# reassembled) for fcip_encap, fcip_fsf and fcip_sw_ils (see
+# fuzz/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test -p unifab --test captures -- --ignored write_fuzz_seeds
+cargo test -p unifab --test fcip_captures -- --ignored write_fcip_fuzz_seeds
 ls fuzz/corpus/iscsi_pdu | wc -l
 ls fuzz/corpus/iscsi_text | wc -l
 ls fuzz/corpus/cdb | wc -l
+for d in fcip_encap fcip_fsf fcip_sw_ils; do ls "fuzz/corpus/$d" | wc -l; done

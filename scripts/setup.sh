@@ -19,7 +19,7 @@
 #   clang m4 libelf-dev pkg-config libpcap-dev   builds of AF_XDP / pcap crates
 #   zlib1g-dev linux-libc-dev                   libbpf (libxdp-sys) and the XDP filter program
 #   llvm                                        llc, which libxdp-sys's configure looks for
-#   iproute2 iputils-ping                       netns/veth for the FCoE tests; IP across
+#   iproute2 iputils-ping                       netns/veth for the FCoE and FCIP tests; IP across
 #                                               the veth next to the XDP filter
 #   (shell linter)    the "shellcheck" package, used by test-all.sh
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
@@ -143,6 +143,7 @@ check "qemu-img has the iscsi driver" bash -c 'qemu-img --help | grep -qw iscsi'
 check "tshark --version" tshark --version
 check "fipvlan --version" fipvlan --version
 check "iperf3 --version" iperf3 --version
+check "ip netns list (iproute2)" ip netns list
 check "clang --version" clang --version
 check "llc --version" llc --version
 check "ip -V" ip -V

@@ -38,6 +38,9 @@ pub struct Config {
     /// FCoE ports.
     #[serde(default)]
     pub fcoe: Option<crate::fcoe::FcoeSection>,
+    /// FCIP tunnels to other sites' fabrics.
+    #[serde(default)]
+    pub fcip: Option<crate::fcip::FcipSection>,
 }
 
 /// One logical unit.
@@ -433,6 +436,7 @@ impl Config {
             admin: AdminConfig::default(),
             fabric: None,
             fcoe: None,
+            fcip: None,
         }
     }
 
@@ -557,6 +561,7 @@ impl Config {
         }
         crate::fc::validate(self)?;
         crate::fcoe::validate(self)?;
+        crate::fcip::validate(self)?;
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ pub mod capture;
 pub mod config;
 pub mod discover;
 pub mod fc;
+pub mod fcip;
 pub mod fcoe;
 pub mod pcap_check;
 pub mod remote;

@@ -1,7 +1,7 @@
 //! `unifab`: the storage gateway's command line.
 //!
 //! - `unifab run [--config FILE]`: serve (the embedded default without a file).
-//! - `unifab show sessions|luns|metrics|flogi|fcns|zones [--admin ADDR]`: the operator's view of a
+//! - `unifab show sessions|luns|metrics|flogi|fcns|zones|fcip [--admin ADDR]`: the operator's view of a
 //!   running gateway.
 //! - `unifab pcap-check FILE`: re-emit every frame of a capture and report any
 //!   that does not round-trip byte for byte.
@@ -38,7 +38,7 @@ enum Command {
     },
     /// Show the state of a running gateway.
     Show {
-        /// sessions | luns | metrics | flogi | fcns | zones
+        /// sessions | luns | metrics | flogi | fcns | zones | fcip
         what: String,
         /// The running gateway's admin endpoint.
         #[arg(long, default_value = config::DEFAULT_ADMIN)]

@@ -198,12 +198,15 @@ pub enum CheckError {
 pub struct CheckOptions {
     /// TCP ports carrying iSCSI.
     pub iscsi_ports: Vec<u16>,
+    /// TCP ports carrying FCIP.
+    pub fcip_ports: Vec<u16>,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
             iscsi_ports: vec![3260],
+            fcip_ports: vec![3225],
         }
     }
 }
@@ -227,6 +230,7 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
     };
     let mut iscsi_flows: BTreeMap<FlowKey, Flow<'_>> = BTreeMap::new();
     let mut fc_tracker = unifab_fc::wire::ReplyTracker::new();
+    let mut fcip_flows: BTreeMap<FlowKey, Flow<'_>> = BTreeMap::new();
     for fr in &frames {
         match link_payload(fr) {
             LinkPayload::Ip(ip) => {
@@ -241,8 +245,16 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
                         })
                         .or_default()
                         .push(fr.number, &seg);
-                } else if seg.src.port() == 3225 || seg.dst.port() == 3225 {
-                    *report.unchecked.entry(Protocol::Fcip).or_default() += 1;
+                } else if opts.fcip_ports.contains(&seg.src.port())
+                    || opts.fcip_ports.contains(&seg.dst.port())
+                {
+                    fcip_flows
+                        .entry(FlowKey {
+                            src: seg.src,
+                            dst: seg.dst,
+                        })
+                        .or_default()
+                        .push(fr.number, &seg);
                 }
             }
             LinkPayload::Ether {
@@ -282,8 +294,36 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
         }
     }
     check_iscsi(&iscsi_flows, opts, &mut report);
+    crate::capture::fcip::check_flows(&fcip_flows, &mut report);
     report.entries.sort_by_key(|e| e.frame);
     Ok(report)
+}
+
+/// Every whole FCIP encapsulated frame of a capture (TCP streams on
+/// `opts.fcip_ports`, reassembled) with the capture frame that carried
+/// its last byte and its direction, in capture order (for fuzz seeds).
+pub fn fcip_frames(
+    file: &[u8],
+    opts: &CheckOptions,
+) -> Result<Vec<(u64, FlowKey, Vec<u8>)>, CheckError> {
+    let frames = read_frames(file)?;
+    let mut flows: BTreeMap<FlowKey, Flow<'_>> = BTreeMap::new();
+    for fr in &frames {
+        if let LinkPayload::Ip(ip) = link_payload(fr)
+            && let Some(seg) = tcp_segment(ip)
+            && (opts.fcip_ports.contains(&seg.src.port())
+                || opts.fcip_ports.contains(&seg.dst.port()))
+        {
+            flows
+                .entry(FlowKey {
+                    src: seg.src,
+                    dst: seg.dst,
+                })
+                .or_default()
+                .push(fr.number, &seg);
+        }
+    }
+    Ok(crate::capture::fcip::frames(&flows))
 }
 
 /// Every whole iSCSI PDU of a capture with its direction, in stream order

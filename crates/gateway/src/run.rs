@@ -114,6 +114,7 @@ struct View {
     server: Option<TargetServer>,
     fc: Option<Arc<crate::fc::FcPlane>>,
     fcoe: Option<Arc<crate::fcoe::FcoePorts>>,
+    fcip: Option<Arc<crate::fcip::FcipPlane>>,
     luns: Vec<(String, GatewayLu)>,
     metrics: Arc<Metrics>,
 }
@@ -152,6 +153,11 @@ impl AdminView for View {
                 Some(serde_json::Value::Array(v).to_string())
             }
             "flogi" | "fcoe" => crate::fcoe::show(self.fc.as_deref(), self.fcoe.as_ref(), what),
+            "fcip" => Some(
+                self.fcip
+                    .as_ref()
+                    .map_or_else(|| "[]".to_string(), |f| f.show()),
+            ),
             other => self.fc.as_ref().and_then(|f| f.show(other)),
         }
     }
@@ -223,6 +229,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             Some(Arc::new(fcoe_opened.start(plane.switch(), name)?))
         }
         None => None,
+    };
+    let fcip = match (&cfg.fcip, &fc) {
+        (Some(f), Some(plane)) => Some(Arc::new(
+            crate::fcip::FcipPlane::start(f, plane.switch()).await?,
+        )),
+        _ => None,
     };
     if let Some(plane) = &fc {
         for lu in &cfg.lu {
@@ -324,6 +336,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
                 server: server_handle.clone(),
                 fc: fc.clone(),
                 fcoe: fcoe.clone(),
+                fcip: fcip.clone(),
                 luns: lu_list,
                 metrics,
             });

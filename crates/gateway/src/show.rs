@@ -59,6 +59,21 @@ pub async fn show(what: &str, admin_addr: SocketAddr, json: bool) -> anyhow::Res
             "symbolic name",
         ],
         "zones" => &["zoneset", "zone", "member", "active"],
+        "fcip" => &[
+            "tunnel",
+            "circuit",
+            "state",
+            "peer",
+            "weight",
+            "uptime",
+            "tx MB/s",
+            "rx MB/s",
+            "comp",
+            "retrans",
+            "rtt us",
+            "fastwrite",
+            "tunnel state",
+        ],
         _ => &[],
     };
     print!("{}", table(columns, &rows));

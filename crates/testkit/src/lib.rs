@@ -5,3 +5,4 @@
 pub mod peers;
 pub mod raw_iscsi;
 pub mod relay;
+pub mod wan;

@@ -19,6 +19,7 @@
 //!   port: at fabric login and logout, when a port registers or changes
 //!   its FC-4 types or features, and when zoning changes what a port sees.
 
+pub mod isl;
 pub mod name_server;
 pub mod zoning;
 
@@ -129,6 +130,9 @@ struct PortState {
     /// flight for the old login would reach the new one; FC-LS-3 asks
     /// for R_A_TOV before an address is reused).
     last_npiv: u8,
+    /// An E_Port (VE_Port) to another switch: no logins, frames from
+    /// other domains.
+    e_port: bool,
 }
 
 /// A fabric port as `show` lists it.
@@ -161,6 +165,9 @@ pub struct Fabric {
     next_rx: u16,
     out: VecDeque<(PortIndex, Frame)>,
     rscns_sent: u64,
+    /// Inter-switch state: routes to other domains, their name server
+    /// entries, local changes to announce.
+    isl: isl::IslState,
 }
 
 fn f_port_params(cfg: &FabricConfig, f_port_name: Wwn, rx: u16) -> LoginParams {
@@ -204,6 +211,7 @@ impl Fabric {
             next_rx: 0,
             out: VecDeque::new(),
             rscns_sent: 0,
+            isl: isl::IslState::default(),
         }
     }
 
@@ -222,6 +230,7 @@ impl Fabric {
             f_port_name,
             counters: PortCounters::default(),
             last_npiv: 0,
+            e_port: false,
         };
         match slot {
             Some(i) => self.ports[i] = Some(st),
@@ -245,6 +254,7 @@ impl Fabric {
             *slot = None;
         }
         self.out.retain(|(p, _)| *p != port);
+        self.isl_port_gone(port);
     }
 
     /// The next frame to send, and where.
@@ -269,21 +279,38 @@ impl Fabric {
         };
         st.counters.rx_frames += 1;
         st.counters.rx_bytes += frame.payload.len() as u64;
+        let e_port = st.e_port;
         let h = &frame.header;
         let d_id = h.d_id;
+        if let Some(done) = self.isl_route(port, e_port, frame.clone()) {
+            if !done {
+                self.count(port, |c| c.unroutable_drops += 1);
+            }
+            return;
+        }
         if d_id.is_well_known() {
             self.service(port, frame);
             return;
         }
         let s_id = h.s_id;
-        let source_ok = self.logins.get(&s_id).is_some_and(|l| l.port == port);
+        let source_ok = if e_port {
+            s_id.domain() != self.cfg.domain
+        } else {
+            self.logins.get(&s_id).is_some_and(|l| l.port == port)
+        };
         if !source_ok {
             self.count(port, |c| c.source_drops += 1);
             return;
         }
-        let Some(dest) = self.logins.get(&d_id).map(|l| l.port) else {
-            self.count(port, |c| c.unroutable_drops += 1);
-            return;
+        let dest = match self.logins.get(&d_id).map(|l| l.port) {
+            Some(p) => p,
+            None => match self.isl.route(d_id.domain()) {
+                Some(p) if p != port && d_id.domain() != self.cfg.domain => p,
+                _ => {
+                    self.count(port, |c| c.unroutable_drops += 1);
+                    return;
+                }
+            },
         };
         if !self.membership.allowed(s_id, d_id) {
             self.count(port, |c| c.zone_drops += 1);
@@ -618,6 +645,10 @@ impl Fabric {
                 fc_id: l.fc_id,
                 port_name: l.port_name,
             })
+            .chain(self.isl.remote_entries().map(|e| ZonedPort {
+                fc_id: e.fc_id,
+                port_name: e.port_name,
+            }))
             .collect()
     }
 
@@ -627,6 +658,9 @@ impl Fabric {
 
     /// RSCN about `affected` to every registered port that may see it.
     fn rscn_for(&mut self, affected: FcId, qualifier: u8) {
+        if affected.domain() == self.cfg.domain {
+            self.isl.note_change(affected);
+        }
         let targets: Vec<FcId> = self
             .scr
             .keys()

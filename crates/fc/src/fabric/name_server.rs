@@ -95,6 +95,12 @@ impl NameServer {
         );
     }
 
+    /// Enters (or replaces) a whole entry: a port of another switch,
+    /// learned from that switch's name server.
+    pub fn insert(&mut self, entry: NsEntry) {
+        self.entries.insert(entry.fc_id, entry);
+    }
+
     /// Removes a port (logout, link down).
     pub fn remove(&mut self, fc_id: FcId) -> Option<NsEntry> {
         self.entries.remove(&fc_id)

@@ -18,6 +18,8 @@ struct Inner {
     fabric: Mutex<State>,
     /// Frames a destination link refused (congested or down).
     link_drops: AtomicU64,
+    /// Signalled when local ports changed (for SW_RSCN).
+    changes: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Debug)]
@@ -43,6 +45,7 @@ impl Switch {
                     links: Vec::new(),
                 }),
                 link_drops: AtomicU64::new(0),
+                changes: Arc::new(tokio::sync::Notify::new()),
             }),
         }
     }
@@ -66,6 +69,28 @@ impl Switch {
         }
     }
 
+    /// Attaches an E_Port (a tunnel's VE_Port) whose outgoing frames go
+    /// to `link`.
+    pub fn attach_e_port(&self, name: &str, link: Arc<dyn FcLink>) -> FabricPort {
+        let mut st = self.lock();
+        let index = st.fabric.attach_e_port(name);
+        if st.links.len() <= index.0 {
+            st.links.resize_with(index.0 + 1, || None);
+        }
+        st.links[index.0] = Some(link);
+        FabricPort {
+            switch: self.clone(),
+            index,
+        }
+    }
+
+    /// Notified whenever local ports changed (logins, registrations):
+    /// the inter-switch controller then takes
+    /// [`Fabric::take_local_changes`].
+    pub fn local_changes(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.changes.clone()
+    }
+
     /// Runs `f` on the fabric (zoning, views), then sends what it queued.
     pub fn with_fabric<R>(&self, f: impl FnOnce(&mut Fabric) -> R) -> R {
         let mut st = self.lock();
@@ -80,6 +105,9 @@ impl Switch {
     }
 
     fn pump(&self, st: &mut State) {
+        if st.fabric.has_local_changes() {
+            self.inner.changes.notify_one();
+        }
         while let Some((p, f)) = st.fabric.poll_transmit() {
             let link = st.links.get(p.0).and_then(|l| l.as_ref());
             let ok = link.is_some_and(|l| l.transmit(f).is_ok());

@@ -24,7 +24,7 @@ pub const FCOE_HEADER_LEN: usize = 14;
 /// FCoE trailer length (CRC, EOF, reserved).
 pub const FCOE_TRAILER_LEN: usize = 8;
 
-fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+pub(crate) fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
     a.iter()
         .zip(b)
         .position(|(x, y)| x != y)
@@ -32,7 +32,7 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 }
 
 /// Parses and re-emits header + payload; `what` and the verdict.
-fn round_trip(body: &[u8], tracker: &mut ReplyTracker) -> (String, Verdict) {
+pub(crate) fn round_trip(body: &[u8], tracker: &mut ReplyTracker) -> (String, Verdict) {
     let bytes = Bytes::copy_from_slice(body);
     match FrameRepr::parse(&bytes, Some(tracker)) {
         Ok(r) => {

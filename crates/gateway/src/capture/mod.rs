@@ -3,6 +3,7 @@
 //! capture tests and the fuzz seed generator.
 
 pub mod fc;
+pub mod fcip;
 pub mod fip;
 pub mod iscsi;
 pub mod net;

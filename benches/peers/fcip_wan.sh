@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# benches/peers/fcip_wan.sh — FCIP over an emulated WAN (not a test: figures).
+#
+#   bash benches/peers/fcip_wan.sh                 # latency, throughput, failover
+#   bash benches/peers/fcip_wan.sh latency         # one part (latency | throughput | failover)
+#
+# Builds and runs benches/src/bin/fcip_wan.rs in release: site A's switch
+# with an FCP initiator, an FCIP tunnel of two circuits, each through its
+# own testkit WAN relay (delay, rate limit, black-hole cut), site B's switch
+# with an FCP target over a 1 GiB memory LU, all in one process.
+#
+#   latency     4 KiB writes at QD1, 2,000 each, at emulated RTT 0, 0.25,
+#               0.5 and 1 ms, FastWrite off and on; plus the path without
+#               FCIP (initiator and target on one switch) and the tunnel
+#               without a relay.
+#   throughput  1 MiB sequential writes at QD 8 for 4 s through a 1 Gb/s
+#               link (two circuits of 500 Mb/s, 0.5 ms RTT) on zeros,
+#               database-like 8 KiB pages (benches/src/pages.rs) and random
+#               data, per compression mode: MB/s, ratio, CPU s/GB.
+#   failover    8 writers of 8 KiB; circuit 2 black-holed at 1 s for 1.5 s:
+#               longest pause, I/O errors, data verified, batches resent,
+#               rejoin; at keep-alive 20 ms (dead after 80 ms) and 10/40 ms.
+#
+# Output: Markdown on stdout; a copy in target/fcip-wan/results.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=target/fcip-wan
+mkdir -p "$OUT"
+cargo build --release -p unifab-benches --bin fcip_wan
+./target/release/fcip_wan "$@" | tee "$OUT/results.md"

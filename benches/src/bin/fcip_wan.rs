@@ -1,0 +1,583 @@
+//! FCIP over an emulated WAN: latency against distance (FastWrite off and
+//! on), throughput and compression on three data sets, and circuit
+//! failover under load. Run through `benches/peers/fcip_wan.sh` (release
+//! build). Not a test: it prints figures.
+//!
+//! The stack is the real one, in one process: site A's switch with an FCP
+//! initiator (a scsi-core `RemoteLu`, the same object an iSCSI front end
+//! hands its tasks to), an FCIP tunnel of two circuits, each through its
+//! own testkit WAN relay (delay, rate limit, black-hole cut), and site B's
+//! switch with an FCP target over a 1 GiB memory LU.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use unifab_benches::pages::Pages;
+use unifab_fc::fabric::FabricConfig;
+use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
+use unifab_fc::nport::NPortConfig;
+use unifab_fc::wire::Wwn;
+use unifab_fcip::io::{CircuitConfig, InterSwitch, LinkMode, Listener, Tunnel, TunnelConfig};
+use unifab_fcip::proto::compress;
+use unifab_scsi_core::backend::MemoryBackend;
+use unifab_scsi_core::remote::Identity;
+use unifab_scsi_core::{
+    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
+    ScsiTarget, Status, TargetPort, Task, TaskAttr, TransportId,
+};
+use unifab_testkit::wan::{WanLink, WanProfile};
+
+const SW_A: Wwn = Wwn(0x1000_0000_0000_00a1);
+const SW_B: Wwn = Wwn(0x1000_0000_0000_00b1);
+const TARGET: Wwn = Wwn(0x2100_0000_0000_0b0a);
+const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0a0b);
+
+fn nexus() -> ItNexus {
+    ItNexus::new(
+        TransportId::Iscsi {
+            name: "iqn.2026-11.io.unifab:bench".into(),
+            isid: Some([0x40, 0, 0, 0, 0, 1]),
+        },
+        TargetPort {
+            id: TransportId::Iscsi {
+                name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
+                isid: None,
+            },
+            relative_port_id: 1,
+            port_group: 1,
+        },
+    )
+}
+
+fn task(tag: u64, cdb: Vec<u8>, data: Option<Bytes>, data_in: u32) -> Task {
+    let (data_out, data_out_len) = match data {
+        Some(d) => {
+            let n = d.len() as u32;
+            (vec![d], n)
+        }
+        None => (Vec::new(), 0),
+    };
+    Task {
+        nexus: nexus(),
+        lun: Lun(0),
+        tag,
+        attr: TaskAttr::Simple,
+        priority: 0,
+        cdb: Cdb::new(Bytes::from(cdb)),
+        data_out,
+        data_out_len,
+        data_in_len: data_in,
+    }
+}
+
+fn cdb(write: bool, lba: u32, blocks: u16) -> Vec<u8> {
+    let mut c = vec![if write { 0x2a } else { 0x28 }, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    c[2..6].copy_from_slice(&lba.to_be_bytes());
+    c[7..9].copy_from_slice(&blocks.to_be_bytes());
+    c
+}
+
+struct Setup {
+    remote: Arc<RemoteLu>,
+    tunnel: Option<Tunnel>,
+    links: Vec<WanLink>,
+    _keep: Vec<FcNode>,
+}
+
+fn target(switch: &Switch, name: &str) -> FcNode {
+    let node = FcNode::spawn(switch, name);
+    let scsi = ScsiTarget::new();
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig::default(),
+        Arc::new(MemoryBackend::new(1 << 30)),
+    )
+    .unwrap();
+    scsi.insert(Lun(0), Arc::new(lu));
+    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0b0a));
+    t.target = true;
+    node.add_port("fc1/1", t, Some(scsi)).unwrap();
+    node
+}
+
+async fn initiator(switch: &Switch) -> (Arc<RemoteLu>, FcNode) {
+    let node = FcNode::spawn(switch, "site-a");
+    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0a0b));
+    i.initiator = true;
+    i.discover = true;
+    node.add_port("fc1/2", i, None).unwrap();
+    assert!(
+        node.wait_for_peer(INITIATOR, TARGET, Duration::from_secs(20))
+            .await
+    );
+    let factory = Arc::new(FcpInitiatorFactory::new(
+        node.clone(),
+        INITIATOR,
+        TARGET,
+        false,
+    ));
+    let remote = Arc::new(RemoteLu::new(
+        RemoteLuConfig {
+            name: "bench".into(),
+            backend: format!("fc://{TARGET}/0"),
+            remote_lun: Lun(0),
+            identity: Identity::Passthrough,
+            task_set_depth: 256,
+        },
+        factory,
+    ));
+    let _ = remote.execute(task(1, vec![0; 6], None, 0)).await;
+    (remote, node)
+}
+
+/// Initiator and target on one switch: the path without FCIP.
+async fn local() -> Setup {
+    let a = Switch::new(FabricConfig {
+        domain: 1,
+        switch_name: SW_A,
+        ..FabricConfig::default()
+    });
+    let t = target(&a, "site-b");
+    let (remote, n) = initiator(&a).await;
+    Setup {
+        remote,
+        tunnel: None,
+        links: Vec::new(),
+        _keep: vec![t, n],
+    }
+}
+
+async fn sites(
+    mode: LinkMode,
+    fastwrite: bool,
+    comp: compress::Mode,
+    wan: Option<WanProfile>,
+) -> Setup {
+    let a = Switch::new(FabricConfig {
+        domain: 1,
+        switch_name: SW_A,
+        ..FabricConfig::default()
+    });
+    let b = Switch::new(FabricConfig {
+        domain: 2,
+        switch_name: SW_B,
+        ..FabricConfig::default()
+    });
+    let ca = InterSwitch::start(a.clone());
+    let cb = InterSwitch::start(b.clone());
+    let acc = CircuitConfig {
+        peer: None,
+        local: None,
+        weight: 1,
+    };
+    let mut tb = TunnelConfig::new("fcip0", 0, SW_A, vec![acc.clone(), acc]);
+    tb.mode = mode;
+    tb.fastwrite = fastwrite;
+    tb.compression = comp;
+    let tunnel_b = Tunnel::start(tb, cb);
+    let l = Listener::start("127.0.0.1:0".parse().unwrap(), SW_B, vec![tunnel_b], None)
+        .await
+        .unwrap();
+    let tnode = target(&b, "site-b");
+    let links: Vec<WanLink> = match wan {
+        Some(p) => (0..2)
+            .map(|_| WanLink::start("127.0.0.1:0".parse().unwrap(), l.local_addr(), p).unwrap())
+            .collect(),
+        None => Vec::new(),
+    };
+    let peer = |i: usize| CircuitConfig {
+        peer: Some(links.get(i).map_or(l.local_addr(), |x| x.addr())),
+        local: None,
+        weight: 1,
+    };
+    let mut ta = TunnelConfig::new("fcip0", 0, SW_B, vec![peer(0), peer(1)]);
+    ta.mode = mode;
+    ta.fastwrite = fastwrite;
+    ta.compression = comp;
+    let tunnel = Tunnel::start(ta, ca);
+    let (remote, n) = initiator(&a).await;
+    Setup {
+        remote,
+        tunnel: Some(tunnel),
+        links,
+        _keep: vec![tnode, n],
+    }
+}
+
+/// 4 KiB writes at QD1: median and 99th percentile in µs.
+async fn qd1(s: &Setup, n: usize) -> (f64, f64) {
+    let data = Bytes::from(vec![0xa5u8; 4096]);
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n + 50 {
+        let t = Instant::now();
+        let r = s
+            .remote
+            .execute(task(
+                10 + i as u64,
+                cdb(true, (i as u32 % 10_000) * 8, 8),
+                Some(data.clone()),
+                0,
+            ))
+            .await;
+        assert_eq!(r.status, Status::GOOD);
+        if i >= 50 {
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    (lat[lat.len() / 2], lat[lat.len() * 99 / 100])
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    unsafe {
+        let mut r: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut r);
+        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+        t(r.ru_utime) + t(r.ru_stime)
+    }
+}
+
+/// 1 MiB sequential writes at QD 8 for `secs`: MB/s, raw/wire ratio, CPU s/GB.
+async fn stream(s: &Setup, data: &[Bytes], secs: f64) -> (f64, f64, f64) {
+    let st0 = s.tunnel.as_ref().map(|t| t.stats());
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let mut bytes = 0u64;
+    let mut next = 0u32;
+    let mut inflight = Vec::new();
+    let remote = s.remote.clone();
+    let mut tag = 1_000_000u64;
+    while t0.elapsed().as_secs_f64() < secs {
+        while inflight.len() < 8 {
+            let d = data[next as usize % data.len()].clone();
+            let lba = (next % 1000) * 2048;
+            next += 1;
+            tag += 1;
+            let r = remote.clone();
+            inflight.push(tokio::spawn(async move {
+                r.execute(task(tag, cdb(true, lba, 2048), Some(d), 0)).await
+            }));
+        }
+        let h = inflight.remove(0);
+        let r = h.await.unwrap();
+        assert_eq!(r.status, Status::GOOD);
+        bytes += 1 << 20;
+    }
+    for h in inflight {
+        let _ = h.await;
+        bytes += 1 << 20;
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // stats publish
+    let ratio = match (st0, s.tunnel.as_ref().map(|t| t.stats())) {
+        (Some(a), Some(b)) if b.wire_bytes > a.wire_bytes => {
+            (b.raw_bytes - a.raw_bytes) as f64 / (b.wire_bytes - a.wire_bytes) as f64
+        }
+        _ => 1.0,
+    };
+    (bytes as f64 / dt / 1e6, ratio, cpu / (bytes as f64 / 1e9))
+}
+
+fn dataset(kind: &str) -> Vec<Bytes> {
+    (0..16)
+        .map(|i| {
+            let mut v = vec![0u8; 1 << 20];
+            match kind {
+                "zeros" => {}
+                "pages" => {
+                    let mut p = Pages::new();
+                    for _ in 0..i {
+                        p.fill(&mut [0u8; 8192]);
+                    }
+                    p.fill(&mut v);
+                }
+                _ => {
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
+                    for b in v.iter_mut() {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        *b = x as u8;
+                    }
+                }
+            }
+            Bytes::from(v)
+        })
+        .collect()
+}
+
+async fn failover(keepalive_ms: u64) {
+    let s = {
+        // Enhanced, FastWrite off, no compression, LAN relays.
+        let mut st = sites(
+            LinkMode::Enhanced,
+            false,
+            compress::Mode::None,
+            Some(WanProfile::lan()),
+        )
+        .await;
+        if keepalive_ms != 20 {
+            // Rebuild with other keep-alive settings.
+            drop(st);
+            st = sites_ka(keepalive_ms).await;
+        }
+        st
+    };
+    let remote = s.remote.clone();
+    let t0 = Instant::now();
+    let completions = Arc::new(std::sync::Mutex::new(Vec::<(f64, u32, bool)>::new()));
+    let mut handles = Vec::new();
+    for w in 0..8u32 {
+        let r = remote.clone();
+        let c = completions.clone();
+        handles.push(tokio::spawn(async move {
+            let mut k = 0u32;
+            while t0.elapsed() < Duration::from_millis(4000) {
+                let lba = (w * 100_000) + (k % 10_000) * 16;
+                let data = Bytes::from(vec![(lba % 251) as u8; 8192]);
+                let res = r
+                    .execute(task(
+                        u64::from(w) << 32 | u64::from(k),
+                        cdb(true, lba, 16),
+                        Some(data),
+                        0,
+                    ))
+                    .await;
+                if res.status != Status::GOOD {
+                    let key = res.sense.as_ref().and_then(|s| s.get(2)).map(|k| k & 0x0f);
+                    let asc = res
+                        .sense
+                        .as_ref()
+                        .and_then(|s| s.get(12..14))
+                        .map(<[u8]>::to_vec);
+                    eprintln!(
+                        "failover: write at {:.3} s: {:?}, sense key {key:?}, ASC/ASCQ {asc:?}",
+                        t0.elapsed().as_secs_f64(),
+                        res.status
+                    );
+                }
+                c.lock().unwrap().push((
+                    t0.elapsed().as_secs_f64(),
+                    lba,
+                    res.status == Status::GOOD,
+                ));
+                k += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let cut_at = t0.elapsed().as_secs_f64();
+    s.links[1].set_cut(true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.links[1].set_cut(false);
+    let restored_at = t0.elapsed().as_secs_f64();
+    for h in handles {
+        h.await.unwrap();
+    }
+    let mut c = completions.lock().unwrap().clone();
+    c.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let errors = c.iter().filter(|x| !x.2).count();
+    let gap = |from: f64, to: f64| {
+        let mut g = 0f64;
+        let mut last = from;
+        for (t, _, _) in c.iter().filter(|x| x.0 >= from && x.0 <= to) {
+            g = g.max(t - last);
+            last = *t;
+        }
+        g
+    };
+    let pause_cut = gap(cut_at, cut_at + 1.0);
+    let pause_restore = gap(restored_at, restored_at + 1.0);
+    let before = gap(0.2, cut_at);
+    // Verify every written block.
+    let mut bad = 0;
+    let mut bad_status = 0;
+    let mut seen = std::collections::BTreeMap::new();
+    for (_, lba, ok) in &c {
+        if *ok {
+            seen.insert(*lba, ());
+        }
+    }
+    for (i, lba) in seen.keys().enumerate() {
+        let r = remote
+            .execute(task(9_000_000 + i as u64, cdb(false, *lba, 16), None, 8192))
+            .await;
+        let got: Vec<u8> = r.data_in.iter().flat_map(|x| x.iter().copied()).collect();
+        if r.status != Status::GOOD {
+            bad_status += 1;
+        } else if got.len() != 8192 || got.iter().any(|b| *b != (lba % 251) as u8) {
+            bad += 1;
+        }
+    }
+    let st = s.tunnel.as_ref().unwrap().stats();
+    let failures: Vec<(usize, u64)> = st.circuits.iter().map(|c| (c.slot, c.failures)).collect();
+    eprintln!(
+        "failover: circuit failures (slot, count): {failures:?}; tunnel {}",
+        st.state
+    );
+    let retrans: u64 = st.circuits.iter().map(|c| c.retransmits).sum();
+    let up = st.circuits.iter().filter(|c| c.state == "up").count();
+    println!(
+        "| keepalive {keepalive_ms} ms, dead {} ms | {} | {:.0} ms | {:.0} ms | {:.1} ms | {errors} | {bad} of {} ({bad_status} verify reads failed) | {retrans} | {up}/2 up, dropped {} |",
+        keepalive_ms * 4,
+        c.len(),
+        pause_cut * 1e3,
+        pause_restore * 1e3,
+        before * 1e3,
+        seen.len(),
+        st.dropped,
+    );
+}
+
+async fn sites_ka(ka: u64) -> Setup {
+    // Same as `sites`, with keep-alive `ka` ms and dead after 4 × ka.
+    let a = Switch::new(FabricConfig {
+        domain: 1,
+        switch_name: SW_A,
+        ..FabricConfig::default()
+    });
+    let b = Switch::new(FabricConfig {
+        domain: 2,
+        switch_name: SW_B,
+        ..FabricConfig::default()
+    });
+    let ca = InterSwitch::start(a.clone());
+    let cb = InterSwitch::start(b.clone());
+    let acc = CircuitConfig {
+        peer: None,
+        local: None,
+        weight: 1,
+    };
+    let mut tb = TunnelConfig::new("fcip0", 0, SW_A, vec![acc.clone(), acc]);
+    tb.mode = LinkMode::Enhanced;
+    tb.keepalive = Duration::from_millis(ka);
+    tb.dead_after = Duration::from_millis(4 * ka);
+    let tunnel_b = Tunnel::start(tb, cb);
+    let l = Listener::start("127.0.0.1:0".parse().unwrap(), SW_B, vec![tunnel_b], None)
+        .await
+        .unwrap();
+    let tnode = target(&b, "site-b");
+    let links: Vec<WanLink> = (0..2)
+        .map(|_| {
+            WanLink::start(
+                "127.0.0.1:0".parse().unwrap(),
+                l.local_addr(),
+                WanProfile::lan(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let peer = |i: usize| CircuitConfig {
+        peer: Some(links[i].addr()),
+        local: None,
+        weight: 1,
+    };
+    let mut ta = TunnelConfig::new("fcip0", 0, SW_B, vec![peer(0), peer(1)]);
+    ta.mode = LinkMode::Enhanced;
+    ta.keepalive = Duration::from_millis(ka);
+    ta.dead_after = Duration::from_millis(4 * ka);
+    let tunnel = Tunnel::start(ta, ca);
+    let (remote, n) = initiator(&a).await;
+    Setup {
+        remote,
+        tunnel: Some(tunnel),
+        links,
+        _keep: vec![tnode, n],
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let what: Vec<String> = std::env::args().skip(1).collect();
+    let all = what.is_empty();
+    let want = |w: &str| all || what.iter().any(|x| x == w);
+    if want("latency") {
+        let n = 2000;
+        println!("## Latency: 4 KiB writes, QD1 ({n} each; median / p99 µs)\n");
+        let l = local().await;
+        let (m, p) = qd1(&l, n).await;
+        println!("path without FCIP (initiator and target on one switch): {m:.0} / {p:.0} µs");
+        drop(l);
+        let d = sites(LinkMode::Rfc, false, compress::Mode::None, None).await;
+        let (m, p) = qd1(&d, n).await;
+        println!("FCIP RFC mode, direct loopback (no relay): {m:.0} / {p:.0} µs");
+        drop(d);
+        let d = sites(LinkMode::Enhanced, false, compress::Mode::None, None).await;
+        let (m, p) = qd1(&d, n).await;
+        println!("FCIP enhanced mode, direct loopback (no relay): {m:.0} / {p:.0} µs\n");
+        drop(d);
+        println!("| emulated RTT | FastWrite off | FastWrite on | off − 2·RTT | on − 1·RTT |");
+        println!("|---|---|---|---|---|");
+        for rtt_us in [0u64, 250, 500, 1000] {
+            let rtt = Duration::from_micros(rtt_us);
+            let off = sites(
+                LinkMode::Enhanced,
+                false,
+                compress::Mode::None,
+                Some(WanProfile::rtt(rtt, 0)),
+            )
+            .await;
+            let (m_off, p_off) = qd1(&off, n).await;
+            drop(off);
+            let on = sites(
+                LinkMode::Enhanced,
+                true,
+                compress::Mode::None,
+                Some(WanProfile::rtt(rtt, 0)),
+            )
+            .await;
+            let (m_on, p_on) = qd1(&on, n).await;
+            drop(on);
+            let r = rtt_us as f64;
+            println!(
+                "| {:.2} ms | {m_off:.0} µs (p99 {p_off:.0}) | {m_on:.0} µs (p99 {p_on:.0}) | {:.0} µs | {:.0} µs |",
+                r / 1000.0,
+                m_off - 2.0 * r,
+                m_on - r
+            );
+        }
+        println!();
+    }
+    if want("throughput") {
+        let rate: u64 = 125_000_000 / 2; // 1 Gb/s shared by the two circuits
+        println!(
+            "## Throughput and compression: 1 MiB writes, QD 8, two circuits of 500 Mb/s each (1 Gb/s link)\n"
+        );
+        println!("| data | mode | MB/s | ratio | CPU s/GB (whole process) |");
+        println!("|---|---|---|---|---|");
+        for kind in ["zeros", "pages", "random"] {
+            let data = dataset(kind);
+            for (name, m) in [
+                ("none", compress::Mode::None),
+                ("lz4", compress::Mode::Lz4),
+                ("zstd", compress::Mode::Zstd),
+                ("auto", compress::Mode::Auto),
+            ] {
+                let s = sites(
+                    LinkMode::Enhanced,
+                    false,
+                    m,
+                    Some(WanProfile::rtt(Duration::from_micros(500), rate)),
+                )
+                .await;
+                let (mbs, ratio, cpu) = stream(&s, &data, 4.0).await;
+                println!("| {kind} | {name} | {mbs:.1} | {ratio:.2} | {cpu:.2} |");
+                drop(s);
+            }
+        }
+        println!();
+    }
+    if want("failover") {
+        println!("## Failover: 8 writers of 8 KiB, circuit 2 black-holed at 1 s for 1.5 s\n");
+        println!(
+            "| settings | I/Os | longest pause after the cut | after the restore | longest gap before | I/O errors | bad blocks | batches resent | circuits at the end |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        failover(20).await;
+        failover(10).await;
+        println!();
+    }
+}

@@ -1,0 +1,1427 @@
+//! The tunnel driver: one task owns the tunnel's state (E_Port engine,
+//! enhanced stream, compression, FastWrite, circuits) and is fed by the
+//! fabric (frames leaving through the VE_Port), by one reader task per
+//! connection, by the connector loops and the listener, and by a timer.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+use unifab_fc::fabric::zoning::ZoneSet;
+use unifab_fc::io::FabricPort;
+use unifab_fc::link::{FcLink, LinkError};
+use unifab_fc::wire::frame::Frame;
+use unifab_fc::wire::header::FcType;
+use unifab_fc::wire::{FcId, OxId, RxId, Sof, Wwn};
+
+use super::controller::{InterSwitch, LinkHandle};
+use super::{LinkMode, TunnelConfig, tcp_rtt_us};
+use crate::codec::{Decoder, DecoderConfig, Item};
+use crate::proto::compress::{Compressor, decompress};
+use crate::proto::eport::{EPort, LocalSwitch, Output, ZoneDb};
+use crate::proto::fastwrite::{DEFAULT_MAX_BYTES, DEFAULT_TABLE, HostAction, HostSide, TargetSide};
+use crate::proto::handshake::check_echo;
+use crate::proto::stream::{ReceiveWindow, SendWindow};
+use crate::wire::encap::EncapFlags;
+use crate::wire::enhanced::{
+    self, BatchHeader, BatchKind, Codec, Hello, Reassembly, put_record, records,
+};
+use crate::wire::frame::{FcipFrame, FcipFrameRepr};
+use crate::wire::fsf::{Capabilities, EntityId, SpecialFrameRepr, UsageFlags};
+use crate::wire::sw_ils::{FspfHeader, Hlo, SwIlsRepr};
+
+/// A byte stream a circuit runs over (TCP, or TLS over TCP).
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+/// An established connection, after the special frame exchange.
+pub struct Conn {
+    /// The stream.
+    pub stream: Box<dyn Stream>,
+    /// The peer.
+    pub peer: SocketAddr,
+    /// The socket (for TCP_INFO).
+    pub fd: i32,
+    /// The peer's special frame (or ours, echoed).
+    pub fsf: SpecialFrameRepr,
+    /// Bytes read past the handshake.
+    pub leftover: Bytes,
+    /// What the peer offers: from its special frame (acceptor) or its
+    /// hello (connector); `None` for a plain RFC 3821 peer.
+    pub peer_caps: Option<Capabilities>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").field("peer", &self.peer).finish()
+    }
+}
+
+/// Counters of one circuit (or of the RFC class F connection).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CircuitStats {
+    /// Slot: 0 the RFC class F connection, 1… the circuits.
+    pub slot: usize,
+    /// `up`, `down`, `connecting`.
+    pub state: String,
+    /// Peer address.
+    pub peer: String,
+    /// Seconds up.
+    pub uptime_s: f64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Send rate over the last second, MB/s.
+    pub tx_mbps: f64,
+    /// Receive rate over the last second, MB/s.
+    pub rx_mbps: f64,
+    /// Batches resent from this circuit after it died.
+    pub retransmits: u64,
+    /// TCP's smoothed RTT, µs.
+    pub rtt_us: u32,
+    /// Times the circuit went down.
+    pub failures: u64,
+    /// Weight.
+    pub weight: u32,
+}
+
+/// Counters of a tunnel.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TunnelStats {
+    /// Name.
+    pub name: String,
+    /// Peer switch.
+    pub peer_wwn: String,
+    /// Configured mode.
+    pub mode: String,
+    /// `up (domain N)`, `down`, `isolated: why`.
+    pub state: String,
+    /// Compression mode.
+    pub compression: String,
+    /// Bytes before compression.
+    pub raw_bytes: u64,
+    /// Bytes after compression.
+    pub wire_bytes: u64,
+    /// FastWrite agreed.
+    pub fastwrite: bool,
+    /// Writes accelerated.
+    pub fastwrite_writes: u64,
+    /// Batches received twice and dropped.
+    pub duplicates: u64,
+    /// Frames the fabric handed over while the tunnel could not take them.
+    pub dropped: u64,
+    /// Resynchronisations of the decoders.
+    pub resyncs: u64,
+    /// Circuits.
+    pub circuits: Vec<CircuitStats>,
+}
+
+enum Ev {
+    Up(usize, Conn, Option<oneshot::Sender<()>>),
+    Rx(usize, u64, Item),
+    Closed(usize, u64, String),
+}
+
+/// The VE_Port's link: frames the fabric sends out through the tunnel.
+#[derive(Debug)]
+struct TunnelLink {
+    tx: mpsc::Sender<Frame>,
+    name: String,
+    dropped: Arc<AtomicU64>,
+}
+
+impl FcLink for TunnelLink {
+    fn transmit(&self, frame: Frame) -> Result<(), LinkError> {
+        self.tx.try_send(frame).map_err(|e| {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            match e {
+                mpsc::error::TrySendError::Full(_) => LinkError::Full,
+                mpsc::error::TrySendError::Closed(_) => LinkError::Down,
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("fcip:{}", self.name)
+    }
+}
+
+/// A running tunnel. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Tunnel {
+    cfg: Arc<TunnelConfig>,
+    ev: mpsc::Sender<Ev>,
+    stats: Arc<Mutex<TunnelStats>>,
+}
+
+impl Tunnel {
+    /// Starts a tunnel on the controller's switch (inside a runtime).
+    pub fn start(cfg: TunnelConfig, ctl: InterSwitch) -> Tunnel {
+        let cfg = Arc::new(cfg);
+        let (fab_tx, fab_rx) = mpsc::channel(65_536);
+        let (ev_tx, ev_rx) = mpsc::channel(4096);
+        let (ctl_tx, ctl_rx) = mpsc::channel(1024);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let link = TunnelLink {
+            tx: fab_tx,
+            name: cfg.name.clone(),
+            dropped: dropped.clone(),
+        };
+        let port = ctl.switch().attach_e_port(&cfg.name, Arc::new(link));
+        let stats = Arc::new(Mutex::new(TunnelStats {
+            name: cfg.name.clone(),
+            peer_wwn: cfg.peer_wwn.to_string(),
+            mode: match cfg.mode {
+                LinkMode::Rfc => "rfc".into(),
+                LinkMode::Enhanced => "enhanced".into(),
+            },
+            state: "down".into(),
+            compression: format!("{:?}", cfg.compression).to_lowercase(),
+            ..TunnelStats::default()
+        }));
+        let t = Tunnel {
+            cfg: cfg.clone(),
+            ev: ev_tx.clone(),
+            stats: stats.clone(),
+        };
+        let t_local = ctl.switch().with_fabric(|f| f.switch_name());
+        let mut actor = Actor::new(
+            cfg.clone(),
+            port,
+            ctl,
+            ev_tx.clone(),
+            ctl_tx,
+            stats,
+            dropped,
+        );
+        actor.publish();
+        tokio::spawn(actor.run(fab_rx, ev_rx, ctl_rx));
+        if cfg.connects() {
+            let local = t_local;
+            for slot in slots(&cfg) {
+                tokio::spawn(connect_loop(
+                    cfg.clone(),
+                    slot,
+                    local,
+                    ev_tx.clone(),
+                    t.stats.clone(),
+                ));
+            }
+        }
+        t
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TunnelConfig {
+        &self.cfg
+    }
+
+    /// A connection the listener accepted for this tunnel.
+    pub fn accepted(&self, conn: Conn) {
+        let slot = usize::from(conn.fsf.usage_code);
+        if self.ev.try_send(Ev::Up(slot, conn, None)).is_err() {
+            warn!(tunnel = %self.cfg.name, "tunnel busy: accepted connection dropped");
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TunnelStats {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The connection slots a tunnel uses.
+fn slots(cfg: &TunnelConfig) -> Vec<usize> {
+    let n = cfg.circuits.len();
+    match cfg.mode {
+        LinkMode::Rfc => (0..=n).collect(),
+        LinkMode::Enhanced => (1..=n).collect(),
+    }
+}
+
+fn capabilities(cfg: &TunnelConfig) -> Capabilities {
+    let mut c = Capabilities::ENHANCED | Capabilities::LZ4 | Capabilities::ZSTD;
+    if cfg.fastwrite {
+        c |= Capabilities::FASTWRITE;
+    }
+    Capabilities(c)
+}
+
+/// The entity identifier this side announces.
+pub fn entity_id(cfg: &TunnelConfig) -> EntityId {
+    match cfg.mode {
+        LinkMode::Rfc => EntityId(u64::from(cfg.number)),
+        LinkMode::Enhanced => EntityId::unifab(capabilities(cfg), cfg.number),
+    }
+}
+
+fn hello(cfg: &TunnelConfig) -> Hello {
+    Hello {
+        capabilities: capabilities(cfg).0,
+        fastwrite: cfg.fastwrite,
+        fastwrite_table: DEFAULT_TABLE as u16,
+        fastwrite_max_bytes: DEFAULT_MAX_BYTES,
+    }
+}
+
+/// The encoded frames of a hello batch.
+pub fn hello_bytes(cfg: &TunnelConfig) -> Vec<u8> {
+    let body = Bytes::copy_from_slice(&hello(cfg).to_bytes());
+    let h = BatchHeader {
+        kind: BatchKind::HELLO.0,
+        raw_len: body.len() as u32,
+        wire_len: body.len() as u32,
+        ..BatchHeader::default()
+    };
+    let mut out = Vec::new();
+    for f in enhanced::fragments(&h, &body) {
+        if let Ok(b) = FcipFrameRepr::new(f).to_bytes() {
+            out.extend(b);
+        }
+    }
+    out
+}
+
+/// Sets TCP_NODELAY and returns the raw fd.
+pub fn prepare(s: &TcpStream) -> i32 {
+    let _ = s.set_nodelay(true);
+    use std::os::fd::AsRawFd;
+    s.as_raw_fd()
+}
+
+async fn read_exact_timeout(
+    s: &mut (impl AsyncRead + Unpin),
+    buf: &mut [u8],
+    t: Duration,
+) -> Result<(), String> {
+    match tokio::time::timeout(t, s.read_exact(buf)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("read: {e}")),
+        Err(_) => Err("timed out".into()),
+    }
+}
+
+/// Connects slot `slot` once: TCP (and TLS), special frame, echo, and in
+/// enhanced mode the peer's hello.
+async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result<Conn, String> {
+    let c = &cfg.circuits[slot.saturating_sub(1).min(cfg.circuits.len() - 1)];
+    let peer = c.peer.ok_or("circuit has no peer address")?;
+    let sock = if peer.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(|e| e.to_string())?;
+    if let Some(l) = c.local {
+        sock.bind(l).map_err(|e| format!("bind {l}: {e}"))?;
+    }
+    let tcp = tokio::time::timeout(Duration::from_secs(5), sock.connect(peer))
+        .await
+        .map_err(|_| format!("connect {peer}: timed out"))?
+        .map_err(|e| format!("connect {peer}: {e}"))?;
+    let fd = prepare(&tcp);
+    let mut stream: Box<dyn Stream> = match &cfg.tls {
+        Some(t) => t.connect(tcp).await?,
+        None => Box::new(tcp),
+    };
+    let usage = match (cfg.mode, slot) {
+        (LinkMode::Rfc, 0) => UsageFlags::class_f(),
+        (LinkMode::Rfc, _) => UsageFlags::class_3(),
+        (LinkMode::Enhanced, _) => UsageFlags(UsageFlags::CLASS_F | UsageFlags::CLASS_3),
+    };
+    let fsf = SpecialFrameRepr {
+        changed: false,
+        source_wwn: local_wwn,
+        entity_id: entity_id(cfg),
+        nonce: rand::random(),
+        usage_flags: usage,
+        usage_code: slot as u16,
+        destination_wwn: cfg.peer_wwn,
+        k_a_tov: cfg.k_a_tov,
+        flags: EncapFlags(0),
+        timestamp_seconds: 0,
+        timestamp_fraction: 0,
+    };
+    let sent = fsf.to_bytes();
+    stream.write_all(&sent).await.map_err(|e| e.to_string())?;
+    let mut echo = [0u8; 76];
+    read_exact_timeout(&mut stream, &mut echo, Duration::from_secs(10)).await?;
+    check_echo(&sent, &echo).map_err(|e| e.to_string())?;
+    let mut leftover = Bytes::new();
+    let mut peer_caps = None;
+    if cfg.mode == LinkMode::Enhanced {
+        // The acceptor's hello must follow at once.
+        let mut dec = Decoder::new(DecoderConfig::default());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut buf = vec![0u8; 4096];
+        let got = loop {
+            match dec.decode() {
+                Ok(Some(Item::Frame(b))) => break Some(b),
+                Ok(Some(Item::Special(_))) | Err(_) => break None,
+                Ok(None) => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, stream.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => dec.extend(&buf[..n]),
+                _ => break None,
+            }
+        };
+        let hello = got
+            .as_ref()
+            .and_then(|b| FcipFrame::new_checked(b.clone()).ok())
+            .and_then(|f| f.to_fc_frame().ok())
+            .filter(|f| enhanced::is_fragment(&f.header))
+            .and_then(|f| {
+                let h = BatchHeader::parse(&f.payload).ok()?;
+                let body = f.payload.get(enhanced::BATCH_HEADER_LEN..)?;
+                (h.kind == BatchKind::HELLO.0).then(|| Hello::parse(body).ok())?
+            });
+        if let Some(h) = hello {
+            let mut caps = h.capabilities;
+            if !h.fastwrite {
+                caps &= !Capabilities::FASTWRITE;
+            }
+            peer_caps = Some(Capabilities(caps));
+        } else {
+            return Err(format!(
+                "{peer} did not answer with unifab enhanced mode (an RFC 3821 peer?): configure mode = \"rfc\" for this tunnel"
+            ));
+        }
+        // Anything after the hello belongs to the stream.
+        let mut rest = BytesMut::new();
+        if let Some(h) = got {
+            rest.extend_from_slice(&h);
+        }
+        rest.extend_from_slice(&dec.buffer_mut().split());
+        leftover = rest.freeze();
+    }
+    Ok(Conn {
+        stream,
+        peer,
+        fd,
+        fsf,
+        leftover,
+        peer_caps,
+    })
+}
+
+async fn connect_loop(
+    cfg: Arc<TunnelConfig>,
+    slot: usize,
+    local_wwn: Wwn,
+    ev: mpsc::Sender<Ev>,
+    stats: Arc<Mutex<TunnelStats>>,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match connect_once(&cfg, slot, local_wwn).await {
+            Ok(conn) => {
+                backoff = Duration::from_millis(100);
+                let (done_tx, done_rx) = oneshot::channel();
+                if ev.send(Ev::Up(slot, conn, Some(done_tx))).await.is_err() {
+                    return;
+                }
+                let _ = done_rx.await;
+            }
+            Err(e) => {
+                debug!(tunnel = %cfg.name, slot, error = %e, "circuit connect failed");
+                if e.contains("configure mode") {
+                    warn!(tunnel = %cfg.name, slot, error = %e, "tunnel refused");
+                    if let Ok(mut s) = stats.lock() {
+                        s.state = format!("down: {e}");
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+        if ev.is_closed() {
+            return;
+        }
+    }
+}
+
+struct Circuit {
+    epoch: u64,
+    writer: mpsc::Sender<Vec<Bytes>>,
+    done: Option<oneshot::Sender<()>>,
+    fd: i32,
+    last_rx: Instant,
+    since: Instant,
+    reasm: Reassembly,
+    peer: SocketAddr,
+}
+
+struct Actor {
+    cfg: Arc<TunnelConfig>,
+    port: FabricPort,
+    port_no: u32,
+    ctl: InterSwitch,
+    ev: mpsc::Sender<Ev>,
+    ctl_tx: mpsc::Sender<Frame>,
+    stats: Arc<Mutex<TunnelStats>>,
+    dropped: Arc<AtomicU64>,
+    circuits: HashMap<usize, Circuit>,
+    counters: HashMap<usize, CircuitStats>,
+    epoch: u64,
+    eport: Option<EPort>,
+    up: Option<u8>,
+    isolated: Option<String>,
+    enhanced: bool,
+    send: SendWindow,
+    recv: ReceiveWindow,
+    comp: Compressor,
+    host: Option<HostSide>,
+    target: Option<TargetSide>,
+    rr: usize,
+    ack_due: Option<usize>,
+    last_rate: Instant,
+    last_bytes: HashMap<usize, (u64, u64)>,
+    local_wwn: Wwn,
+}
+
+impl Actor {
+    fn new(
+        cfg: Arc<TunnelConfig>,
+        port: FabricPort,
+        ctl: InterSwitch,
+        ev: mpsc::Sender<Ev>,
+        ctl_tx: mpsc::Sender<Frame>,
+        stats: Arc<Mutex<TunnelStats>>,
+        dropped: Arc<AtomicU64>,
+    ) -> Actor {
+        let local_wwn = ctl.switch().with_fabric(|f| f.switch_name());
+        let port_no = port.index().0 as u32 + 1;
+        let mut counters = HashMap::new();
+        for s in slots(&cfg) {
+            counters.insert(
+                s,
+                CircuitStats {
+                    slot: s,
+                    state: "down".into(),
+                    weight: cfg
+                        .circuits
+                        .get(s.saturating_sub(1))
+                        .map_or(0, |c| c.weight),
+                    ..CircuitStats::default()
+                },
+            );
+        }
+        Actor {
+            comp: Compressor::new(cfg.compression),
+            send: SendWindow::new(cfg.window_bytes),
+            recv: ReceiveWindow::new(1 << 20),
+            cfg,
+            port,
+            port_no,
+            ctl,
+            ev,
+            ctl_tx,
+            stats,
+            dropped,
+            circuits: HashMap::new(),
+            counters,
+            epoch: 0,
+            eport: None,
+            up: None,
+            isolated: None,
+            enhanced: false,
+            host: None,
+            target: None,
+            rr: 0,
+            ack_due: None,
+            last_rate: Instant::now(),
+            last_bytes: HashMap::new(),
+            local_wwn,
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut fab: mpsc::Receiver<Frame>,
+        mut ev: mpsc::Receiver<Ev>,
+        mut ctl: mpsc::Receiver<Frame>,
+    ) {
+        let tick = (self.cfg.keepalive / 2).max(Duration::from_millis(5));
+        let mut timer = tokio::time::interval(tick);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                e = ev.recv() => match e {
+                    Some(e) => self.on_event(e),
+                    None => return,
+                },
+                f = ctl.recv() => if let Some(f) = f { self.send_class_f(f) },
+                f = fab.recv(), if self.fabric_ready() => match f {
+                    Some(f) => {
+                        let mut batch = vec![f];
+                        while batch.len() < 512 {
+                            match fab.try_recv() {
+                                Ok(f) => batch.push(f),
+                                Err(_) => break,
+                            }
+                        }
+                        self.outbound(batch);
+                    }
+                    None => return,
+                },
+                _ = timer.tick() => self.on_tick(),
+            }
+            if let Some(slot) = self.ack_due.take() {
+                self.send_control(slot);
+            }
+        }
+    }
+
+    fn fabric_ready(&self) -> bool {
+        !self.enhanced || self.send.has_room()
+    }
+
+    fn class_f_slot(&self) -> Option<usize> {
+        if self.enhanced {
+            None
+        } else {
+            self.circuits.contains_key(&0).then_some(0)
+        }
+    }
+
+    fn link_ready(&self) -> bool {
+        if self.cfg.mode == LinkMode::Rfc {
+            self.circuits.contains_key(&0)
+        } else {
+            !self.circuits.is_empty()
+        }
+    }
+
+    fn on_event(&mut self, e: Ev) {
+        match e {
+            Ev::Up(slot, conn, done) => self.circuit_up(slot, conn, done),
+            Ev::Rx(slot, epoch, item) => {
+                if self.circuits.get(&slot).is_some_and(|c| c.epoch == epoch) {
+                    self.on_rx(slot, item);
+                }
+            }
+            Ev::Closed(slot, epoch, why) => {
+                if self.circuits.get(&slot).is_some_and(|c| c.epoch == epoch) {
+                    self.circuit_down(slot, &why);
+                }
+            }
+        }
+    }
+
+    fn circuit_up(&mut self, slot: usize, conn: Conn, done: Option<oneshot::Sender<()>>) {
+        let valid = match self.cfg.mode {
+            LinkMode::Rfc => slot <= self.cfg.circuits.len(),
+            LinkMode::Enhanced => (1..=self.cfg.circuits.len()).contains(&slot),
+        };
+        if !valid {
+            warn!(tunnel = %self.cfg.name, slot, "connection for an unknown circuit refused");
+            return;
+        }
+        if self.circuits.contains_key(&slot) {
+            self.circuit_down(slot, "replaced by a new connection");
+        }
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let (wtx, wrx) = mpsc::channel::<Vec<Bytes>>(16_384);
+        let (rd, wr) = tokio::io::split(conn.stream);
+        tokio::spawn(writer(wr, wrx, self.ev.clone(), slot, epoch));
+        tokio::spawn(reader(rd, conn.leftover, self.ev.clone(), slot, epoch));
+        let now = Instant::now();
+        self.circuits.insert(
+            slot,
+            Circuit {
+                epoch,
+                writer: wtx,
+                done,
+                fd: conn.fd,
+                last_rx: now,
+                since: now,
+                reasm: Reassembly::default(),
+                peer: conn.peer,
+            },
+        );
+        if let Some(c) = self.counters.get_mut(&slot) {
+            c.state = "up".into();
+            c.peer = conn.peer.to_string();
+        }
+        info!(tunnel = %self.cfg.name, slot, peer = %conn.peer, "circuit up");
+        self.publish();
+        let peer_enhanced = conn
+            .peer_caps
+            .is_some_and(|c| c.has(Capabilities::ENHANCED));
+        if self.eport.is_none() && self.link_ready() {
+            self.enhanced = self.cfg.mode == LinkMode::Enhanced && peer_enhanced;
+            self.link_start(conn.peer_caps);
+        } else if self.enhanced {
+            // Batches orphaned while no circuit was up go out now.
+            let alive: Vec<usize> = self.circuits.keys().copied().collect();
+            let moved = {
+                let mut rr = self.rr;
+                let live = alive.clone();
+                let r = self.send.orphans(&alive, |_| {
+                    rr += 1;
+                    live.get(rr % live.len()).copied()
+                });
+                self.rr = rr;
+                r
+            };
+            for (c, h, b) in moved {
+                self.write_batch(c, h, b);
+            }
+        }
+    }
+
+    fn link_start(&mut self, peer_caps: Option<Capabilities>) {
+        let fastwrite = self.enhanced
+            && self.cfg.fastwrite
+            && peer_caps.is_some_and(|c| c.has(Capabilities::FASTWRITE));
+        if fastwrite {
+            self.host = Some(HostSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));
+            self.target = Some(TargetSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));
+        }
+        let zoning = self.ctl.switch().with_fabric(|f| {
+            let z = f.zoning();
+            ZoneDb {
+                active: z
+                    .active()
+                    .map(|a| (a.to_string(), z.active_zones().to_vec())),
+            }
+        });
+        let t = unifab_fc::exchange::Timeouts::default();
+        let local = LocalSwitch {
+            domain: self.ctl.domain(),
+            switch_name: self.local_wwn,
+            port_name: Wwn((self.local_wwn.0 & !0xffff) | 0x8000 | u64::from(self.port_no)),
+            domains: self.ctl.known_domains(),
+            zoning,
+            r_a_tov: t.r_a_tov.as_millis() as u32,
+            e_d_tov: t.e_d_tov.as_millis() as u32,
+        };
+        let mut e = EPort::new(local, self.cfg.connects());
+        e.start();
+        self.eport = Some(e);
+        self.isolated = None;
+        self.set_state("negotiating".into());
+        self.drain_eport();
+    }
+
+    fn set_state(&self, s: String) {
+        if let Ok(mut st) = self.stats.lock() {
+            st.state = s;
+            st.fastwrite = self.host.is_some();
+        }
+    }
+
+    fn link_down(&mut self, why: &str) {
+        if self.eport.take().is_some() {
+            warn!(tunnel = %self.cfg.name, reason = why, "link down");
+        }
+        if self.up.take().is_some() {
+            self.ctl.link_down(self.port_no);
+        }
+        if let Some(h) = &mut self.host {
+            h.clear();
+        }
+        if let Some(t) = &mut self.target {
+            t.clear();
+        }
+        self.host = None;
+        self.target = None;
+        self.send = SendWindow::new(self.cfg.window_bytes);
+        self.recv = ReceiveWindow::new(1 << 20);
+        if self.isolated.is_none() {
+            self.set_state(format!("down: {why}"));
+        }
+    }
+
+    fn circuit_down(&mut self, slot: usize, why: &str) {
+        let Some(c) = self.circuits.remove(&slot) else {
+            return;
+        };
+        if let Some(d) = c.done {
+            let _ = d.send(());
+        }
+        if let Some(s) = self.counters.get_mut(&slot) {
+            s.state = "down".into();
+            s.failures += 1;
+        }
+        warn!(tunnel = %self.cfg.name, slot, peer = %c.peer, reason = why, "circuit down");
+        self.publish();
+        if !self.link_ready() {
+            self.link_down(why);
+            // RFC: data connections go with the class F one.
+            if self.cfg.mode == LinkMode::Rfc {
+                let rest: Vec<usize> = self.circuits.keys().copied().collect();
+                for s in rest {
+                    self.circuit_down(s, "class F connection lost");
+                }
+            }
+            return;
+        }
+        if self.enhanced {
+            let live: Vec<usize> = self.circuits.keys().copied().collect();
+            let mut rr = self.rr;
+            let moved = self.send.fail_circuit(slot, |_| {
+                rr += 1;
+                live.get(rr % live.len()).copied()
+            });
+            self.rr = rr;
+            if let Some(s) = self.counters.get_mut(&slot) {
+                s.retransmits += moved.len() as u64;
+            }
+            for (c, h, b) in moved {
+                self.write_batch(c, h, b);
+            }
+        }
+    }
+
+    /// Enhanced mode: when every live circuit looks dead at once, none is
+    /// declared dead until one of them is heard from again (then the
+    /// others go on the next tick) or all have been silent for K_A_TOV.
+    /// Losing one circuit of several costs a resend on a survivor; losing
+    /// the last takes the link down and fails every exchange in flight.
+    /// All circuits falling silent together is as likely a starved host
+    /// (this one or the peer) as an outage of every path, and neither end
+    /// can tell which circuit will come back first, so both wait for the
+    /// evidence instead of guessing (a guess could differ between the two
+    /// ends, each keeping the circuit the other closed).
+    fn spare_last_circuits(&self, dead: Vec<usize>, now: Instant) -> Vec<usize> {
+        if !self.enhanced || dead.is_empty() || dead.len() < self.circuits.len() {
+            return dead;
+        }
+        let newest = self
+            .circuits
+            .values()
+            .map(|c| now.duration_since(c.last_rx))
+            .min()
+            .unwrap_or_default();
+        if newest <= Duration::from_millis(u64::from(self.cfg.k_a_tov)) {
+            Vec::new()
+        } else {
+            dead
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let now = Instant::now();
+        let dead: Vec<usize> = self
+            .circuits
+            .iter()
+            .filter(|(s, c)| {
+                let watched = self.enhanced || **s == 0;
+                watched && now.duration_since(c.last_rx) > self.cfg.dead_after
+            })
+            .map(|(s, _)| *s)
+            .collect();
+        let dead = self.spare_last_circuits(dead, now);
+        for s in dead {
+            self.circuit_down(s, "keep-alive timeout (nothing received)");
+        }
+        // Heartbeats.
+        if self.enhanced {
+            let slots: Vec<usize> = self.circuits.keys().copied().collect();
+            for s in slots {
+                self.send_control(s);
+            }
+        } else if self.circuits.contains_key(&0) && self.up.is_some() {
+            let hlo = SwIlsRepr::Hlo(Hlo {
+                header: FspfHeader {
+                    version: 2,
+                    domain: self.ctl.domain(),
+                    ..FspfHeader::default()
+                },
+                options: 0,
+                hello_interval: self.cfg.keepalive.as_secs().max(1) as u32,
+                dead_interval: self.cfg.dead_after.as_secs().max(1) as u32,
+                recipient_domain: self.up.map_or(0xffff_ffff, u32::from),
+                port_index: self.port_no,
+            });
+            let fc = FcId::FABRIC_CONTROLLER;
+            let f = crate::proto::eport::sw_ils_frame(
+                &hlo,
+                false,
+                OxId(0x7200),
+                RxId::UNASSIGNED,
+                fc,
+                fc,
+            );
+            self.write_frames(0, vec![(f, 0)]);
+        }
+        if now.duration_since(self.last_rate) >= Duration::from_secs(1) {
+            self.update_stats(now);
+        }
+    }
+
+    /// Publishes the counters (rates only once a second).
+    fn publish(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last_rate) >= Duration::from_secs(1) {
+            self.update_stats(now);
+            return;
+        }
+        let mut out: Vec<CircuitStats> = self.counters.values().cloned().collect();
+        out.sort_by_key(|c| c.slot);
+        for c in &mut out {
+            if let Some(k) = self.circuits.get(&c.slot) {
+                c.uptime_s = now.duration_since(k.since).as_secs_f64();
+            }
+        }
+        if let Ok(mut st) = self.stats.lock() {
+            st.circuits = out;
+        }
+    }
+
+    fn update_stats(&mut self, now: Instant) {
+        let dt = now.duration_since(self.last_rate).as_secs_f64();
+        self.last_rate = now;
+        let mut out = Vec::new();
+        let mut slots: Vec<usize> = self.counters.keys().copied().collect();
+        slots.sort_unstable();
+        for s in slots {
+            let Some(c) = self.counters.get_mut(&s) else {
+                continue;
+            };
+            let (ptx, prx) = self.last_bytes.get(&s).copied().unwrap_or((0, 0));
+            c.tx_mbps = (c.tx_bytes - ptx) as f64 / dt / 1e6;
+            c.rx_mbps = (c.rx_bytes - prx) as f64 / dt / 1e6;
+            self.last_bytes.insert(s, (c.tx_bytes, c.rx_bytes));
+            if let Some(k) = self.circuits.get(&s) {
+                c.uptime_s = now.duration_since(k.since).as_secs_f64();
+                c.rtt_us = tcp_rtt_us(k.fd).unwrap_or(0);
+            } else {
+                c.uptime_s = 0.0;
+            }
+            out.push(c.clone());
+        }
+        if self.enhanced && self.send.acked() > 0 {
+            let rate: f64 = out.iter().map(|c| c.tx_mbps * 1e6).sum();
+            self.comp.set_link_rate(rate);
+        }
+        if let Ok(mut st) = self.stats.lock() {
+            st.circuits = out;
+            st.raw_bytes = self.comp.raw_bytes;
+            st.wire_bytes = self.comp.wire_bytes;
+            st.duplicates = self.recv.duplicates;
+            st.dropped = self.dropped.load(Ordering::Relaxed);
+            st.fastwrite_writes = self.host.as_ref().map_or(0, |h| h.accelerated);
+        }
+    }
+
+    // ---- receive side ----
+
+    fn on_rx(&mut self, slot: usize, item: Item) {
+        let Some(c) = self.circuits.get_mut(&slot) else {
+            return;
+        };
+        c.last_rx = Instant::now();
+        let Item::Frame(bytes) = item else {
+            self.circuit_down(slot, "special frame after the handshake");
+            return;
+        };
+        if let Some(s) = self.counters.get_mut(&slot) {
+            s.rx_bytes += bytes.len() as u64;
+        }
+        let frame = match FcipFrame::new_checked(bytes).and_then(|f| f.to_fc_frame()) {
+            Ok(f) => f,
+            Err(e) => {
+                self.circuit_down(slot, &format!("bad frame: {e}"));
+                return;
+            }
+        };
+        if self.enhanced || enhanced::is_fragment(&frame.header) {
+            if !self.enhanced {
+                // A batch on an RFC link: the peer is confused.
+                return;
+            }
+            let done = match c.reasm.push(&frame) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.circuit_down(slot, &format!("bad batch: {e}"));
+                    return;
+                }
+            };
+            if let Some((h, body)) = done {
+                self.on_batch(slot, h, body);
+            }
+            return;
+        }
+        self.dispatch(strip_data_fill(frame), 0);
+    }
+
+    fn on_batch(&mut self, slot: usize, h: BatchHeader, body: Bytes) {
+        self.send.on_ack(h.ack);
+        match BatchKind(h.kind) {
+            BatchKind::DATA => {
+                let raw = match decompress(h.codec, body, h.raw_len as usize) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.circuit_down(slot, &format!("bad batch: {e}"));
+                        return;
+                    }
+                };
+                match self.recv.accept(h.seq, raw) {
+                    Ok(ready) => {
+                        for b in ready {
+                            match records(&b) {
+                                Ok(fs) => {
+                                    for (f, fl) in fs {
+                                        self.dispatch(f, fl);
+                                    }
+                                }
+                                Err(e) => {
+                                    warn!(tunnel = %self.cfg.name, error = %e, "bad batch records")
+                                }
+                            }
+                        }
+                        self.ack_due = Some(slot);
+                    }
+                    Err(e) => self.circuit_down(slot, &e.to_string()),
+                }
+            }
+            BatchKind::CONTROL | BatchKind::HELLO => {}
+            _ => {}
+        }
+    }
+
+    /// A frame from the peer.
+    fn dispatch(&mut self, f: Frame, flags: u8) {
+        let d = f.header.d_id;
+        tracing::trace!(tunnel = %self.cfg.name, s_id = %f.header.s_id, d_id = %d, r_ctl = f.header.r_ctl.0, fc_type = f.header.fc_type.0, ox = f.header.ox_id.0, "rx");
+        if d == FcId::FABRIC_CONTROLLER && f.header.fc_type == FcType::SW_ILS {
+            if let Some(e) = &mut self.eport {
+                e.handle(&f);
+            }
+            self.drain_eport();
+            return;
+        }
+        if self.up.is_none() {
+            return; // no data before the link is up
+        }
+        if unifab_fc::fabric::isl::controller_domain(d) == Some(self.ctl.domain())
+            && f.header.r_ctl != unifab_fc::wire::RCtl::CT_REQUEST
+        {
+            // Replies to the controller's queries, SW_RSCN; name server
+            // queries go to the fabric, which answers them.
+            self.ctl.deliver(f);
+            return;
+        }
+        let f = match &mut self.host {
+            Some(h) => match h.inbound(f) {
+                Some(f) => f,
+                None => return,
+            },
+            None => f,
+        };
+        let out = match &mut self.target {
+            Some(t) => t.inbound(f, flags),
+            None => vec![f],
+        };
+        for f in out {
+            let _ = self.port.transmit(f);
+        }
+    }
+
+    fn drain_eport(&mut self) {
+        loop {
+            let Some(o) = self.eport.as_mut().and_then(|e| e.poll()) else {
+                return;
+            };
+            match o {
+                Output::Send(f) => self.send_class_f(f),
+                Output::ApplyZoning(z) => self.apply_zoning(z),
+                Output::Up {
+                    domain,
+                    switch_name,
+                    peer_domains,
+                } => {
+                    info!(tunnel = %self.cfg.name, domain, switch = %switch_name, enhanced = self.enhanced, fastwrite = self.host.is_some(), "VE_Port up");
+                    self.up = Some(domain);
+                    self.set_state(format!("up (domain {domain}, {switch_name})"));
+                    self.ctl.link_up(
+                        self.port_no,
+                        LinkHandle {
+                            tx: self.ctl_tx.clone(),
+                            neighbor: domain,
+                        },
+                        &peer_domains,
+                    );
+                }
+                Output::Isolated(why) => {
+                    tracing::error!(tunnel = %self.cfg.name, reason = %why, "VE_Port isolated");
+                    self.isolated = Some(why.clone());
+                    self.set_state(format!("isolated: {why}"));
+                    if self.up.take().is_some() {
+                        self.ctl.link_down(self.port_no);
+                    }
+                }
+                Output::Controller(r, _) => self.ctl.on_fspf(self.port_no, r),
+            }
+        }
+    }
+
+    fn apply_zoning(&self, z: ZoneDb) {
+        let Some((name, zones)) = z.active else {
+            return;
+        };
+        self.ctl.switch().with_fabric(|f| {
+            if f.zoning().active() == Some(name.as_str())
+                && f.zoning().active_zones().len() == zones.len()
+            {
+                return;
+            }
+            let names: Vec<String> = zones.iter().map(|z| z.name.clone()).collect();
+            for zone in zones {
+                f.define_zone(zone);
+            }
+            f.define_zone_set(ZoneSet {
+                name: name.clone(),
+                zones: names,
+            });
+            if let Err(e) = f.activate_zone_set(&name) {
+                warn!(error = %e, "merged zone set not activated");
+            }
+        });
+    }
+
+    // ---- send side ----
+
+    fn outbound(&mut self, frames: Vec<Frame>) {
+        if self.up.is_none() {
+            self.dropped
+                .fetch_add(frames.len() as u64, Ordering::Relaxed);
+            return;
+        }
+        let mut out: Vec<(Frame, u8)> = Vec::with_capacity(frames.len());
+        for f in frames {
+            tracing::trace!(tunnel = %self.cfg.name, s_id = %f.header.s_id, d_id = %f.header.d_id, r_ctl = f.header.r_ctl.0, fc_type = f.header.fc_type.0, ox = f.header.ox_id.0, "tx");
+            let f = match &mut self.target {
+                Some(t) => {
+                    let (up, fed) = t.outbound(f);
+                    for d in fed {
+                        let _ = self.port.transmit(d);
+                    }
+                    match up {
+                        Some(f) => f,
+                        None => continue,
+                    }
+                }
+                None => f,
+            };
+            match &mut self.host {
+                Some(h) => {
+                    for a in h.outbound(f) {
+                        match a {
+                            HostAction::Tunnel(f, fl) => out.push((f, fl)),
+                            HostAction::Fabric(p) => {
+                                let _ = self.port.transmit(p);
+                            }
+                        }
+                    }
+                }
+                None => out.push((f, 0)),
+            }
+        }
+        if out.is_empty() {
+            return;
+        }
+        if self.enhanced {
+            self.send_batches(out);
+        } else {
+            self.send_rfc(out);
+        }
+    }
+
+    fn send_class_f(&mut self, f: Frame) {
+        if self.enhanced {
+            self.send_batches(vec![(f, 0)]);
+        } else if let Some(s) = self.class_f_slot() {
+            self.write_frames(s, vec![(f, 0)]);
+        }
+    }
+
+    /// RFC mode: class F on slot 0, class 3 by exchange over the data slots.
+    fn send_rfc(&mut self, frames: Vec<(Frame, u8)>) {
+        let data: Vec<(usize, u32)> = (1..=self.cfg.circuits.len())
+            .filter(|s| self.circuits.contains_key(s))
+            .map(|s| (s, self.cfg.circuits[s - 1].weight.max(1)))
+            .collect();
+        let total: u32 = data.iter().map(|(_, w)| w).sum();
+        let mut per: HashMap<usize, Vec<(Frame, u8)>> = HashMap::new();
+        for (f, fl) in frames {
+            let slot = if f.sof == Sof::F || data.is_empty() {
+                0
+            } else {
+                let h = &f.header;
+                let (a, b) = if h.s_id < h.d_id {
+                    (h.s_id, h.d_id)
+                } else {
+                    (h.d_id, h.s_id)
+                };
+                let key = (a.get() as u64) << 40 ^ (b.get() as u64) << 16 ^ u64::from(h.ox_id.0);
+                let mut x = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % total;
+                let mut pick = data[0].0;
+                for (s, w) in &data {
+                    if x < *w {
+                        pick = *s;
+                        break;
+                    }
+                    x -= w;
+                }
+                pick
+            };
+            per.entry(slot).or_default().push((f, fl));
+        }
+        for (s, fs) in per {
+            self.write_frames(s, fs);
+        }
+    }
+
+    fn write_frames(&mut self, slot: usize, frames: Vec<(Frame, u8)>) {
+        let Some(c) = self.circuits.get(&slot) else {
+            self.dropped
+                .fetch_add(frames.len() as u64, Ordering::Relaxed);
+            return;
+        };
+        let mut bufs = Vec::with_capacity(frames.len() * 3);
+        let mut n = 0;
+        for (f, _) in frames {
+            let r = FcipFrameRepr::new(word_aligned(f));
+            let Ok((head, tail)) = r.head_tail() else {
+                continue;
+            };
+            n += head.len() + r.frame.payload.len() + tail.len();
+            bufs.push(Bytes::copy_from_slice(&head));
+            bufs.push(r.frame.payload);
+            bufs.push(Bytes::copy_from_slice(&tail));
+        }
+        if c.writer.try_send(bufs).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if let Some(s) = self.counters.get_mut(&slot) {
+            s.tx_bytes += n as u64;
+        }
+    }
+
+    fn pick_slot(&mut self) -> Option<usize> {
+        let mut live: Vec<(usize, u32)> = self
+            .circuits
+            .keys()
+            .map(|s| {
+                (
+                    *s,
+                    self.cfg.circuits.get(s - 1).map_or(1, |c| c.weight.max(1)),
+                )
+            })
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        live.sort_unstable();
+        let total: u32 = live.iter().map(|(_, w)| w).sum();
+        self.rr = self.rr.wrapping_add(1);
+        let mut x = (self.rr as u32) % total;
+        for (s, w) in &live {
+            if x < *w {
+                return Some(*s);
+            }
+            x -= w;
+        }
+        live.first().map(|l| l.0)
+    }
+
+    /// Enhanced mode: frames into numbered batches of at most ~256 KiB.
+    fn send_batches(&mut self, frames: Vec<(Frame, u8)>) {
+        let mut body = BytesMut::with_capacity(64 * 1024);
+        let mut it = frames.into_iter().peekable();
+        while it.peek().is_some() {
+            body.clear();
+            while let Some((f, fl)) = it.peek() {
+                if !body.is_empty() && body.len() + f.len() > 256 * 1024 {
+                    break;
+                }
+                put_record(&mut body, f, *fl);
+                it.next();
+            }
+            let raw = body.split().freeze();
+            let raw_len = raw.len();
+            let (codec, wire) = self.comp.compress(raw);
+            let Some(slot) = self.pick_slot() else {
+                // No circuit: keep it for when one comes back.
+                let h = self.send.push(codec, raw_len, wire, usize::MAX);
+                let _ = h;
+                continue;
+            };
+            let h = self.send.push(codec, raw_len, wire.clone(), slot);
+            self.write_batch(slot, h, wire);
+        }
+    }
+
+    fn write_batch(&mut self, slot: usize, mut h: BatchHeader, body: Bytes) {
+        h.ack = self.recv.ack();
+        let frames: Vec<(Frame, u8)> = enhanced::fragments(&h, &body)
+            .into_iter()
+            .map(|f| (f, 0))
+            .collect();
+        self.write_frames(slot, frames);
+    }
+
+    fn send_control(&mut self, slot: usize) {
+        if !self.circuits.contains_key(&slot) {
+            return;
+        }
+        let h = BatchHeader {
+            kind: BatchKind::CONTROL.0,
+            codec: Codec::NONE,
+            ack: self.recv.ack(),
+            ..BatchHeader::default()
+        };
+        let frames: Vec<(Frame, u8)> = enhanced::fragments(&h, &Bytes::new())
+            .into_iter()
+            .map(|f| (f, 0))
+            .collect();
+        self.write_frames(slot, frames);
+    }
+}
+
+/// FCIP carries whole words: a payload that is not is padded with fill
+/// bytes, counted in F_CTL as FC-FS wants.
+fn word_aligned(mut f: Frame) -> Frame {
+    let fill = (4 - f.payload.len() % 4) % 4;
+    if fill != 0 {
+        let mut p = BytesMut::with_capacity(f.payload.len() + fill);
+        p.extend_from_slice(&f.payload);
+        p.extend_from_slice(&[0u8; 3][..fill]);
+        f.payload = p.freeze();
+        f.header.f_ctl = f.header.f_ctl.with_fill_bytes(fill as u8);
+    }
+    f
+}
+
+/// Fill bytes of solicited data are not data: they are dropped again on
+/// receive so the payload is exactly what the sender's FCP layer sent.
+fn strip_data_fill(mut f: Frame) -> Frame {
+    let fill = usize::from(f.header.f_ctl.fill_bytes());
+    if fill != 0
+        && f.header.fc_type == FcType::FCP
+        && f.header.r_ctl == unifab_fc::wire::RCtl::FCP_DATA
+        && f.payload.len() >= fill
+    {
+        f.payload = f.payload.slice(..f.payload.len() - fill);
+        f.header.f_ctl = f.header.f_ctl.with_fill_bytes(0);
+    }
+    f
+}
+
+async fn writer(
+    mut w: tokio::io::WriteHalf<Box<dyn Stream>>,
+    mut rx: mpsc::Receiver<Vec<Bytes>>,
+    ev: mpsc::Sender<Ev>,
+    slot: usize,
+    epoch: u64,
+) {
+    let mut pending: Vec<Bytes> = Vec::new();
+    while let Some(bufs) = rx.recv().await {
+        pending.extend(bufs);
+        while let Ok(more) = rx.try_recv() {
+            pending.extend(more);
+            if pending.len() > 1024 {
+                break;
+            }
+        }
+        if let Err(e) = write_all_vectored(&mut w, &mut pending).await {
+            let _ = ev
+                .send(Ev::Closed(slot, epoch, format!("write: {e}")))
+                .await;
+            return;
+        }
+        if let Err(e) = w.flush().await {
+            let _ = ev
+                .send(Ev::Closed(slot, epoch, format!("flush: {e}")))
+                .await;
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+async fn write_all_vectored(
+    w: &mut (impl AsyncWrite + Unpin),
+    bufs: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut start = 0;
+    while start < bufs.len() {
+        let slices: Vec<IoSlice<'_>> = bufs[start..]
+            .iter()
+            .take(64)
+            .map(|b| IoSlice::new(b))
+            .collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while start < bufs.len() && n >= bufs[start].len() {
+            n -= bufs[start].len();
+            start += 1;
+        }
+        if n > 0 {
+            let b = bufs[start].slice(n..);
+            bufs[start] = b;
+        }
+    }
+    bufs.clear();
+    Ok(())
+}
+
+async fn reader(
+    mut r: tokio::io::ReadHalf<Box<dyn Stream>>,
+    leftover: Bytes,
+    ev: mpsc::Sender<Ev>,
+    slot: usize,
+    epoch: u64,
+) {
+    let mut dec = Decoder::new(DecoderConfig::default());
+    dec.extend(&leftover);
+    loop {
+        loop {
+            match dec.decode() {
+                Ok(Some(item)) => {
+                    if ev.send(Ev::Rx(slot, epoch, item)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = ev.send(Ev::Closed(slot, epoch, e.to_string())).await;
+                    return;
+                }
+            }
+        }
+        let buf = dec.buffer_mut();
+        buf.reserve(64 * 1024);
+        match r.read_buf(buf).await {
+            Ok(0) => {
+                let _ = ev
+                    .send(Ev::Closed(slot, epoch, "closed by the peer".into()))
+                    .await;
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let _ = ev.send(Ev::Closed(slot, epoch, format!("read: {e}"))).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Two switches (domains 1 and 2) joined by an FCIP tunnel over loopback
+//! TCP: the VE_Ports come up (ELP, ESC, EFP, MR), FSPF routes, the
+//! initiator at site A finds the target at site B through GID_FT (the
+//! distributed name server), and SCSI writes and reads cross the tunnel —
+//! in RFC mode, and in enhanced mode with compression and FastWrite.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{INITIATOR, Sites, TARGET, build, sites, task};
+use unifab_fcip::io::LinkMode;
+use unifab_fcip::proto::compress;
+use unifab_scsi_core::{LogicalUnit, Status};
+
+async fn io(s: &Sites) {
+    let t = std::time::Instant::now();
+    let r = s.remote.execute(task(1, &[0; 6], None, 0)).await;
+    eprintln!("TUR {:?} {:?}", t.elapsed(), r.status);
+    eprintln!(
+        "A {:?}\nB {:?}\nT {:?}",
+        s.a.with_fabric(|f| f.ports()),
+        s.b.with_fabric(|f| f.ports()),
+        s.ta.stats()
+    );
+    assert!(r.status == Status::CHECK_CONDITION || r.status == Status::GOOD);
+    let data = Bytes::from(
+        (0..262_144u32)
+            .map(|x| (x / 512 * 13 + x) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let mut w = vec![0x2a, 0, 0, 0, 0, 16, 0, 0x02, 0, 0];
+    let r = s.remote.execute(task(2, &w, Some(data.clone()), 0)).await;
+    assert_eq!(
+        r.status,
+        Status::GOOD,
+        "{r:?}\nA {:?}\nB {:?}",
+        s.a.with_fabric(|f| f.ports()),
+        s.b.with_fabric(|f| f.ports())
+    );
+    w[0] = 0x28;
+    let r = s.remote.execute(task(3, &w, None, 262_144)).await;
+    assert_eq!(r.status, Status::GOOD);
+    let got: Vec<u8> = r.data_in.iter().flat_map(|x| x.iter().copied()).collect();
+    assert_eq!(
+        got,
+        &data[..],
+        "what was written through the tunnel reads back"
+    );
+    // Many small writes at once.
+    let mut futs = Vec::new();
+    for k in 0..32u32 {
+        let mut c = vec![0x2a, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        c[2..6].copy_from_slice(&(4096 + k * 8).to_be_bytes());
+        futs.push(s.remote.execute(task(
+            100 + u64::from(k),
+            &c,
+            Some(Bytes::from(vec![k as u8; 4096])),
+            0,
+        )));
+    }
+    for f in futs {
+        assert_eq!(f.await.status, Status::GOOD);
+    }
+    for k in 0..32u32 {
+        let mut c = vec![0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        c[2..6].copy_from_slice(&(4096 + k * 8).to_be_bytes());
+        let r = s
+            .remote
+            .execute(task(200 + u64::from(k), &c, None, 4096))
+            .await;
+        assert!(
+            r.data_in
+                .iter()
+                .flat_map(|x| x.iter())
+                .all(|b| *b == k as u8)
+        );
+    }
+}
+
+fn check_fabrics(s: &Sites) {
+    // The distributed name server: A knows B's target, B knows A's initiator.
+    let ra = s.a.with_fabric(|f| f.remote_entries());
+    assert!(ra.iter().any(|e| e.port_name == TARGET), "{ra:?}");
+    let rb = s.b.with_fabric(|f| f.remote_entries());
+    assert!(rb.iter().any(|e| e.port_name == INITIATOR), "{rb:?}");
+    assert_eq!(s.a.with_fabric(|f| f.routes()).len(), 1);
+    let st = s.ta.stats();
+    assert!(st.state.starts_with("up (domain 2"), "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc_mode_carries_scsi_between_sites() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let t = std::time::Instant::now();
+    let s = sites(LinkMode::Rfc, false, compress::Mode::None).await;
+    eprintln!("up after {:?}", t.elapsed());
+    check_fabrics(&s);
+    io(&s).await;
+    eprintln!("io after {:?}", t.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enhanced_mode_with_fastwrite_and_compression() {
+    let s = sites(LinkMode::Enhanced, true, compress::Mode::Lz4).await;
+    check_fabrics(&s);
+    io(&s).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let st = s.ta.stats();
+    assert!(st.fastwrite, "{st:?}");
+    assert!(st.fastwrite_writes >= 33, "{st:?}");
+    assert!(st.wire_bytes < st.raw_bytes, "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fastwrite_needs_both_ends() {
+    for (a, b) in [(true, false), (false, true)] {
+        let s = build(LinkMode::Enhanced, (a, b), compress::Mode::None, None).await;
+        io(&s).await;
+        let st = s.ta.stats();
+        assert!(
+            !st.fastwrite && st.fastwrite_writes == 0,
+            "A {a}, B {b}: {st:?}"
+        );
+    }
+}

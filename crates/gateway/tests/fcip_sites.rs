@@ -1,0 +1,339 @@
+//! Two sites joined by FCIP, each gateway in its own network namespace,
+//! the tunnel's two circuits through the testkit WAN emulator (running in
+//! the root namespace between them):
+//!
+//! iSCSI host → unifab A (ns `fcip-a`) → LU `fc://WWPN-at-B/0` → FCIP (two
+//! circuits, WAN relay) → unifab B (ns `fcip-b`) → FCP target → file LU.
+//!
+//! libiscsi's suite (`iscsi-test-cu --test ALL --dataloss
+//! --allow-sanitize`) runs along that path in RFC mode and in enhanced
+//! mode (LZ4, FastWrite): no test fails, and every test the direct export
+//! of a file LU must pass (`conformance/unifab.pass`) and every test of the
+//! FCIP ratchet (`conformance/unifab-fcip.pass`) passes. (Circuit loss
+//! under load: `crates/fcip/tests/failover.rs`.)
+//!
+//! The tunnels run with a 100 ms keep-alive and a 2 s dead timer, not the
+//! 20/80 ms defaults: this test is about what crosses the tunnel, and on a
+//! CI host shared with builds an 80 ms stall of the class F connection in
+//! RFC mode takes the link down (circuit loss is `crates/fcip/tests/
+//! failover.rs`'s subject; see docs/fcip.md "Not yet shown").
+//!
+//! Needs root (network namespaces, veth: CI runs as root), the release
+//! binary (`cargo build --release -p unifab`) and `iscsi-test-cu`
+//! (Debian `libiscsi-bin`); a missing one fails the test with its name.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use unifab_testkit::peers::{
+    IscsiTestCu, Outcome, PassList, SuiteResult, conformance_dir, unifab_bin,
+};
+use unifab_testkit::wan::{Netns, WanLink, WanProfile};
+
+const TARGET_WWPN: &str = "21:00:00:00:c9:00:0b:0a";
+const INITIATOR_WWPN: &str = "21:00:00:00:c9:00:0a:0b";
+const SW_A: &str = "10:00:00:00:c9:00:00:a1";
+const SW_B: &str = "10:00:00:00:c9:00:00:b1";
+const IQN: &str = "iqn.2026-11.io.unifab:site-a";
+
+/// The namespaces are global: one test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Gw {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Gw {
+    fn check_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!("unifab exited ({status}):\n{}", tail.join("\n"));
+        }
+    }
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for Gw {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(ns: &Netns, dir: &Path, name: &str, cfg: &str, wait_for: &str) -> Gw {
+    let bin = unifab_bin().expect("the release binary (cargo build --release -p unifab)");
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, cfg).unwrap();
+    let log = dir.join(format!("{name}.log"));
+    let mut child = ns
+        .command(bin.to_str().unwrap())
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .current_dir(dir)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn unifab in its namespace");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "{name} did not start");
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("{name} exited before starting"))
+            .unwrap();
+        if line.starts_with(wait_for) {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    Gw { child, log }
+}
+
+struct Sites {
+    a: Gw,
+    b: Gw,
+    _links: Vec<WanLink>,
+    iscsi: SocketAddr,
+    ns_a: Netns,
+    _ns_b: Netns,
+    _dir: tempfile::TempDir,
+}
+
+fn sites(mode: &str, extra: &str, profile: WanProfile) -> Sites {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let ns_a = Netns::create("fcip-a", 77, 1).expect("network namespace fcip-a (needs root)");
+    let ns_b = Netns::create("fcip-b", 77, 2).expect("network namespace fcip-b (needs root)");
+    let d = dir.path().display();
+    let b_cfg = format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{d}/lu.img"
+size = "1GiB"
+
+[fabric]
+domain = 2
+switch_wwn = "{SW_B}"
+
+[[fabric.target]]
+wwpn = "{TARGET_WWPN}"
+luns = ["disk"]
+
+[fcip]
+listen = "{}:3225"
+
+[[fcip.tunnel]]
+name = "fcip0"
+peer = "{SW_A}"
+mode = "{mode}"
+keepalive_ms = 100
+dead_ms = 2000
+{extra}
+
+[[fcip.tunnel.circuit]]
+[[fcip.tunnel.circuit]]
+
+[admin]
+listen = "127.0.0.1:9260"
+data_dir = "{d}/state-b"
+"#,
+        ns_b.inside
+    );
+    let b = start(&ns_b, dir.path(), "site-b", &b_cfg, "FCIP listening");
+    let up = SocketAddr::from((ns_b.inside, 3225));
+    let links: Vec<WanLink> = (0..2)
+        .map(|_| {
+            WanLink::start(SocketAddr::from((ns_a.outside, 0)), up, profile).expect("WAN relay")
+        })
+        .collect();
+    let a_cfg = format!(
+        r#"
+[[lu]]
+name = "via-fcip"
+backend = "fc://{TARGET_WWPN}/0"
+
+[fabric]
+domain = 1
+switch_wwn = "{SW_A}"
+
+[fabric.initiator]
+wwpn = "{INITIATOR_WWPN}"
+
+[fcip]
+
+[[fcip.tunnel]]
+name = "fcip0"
+peer = "{SW_B}"
+mode = "{mode}"
+keepalive_ms = 100
+dead_ms = 2000
+{extra}
+
+[[fcip.tunnel.circuit]]
+peer = "{}"
+[[fcip.tunnel.circuit]]
+peer = "{}"
+
+[iscsi]
+listen = ["{}:3260"]
+
+[[iscsi.target]]
+iqn = "{IQN}"
+luns = ["via-fcip"]
+
+[admin]
+listen = "127.0.0.1:9260"
+data_dir = "{d}/state-a"
+"#,
+        links[0].addr(),
+        links[1].addr(),
+        ns_a.inside
+    );
+    let a = start(&ns_a, dir.path(), "site-a", &a_cfg, "iSCSI target");
+    let iscsi = SocketAddr::from((ns_a.inside, 3260));
+    let s = Sites {
+        a,
+        b,
+        _links: links,
+        iscsi,
+        ns_a,
+        _ns_b: ns_b,
+        _dir: dir,
+    };
+    wait_reachable(&s);
+    s
+}
+
+fn show_fcip(s: &Sites) -> String {
+    let out = s
+        .ns_a
+        .command(unifab_bin().unwrap().to_str().unwrap())
+        .args(["show", "fcip", "--admin", "127.0.0.1:9260"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until the fc:// LU answers through the tunnel (READ CAPACITY
+/// via iscsi-readcapacity16).
+fn wait_reachable(s: &Sites) {
+    let url = url(s.iscsi);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ok = Command::new("iscsi-readcapacity16")
+            .arg(&url)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if ok {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the LU behind the tunnel never became reachable\nshow fcip:\n{}\nsite A log:\n{}\nsite B log:\n{}",
+            show_fcip(s),
+            s.a.log_tail(),
+            s.b.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn url(addr: SocketAddr) -> String {
+    format!("iscsi://{addr}/{IQN}/0")
+}
+
+/// The run through FCIP passes: it reached its end, no test FAILED, and
+/// every test of both checked-in lists passed — `unifab.pass` (what the
+/// direct export of a file LU must pass, `tests/conformance.rs`) and
+/// `unifab-fcip.pass` (the FCIP path's own ratchet, which only grows).
+fn check(label: &str, via: &SuiteResult) {
+    assert!(
+        via.is_complete(),
+        "{label}: the suite through FCIP did not reach its end ({}):\n{}",
+        via.status,
+        via.stderr_tail
+    );
+    let failed: Vec<&str> = via
+        .tests
+        .iter()
+        .filter(|t| t.outcome == Outcome::Failed)
+        .map(|t| t.name.as_str())
+        .collect();
+    println!(
+        "{label}: through FCIP {} passed, {} skipped, {} FAILED",
+        via.count(Outcome::Passed),
+        via.count(Outcome::Skipped),
+        failed.len(),
+    );
+    assert!(
+        failed.is_empty(),
+        "{label}: tests FAILED through FCIP: {failed:?}\n{}",
+        via.to_table()
+    );
+    for list in ["unifab.pass", "unifab-fcip.pass"] {
+        let list = PassList::load(conformance_dir().join(list)).expect("pass list");
+        match list.check(via) {
+            Ok(r) => println!("{label}: {r}"),
+            Err(f) => panic!("{label}: {f}"),
+        }
+    }
+}
+
+fn conformance(mode: &str, extra: &str, label: &str) {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = sites(mode, extra, WanProfile::lan());
+    let table = show_fcip(&s);
+    assert!(table.contains("up (domain 2"), "{table}");
+    let circuits_up: Vec<&str> = table
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols.first() == Some(&"fcip0") && cols.get(2) == Some(&"up")).then(|| cols[1])
+        })
+        .collect();
+    assert!(
+        circuits_up.contains(&"1") && circuits_up.contains(&"2"),
+        "show fcip lists both circuits up:\n{table}"
+    );
+    let via = IscsiTestCu::new(url(s.iscsi))
+        .timeout(Duration::from_secs(900))
+        .run()
+        .expect("suite runs through FCIP");
+    s.a.check_alive();
+    s.b.check_alive();
+    via.record(label).expect("record the run");
+    println!("{}", show_fcip(&s));
+    drop(s);
+    check(label, &via);
+}
+
+#[test]
+fn conformance_through_fcip_rfc_mode_equals_the_direct_export() {
+    conformance("rfc", "", "unifab-fcip-rfc");
+}
+
+#[test]
+fn conformance_through_fcip_enhanced_mode_equals_the_direct_export() {
+    conformance(
+        "enhanced",
+        "compression = \"lz4\"\nfastwrite = true",
+        "unifab-fcip-enhanced",
+    );
+}

@@ -2,68 +2,17 @@
 //! cheap multiplicative hash instead of SipHash. The keys are bounded in
 //! number (open exchanges, logged-in ports), so hash flooding cannot grow
 //! a map past its configured limit.
+//!
+//! The hasher is scsi-core's [`IdHasher`](unifab_scsi_core::idmap::IdHasher),
+//! which the iSCSI session and the SCSI core use for the same purpose;
+//! these names are kept for the FC plane's code.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// A word-at-a-time multiplicative hasher (the rustc "Fx" scheme).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct FastHasher {
-    hash: u64,
-}
-
-const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FastHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(K);
-    }
-}
-
-impl Hasher for FastHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u16(&mut self, i: u16) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-/// A `HashMap` with [`FastHasher`].
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
-/// A `HashSet` with [`FastHasher`].
-pub type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
+pub use unifab_scsi_core::idmap::{IdHasher as FastHasher, IdMap as FastMap, IdSet as FastSet};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::Hasher;
 
     #[test]
     fn maps_work() {
@@ -76,5 +25,7 @@ mod tests {
         let mut h = FastHasher::default();
         h.write(b"abc");
         assert_ne!(h.finish(), 0);
+        let s: FastSet<u32> = (0..10).collect();
+        assert!(s.contains(&9) && !s.contains(&10));
     }
 }

@@ -11,12 +11,15 @@
 #
 #   latency     4 KiB writes at QD1, 2,000 each, at emulated RTT 0, 0.25,
 #               0.5 and 1 ms, FastWrite off and on; plus the path without
-#               FCIP (initiator and target on one switch) and the tunnel
-#               without a relay.
+#               FCIP (initiator and target on one switch), the tunnel
+#               without a relay, and in the same run the link alone (plain
+#               TCP, 4 KiB there / 64 B back, through the same relay).
 #   throughput  1 MiB sequential writes at QD 8 for 4 s through a 1 Gb/s
 #               link (two circuits of 500 Mb/s, 0.5 ms RTT) on zeros,
 #               database-like 8 KiB pages (benches/src/pages.rs) and random
-#               data, per compression mode: MB/s, ratio, CPU s/GB.
+#               data, per compression mode, FastWrite on (plus `none` with
+#               it off): MB/s, share of what the link alone carries
+#               (measured first, same run), ratio, CPU s/GB.
 #   failover    8 writers of 8 KiB; circuit 2 black-holed at 1 s for 1.5 s:
 #               longest pause, I/O errors, data verified, batches resent,
 #               rejoin; at keep-alive 20 ms (dead after 80 ms) and 10/40 ms.

@@ -229,6 +229,44 @@ async fn qd1(s: &Setup, n: usize) -> (f64, f64) {
     (lat[lat.len() / 2], lat[lat.len() * 99 / 100])
 }
 
+/// The round trip of the path under the tunnel, measured the same way:
+/// plain TCP, 4 KiB there and 64 bytes back, QD1, through a relay with
+/// `profile` (or straight on loopback); median µs of `n`. Every TCP hop
+/// costs a wake-up of the receiving thread, which on this VM is most of a
+/// loopback round trip; this is the floor under each FCIP round trip.
+fn tcp_rtt(profile: Option<WanProfile>, n: usize) -> f64 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            s.set_nodelay(true).unwrap();
+            let mut buf = vec![0u8; 4096];
+            while s.read_exact(&mut buf).is_ok() {
+                if s.write_all(&[0u8; 64]).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let link = profile.map(|p| WanLink::start("127.0.0.1:0".parse().unwrap(), addr, p).unwrap());
+    let mut c = std::net::TcpStream::connect(link.as_ref().map_or(addr, |l| l.addr())).unwrap();
+    c.set_nodelay(true).unwrap();
+    let out = vec![0xa5u8; 4096];
+    let mut back = [0u8; 64];
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n + 50 {
+        let t = Instant::now();
+        c.write_all(&out).unwrap();
+        c.read_exact(&mut back).unwrap();
+        if i >= 50 {
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    lat[lat.len() / 2]
+}
+
 fn cpu_seconds() -> f64 {
     // SAFETY: getrusage fills the struct it is given.
     unsafe {
@@ -279,6 +317,67 @@ async fn stream(s: &Setup, data: &[Bytes], secs: f64) -> (f64, f64, f64) {
         _ => 1.0,
     };
     (bytes as f64 / dt / 1e6, ratio, cpu / (bytes as f64 / 1e9))
+}
+
+/// What the emulated link itself carries: one plain TCP stream per circuit
+/// through the same relays (same profile), writing as fast as it can for
+/// `secs`; MB/s received at the far end, both circuits together. The
+/// baseline the tunnel's uncompressed throughput is held against.
+fn link_capacity(profile: WanProfile, circuits: usize, secs: f64) -> f64 {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sink_addr = sink.local_addr().unwrap();
+    let received = Arc::new(AtomicU64::new(0));
+    let r2 = received.clone();
+    std::thread::spawn(move || {
+        for s in sink.incoming().take(circuits).flatten() {
+            let r = r2.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = vec![0u8; 256 * 1024];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    r.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let links: Vec<WanLink> = (0..circuits)
+        .map(|_| WanLink::start("127.0.0.1:0".parse().unwrap(), sink_addr, profile).unwrap())
+        .collect();
+    let writers: Vec<_> = links
+        .iter()
+        .map(|l| {
+            let addr = l.addr();
+            std::thread::spawn(move || {
+                let mut c = std::net::TcpStream::connect(addr).unwrap();
+                c.set_nodelay(true).unwrap();
+                let chunk = vec![0x5au8; 64 * 1024];
+                let end = Instant::now() + Duration::from_secs_f64(secs + 1.0);
+                while Instant::now() < end {
+                    if c.write_all(&chunk).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Measure a window after the first second (the queues filling up).
+    std::thread::sleep(Duration::from_millis(500));
+    let b0 = received.load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let got = received.load(Ordering::Relaxed) - b0;
+    let dt = t0.elapsed().as_secs_f64();
+    for w in writers {
+        let _ = w.join();
+    }
+    drop(links);
+    got as f64 / dt / 1e6
 }
 
 fn dataset(kind: &str) -> Vec<Bytes> {
@@ -501,18 +600,36 @@ async fn main() {
         let (m, p) = qd1(&l, n).await;
         println!("path without FCIP (initiator and target on one switch): {m:.0} / {p:.0} µs");
         drop(l);
+        let lo = tokio::task::spawn_blocking(move || tcp_rtt(None, n))
+            .await
+            .unwrap();
+        println!(
+            "plain TCP round trip on loopback (4 KiB there, 64 B back; the floor under each FCIP round trip): {lo:.0} µs"
+        );
         let d = sites(LinkMode::Rfc, false, compress::Mode::None, None).await;
         let (m, p) = qd1(&d, n).await;
         println!("FCIP RFC mode, direct loopback (no relay): {m:.0} / {p:.0} µs");
         drop(d);
         let d = sites(LinkMode::Enhanced, false, compress::Mode::None, None).await;
         let (m, p) = qd1(&d, n).await;
-        println!("FCIP enhanced mode, direct loopback (no relay): {m:.0} / {p:.0} µs\n");
+        println!("FCIP enhanced mode, direct loopback (no relay): {m:.0} / {p:.0} µs");
         drop(d);
-        println!("| emulated RTT | FastWrite off | FastWrite on | off − 2·RTT | on − 1·RTT |");
-        println!("|---|---|---|---|---|");
+        let d = sites(LinkMode::Enhanced, true, compress::Mode::None, None).await;
+        let (m, p) = qd1(&d, n).await;
+        println!(
+            "FCIP enhanced mode with FastWrite, direct loopback (no relay): {m:.0} / {p:.0} µs\n"
+        );
+        drop(d);
+        println!(
+            "| emulated RTT | link round trip (plain TCP through the relay) | FastWrite off | FastWrite on | off − 2·RTT | on − 1·RTT | off − 2·link | on − 1·link |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
         for rtt_us in [0u64, 250, 500, 1000] {
             let rtt = Duration::from_micros(rtt_us);
+            let p = WanProfile::rtt(rtt, 0);
+            let link = tokio::task::spawn_blocking(move || tcp_rtt(Some(p), n))
+                .await
+                .unwrap();
             let off = sites(
                 LinkMode::Enhanced,
                 false,
@@ -533,10 +650,12 @@ async fn main() {
             drop(on);
             let r = rtt_us as f64;
             println!(
-                "| {:.2} ms | {m_off:.0} µs (p99 {p_off:.0}) | {m_on:.0} µs (p99 {p_on:.0}) | {:.0} µs | {:.0} µs |",
+                "| {:.2} ms | {link:.0} µs | {m_off:.0} µs (p99 {p_off:.0}) | {m_on:.0} µs (p99 {p_on:.0}) | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs |",
                 r / 1000.0,
                 m_off - 2.0 * r,
-                m_on - r
+                m_on - r,
+                m_off - 2.0 * link,
+                m_on - link
             );
         }
         println!();
@@ -546,8 +665,18 @@ async fn main() {
         println!(
             "## Throughput and compression: 1 MiB writes, QD 8, two circuits of 500 Mb/s each (1 Gb/s link)\n"
         );
-        println!("| data | mode | MB/s | ratio | CPU s/GB (whole process) |");
-        println!("|---|---|---|---|---|");
+        let profile = WanProfile::rtt(Duration::from_micros(500), rate);
+        let link = tokio::task::spawn_blocking(move || link_capacity(profile, 2, 4.0))
+            .await
+            .unwrap();
+        println!(
+            "The emulated link itself (one plain TCP stream per circuit through the same relays, same run): {link:.1} MB/s\n"
+        );
+        println!(
+            "FastWrite on (the tunnel as deployed); the last row is `none` with FastWrite off.\n"
+        );
+        println!("| data | mode | MB/s | of the link | ratio | CPU s/GB (whole process) |");
+        println!("|---|---|---|---|---|---|");
         for kind in ["zeros", "pages", "random"] {
             let data = dataset(kind);
             for (name, m) in [
@@ -556,18 +685,26 @@ async fn main() {
                 ("zstd", compress::Mode::Zstd),
                 ("auto", compress::Mode::Auto),
             ] {
-                let s = sites(
-                    LinkMode::Enhanced,
-                    false,
-                    m,
-                    Some(WanProfile::rtt(Duration::from_micros(500), rate)),
-                )
-                .await;
+                let s = sites(LinkMode::Enhanced, true, m, Some(profile)).await;
                 let (mbs, ratio, cpu) = stream(&s, &data, 4.0).await;
-                println!("| {kind} | {name} | {mbs:.1} | {ratio:.2} | {cpu:.2} |");
+                let share = mbs / link * 100.0;
+                println!("| {kind} | {name} | {mbs:.1} | {share:.0} % | {ratio:.2} | {cpu:.2} |");
                 drop(s);
             }
         }
+        let s = sites(
+            LinkMode::Enhanced,
+            false,
+            compress::Mode::None,
+            Some(profile),
+        )
+        .await;
+        let (mbs, ratio, cpu) = stream(&s, &dataset("random"), 4.0).await;
+        drop(s);
+        let share = mbs / link * 100.0;
+        println!(
+            "| random | none, FastWrite off | {mbs:.1} | {share:.0} % | {ratio:.2} | {cpu:.2} |"
+        );
         println!();
     }
     if want("failover") {

@@ -9,7 +9,9 @@
 //! faster than compression could feed it, LZ4 when the link is the
 //! bottleneck, and zstd when even LZ4's output would keep the link busy
 //! (zstd's better ratio then pays). Data that did not compress lately is
-//! only re-tried every 16th batch.
+//! only re-tried every 16th batch; otherwise every 16th batch re-measures
+//! a codec not chosen (LZ4 and zstd in turn), and the CPU cost is sampled
+//! so that a preempted batch does not count as a dear one.
 
 use std::time::Instant;
 
@@ -128,12 +130,26 @@ impl Compressor {
                     let none = send(1.0);
                     let lz4 = self.cost[0].max(send(self.ratio[0]));
                     let zstd = self.cost[1].max(send(self.ratio[1]));
-                    if none <= lz4 && none <= zstd {
+                    let best = if none <= lz4 && none <= zstd {
                         Codec::NONE
                     } else if lz4 <= zstd {
                         Codec::LZ4
                     } else {
                         Codec::ZSTD
+                    };
+                    // The figures of a codec not chosen go stale (the data
+                    // or the host's load changes): every 16th batch tries
+                    // the next codec in turn, so each is re-measured at
+                    // least every 48 batches.
+                    self.skip += 1;
+                    if self.skip % 16 == 0 {
+                        match (self.skip / 16) % 3 {
+                            0 => Codec::LZ4,
+                            1 => Codec::ZSTD,
+                            _ => best,
+                        }
+                    } else {
+                        best
                     }
                 }
             }
@@ -157,7 +173,12 @@ impl Compressor {
         let dt = t.elapsed().as_secs_f64();
         self.cpu_seconds += dt;
         let i = usize::from(codec == Codec::ZSTD);
-        let per_byte = dt / raw.len() as f64;
+        // Wall-clock time: a batch during which the thread was preempted
+        // looks many times dearer than it was. A sample counts for at most
+        // twice the current estimate, so preemption spikes cannot push
+        // `auto` off compression, while a real rise still comes through
+        // (doubling per batch at most).
+        let per_byte = (dt / raw.len() as f64).min(2.0 * self.cost[i]);
         self.cost[i] = 0.9 * self.cost[i] + 0.1 * per_byte;
         match out {
             Some(c) if c.len() < raw.len() => {
@@ -209,6 +230,45 @@ pub fn decompress(codec: Codec, body: Bytes, raw_len: usize) -> Result<Bytes, Co
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_compresses_for_a_slow_link_and_re_measures_the_others() {
+        let mut c = Compressor::new(Mode::Auto);
+        c.set_link_rate(125e6); // 1 Gb/s: raw costs 8 ns a byte on the wire
+        c.cost = [2e-9, 9e-9];
+        c.ratio = [0.36, 0.23];
+        let picks: Vec<Codec> = (0..48).map(|_| c.choose()).collect();
+        assert!(!picks.contains(&Codec::NONE), "{picks:?}");
+        assert!(picks.iter().filter(|p| **p == Codec::LZ4).count() >= 44);
+        assert!(picks.contains(&Codec::ZSTD), "zstd is re-measured");
+        // A 10 GB/s link: compressing only slows it down; LZ4 and zstd
+        // are still tried now and then.
+        for _ in 0..30 {
+            c.set_link_rate(1e10);
+        }
+        let picks: Vec<Codec> = (0..48).map(|_| c.choose()).collect();
+        assert!(
+            picks.iter().filter(|p| **p == Codec::NONE).count() >= 44,
+            "{picks:?}"
+        );
+        assert!(picks.contains(&Codec::LZ4) && picks.contains(&Codec::ZSTD));
+    }
+
+    #[test]
+    fn a_preempted_batch_does_not_make_a_codec_look_dear() {
+        let mut c = Compressor::new(Mode::Lz4);
+        // An estimate far below what any real batch costs: every sample
+        // is "slow" against it, as a preempted one is against a fair one.
+        c.cost = [1e-12, 9e-9];
+        let before = c.cost[0];
+        let page = Bytes::from("row 42 | amount 17.50 | status OK | ".repeat(2000));
+        let _ = c.compress(page);
+        assert!(
+            c.cost[0] <= before * 1.1 + 1e-12,
+            "{} vs {before}",
+            c.cost[0]
+        );
+    }
 
     #[test]
     fn every_codec_round_trips_and_random_stays_raw() {

@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 
 use crate::fastmap::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -135,6 +135,12 @@ impl std::fmt::Debug for Control {
 /// drive (no wake-up); otherwise the node's task is woken.
 struct Inbox {
     queue: Mutex<VecDeque<(usize, Frame)>>,
+    /// `queue` is not empty. Set under the queue's lock by whoever pushes,
+    /// cleared under it by whoever empties it; read without the lock, so
+    /// a drive round with nothing queued costs no lock (SeqCst, paired
+    /// with `driving`: a pusher that sees `driving` set relies on the
+    /// driver seeing this flag after it clears `driving`).
+    queued: AtomicBool,
     driving: AtomicBool,
     waker: Mutex<Option<Waker>>,
 }
@@ -142,15 +148,16 @@ struct Inbox {
 impl Inbox {
     /// Moves the queued frames into `out` (empty), keeping both buffers.
     fn take_into(&self, out: &mut VecDeque<(usize, Frame)>) {
+        if !self.queued.load(Ordering::SeqCst) {
+            return;
+        }
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         std::mem::swap(&mut *q, out);
+        self.queued.store(false, Ordering::SeqCst);
     }
 
     fn is_empty(&self) -> bool {
-        self.queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+        !self.queued.load(Ordering::SeqCst)
     }
 
     fn wake(&self) {
@@ -194,8 +201,9 @@ impl FcLink for NodeLink {
                 return Err(LinkError::Full);
             }
             q.push_back((self.tag, frame));
+            self.inbox.queued.store(true, Ordering::SeqCst);
         }
-        if !self.inbox.driving.load(Ordering::Acquire) {
+        if !self.inbox.driving.load(Ordering::SeqCst) {
             self.inbox.wake();
         }
         Ok(())
@@ -211,6 +219,9 @@ struct Shared {
     view: Mutex<Vec<NodePortView>>,
     driver: Mutex<Driver>,
     inbox: Arc<Inbox>,
+    /// The node's task found the driver busy and went back to sleep:
+    /// whoever lets go of the driver next wakes it.
+    wanted: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -320,6 +331,7 @@ impl FcNode {
         let (tx, rx) = mpsc::channel(CONTROL_QUEUE);
         let inbox = Arc::new(Inbox {
             queue: Mutex::new(VecDeque::new()),
+            queued: AtomicBool::new(false),
             driving: AtomicBool::new(false),
             waker: Mutex::new(None),
         });
@@ -347,6 +359,7 @@ impl FcNode {
             view: Mutex::new(Vec::new()),
             driver: Mutex::new(driver),
             inbox,
+            wanted: AtomicBool::new(false),
         });
         let task_shared = shared.clone();
         let name = name.to_string();
@@ -384,6 +397,8 @@ impl FcNode {
                 let waker = self.shared.inbox.node_waker();
                 let mut cx = Context::from_waker(&waker);
                 let _ = d.drive(&mut cx, &self.shared, true);
+                drop(d);
+                self.shared.released();
                 Ok(())
             }
             Err(_) => self.tx.try_send(c).map_err(|_| InitiatorError::QueueFull),
@@ -463,9 +478,41 @@ impl FcNode {
 }
 
 impl Shared {
+    /// The node's task: drives the node unless a submitter is driving it
+    /// inline right now. Then the task does not wait for the lock (a
+    /// submitter preempted while holding it would park a runtime worker
+    /// behind it, on a 2-core host for a whole time slice); it asks the
+    /// holder to wake it on release and yields.
     fn drive(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut d = self.driver.lock().unwrap_or_else(|p| p.into_inner());
-        d.drive(cx, self, false)
+        loop {
+            let guard = match self.driver.try_lock() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut d) = guard {
+                self.wanted.store(false, Ordering::SeqCst);
+                let r = d.drive(cx, self, false);
+                drop(d);
+                self.released();
+                return r;
+            }
+            self.wanted.store(true, Ordering::SeqCst);
+            // The holder may have let go between the two looks; if the
+            // lock is still taken, its release sees `wanted`.
+            match self.driver.try_lock() {
+                Err(TryLockError::WouldBlock) => return Poll::Pending,
+                _ => continue,
+            }
+        }
+    }
+
+    /// After letting go of the driver: wakes the node's task if it found
+    /// the driver busy meanwhile.
+    fn released(&self) {
+        if self.wanted.swap(false, Ordering::SeqCst) {
+            self.inbox.wake();
+        }
     }
 }
 
@@ -510,9 +557,9 @@ impl Driver {
     /// `inline` (a caller drives): the control channel and the tick are left
     /// to the node's task, whose registrations stay in place.
     fn drive(&mut self, cx: &mut Context<'_>, shared: &Shared, inline: bool) -> Poll<()> {
-        self.inbox.driving.store(true, Ordering::Release);
+        self.inbox.driving.store(true, Ordering::SeqCst);
         let r = self.drive_rounds(cx, shared, inline);
-        self.inbox.driving.store(false, Ordering::Release);
+        self.inbox.driving.store(false, Ordering::SeqCst);
         // A frame that came in after the last look wakes the node's task.
         if !self.inbox.is_empty() {
             self.inbox.wake();
@@ -522,6 +569,7 @@ impl Driver {
 
     fn drive_rounds(&mut self, cx: &mut Context<'_>, shared: &Shared, inline: bool) -> Poll<()> {
         let now = Instant::now();
+        let mut idle = false;
         for _ in 0..BATCH {
             let mut any = false;
             if inline {
@@ -547,11 +595,19 @@ impl Driver {
                 self.frame(now, att, f);
                 any = true;
             }
-            while let Poll::Ready(Some((slot, id, r))) = self.tasks.poll_next_unpin(cx) {
+            // An empty set is not polled: polling registers the waker (an
+            // atomic swap on a line the completing threads also write).
+            while !self.tasks.is_empty() {
+                let Poll::Ready(Some((slot, id, r))) = self.tasks.poll_next_unpin(cx) else {
+                    break;
+                };
                 self.task_done(now, slot, id, r);
                 any = true;
             }
-            while let Poll::Ready(Some((slot, id, r))) = self.tmfs.poll_next_unpin(cx) {
+            while !self.tmfs.is_empty() {
+                let Poll::Ready(Some((slot, id, r))) = self.tmfs.poll_next_unpin(cx) else {
+                    break;
+                };
                 if let Some(Some(s)) = self.slots.get_mut(slot) {
                     s.port.complete_tmf(now, id, r);
                 }
@@ -565,11 +621,18 @@ impl Driver {
             }
             any |= self.flush(cx, now);
             if !any {
+                idle = true;
                 break;
             }
         }
         if std::mem::take(&mut self.view_changed) {
             self.publish(shared);
+        }
+        if !idle {
+            // Every round found work: yield to the runtime, but come back
+            // (nothing else may wake the node for what is still ready, such
+            // as a task pushed in the last round and not yet polled).
+            cx.waker().wake_by_ref();
         }
         Poll::Pending
     }
@@ -802,8 +865,10 @@ impl Driver {
             let Some(mut slot) = self.slots.get_mut(i).and_then(Option::take) else {
                 continue;
             };
-            let scsi = slot.scsi.clone();
-            any |= self.drain_events(cx, now, i, &mut slot.port, scsi.as_ref());
+            // The slot is out of `self.slots`: its port and LU map can be
+            // borrowed beside `self` (no refcount traffic per round).
+            let Slot { port, scsi, .. } = &mut *slot;
+            any |= self.drain_events(cx, now, i, port, scsi.as_ref());
             let mut out = std::mem::take(&mut self.out);
             while let Some(f) = slot.port.poll_transmit() {
                 out.push(f);

@@ -773,13 +773,7 @@ impl Fcf {
         let Some(e) = self.enodes.get_mut(&eth.src) else {
             return;
         };
-        // Token bucket.
-        let elapsed = now.saturating_duration_since(e.last_refill);
-        let gained = (elapsed.as_nanos() / refill.as_nanos()) as u64;
-        if gained > 0 {
-            e.tokens = (u64::from(e.tokens) + gained).min(u64::from(burst)) as u32;
-            e.last_refill = now;
-        }
+        refill_tokens(&mut e.tokens, &mut e.last_refill, now, refill, burst);
         let over = kind != LoginKind::Logo
             && (e.tokens == 0
                 || e.pending.len() >= max_pending
@@ -964,5 +958,62 @@ impl Fcf {
             descriptors,
         );
         self.send_fip(enode, reply);
+    }
+}
+
+/// The per-ENode login token bucket: one token per `refill` since
+/// `last`, up to `burst`. The clock advances by whole refill periods only,
+/// so time short of the next token is kept, not lost: requests arriving
+/// every 0.7 periods still earn one token per period (moving the clock to
+/// `now` on every gain would earn one per 1.4 periods). A full bucket
+/// restarts the clock, so idle time does not accrue beyond the burst.
+fn refill_tokens(tokens: &mut u32, last: &mut Instant, now: Instant, refill: Duration, burst: u32) {
+    let elapsed = now.saturating_duration_since(*last);
+    let periods = elapsed.as_nanos() / refill.as_nanos().max(1);
+    if periods == 0 {
+        return;
+    }
+    let total = u64::from(*tokens).saturating_add(u64::try_from(periods).unwrap_or(u64::MAX));
+    if total >= u64::from(burst) {
+        *tokens = burst;
+        *last = now;
+    } else {
+        *tokens = total as u32;
+        // periods < burst here, so the product fits.
+        *last += refill * (periods as u32);
+    }
+}
+
+#[cfg(test)]
+mod refill_tests {
+    use super::*;
+
+    #[test]
+    fn login_tokens_keep_the_time_short_of_the_next_one() {
+        let t0 = Instant::now();
+        let r = Duration::from_millis(10);
+        let (mut tokens, mut last) = (0u32, t0);
+        // Requests every 7 ms for 700 ms: 70 tokens earned, not 50.
+        let mut earned = 0;
+        for k in 1..=100u32 {
+            let now = t0 + Duration::from_millis(7) * k;
+            refill_tokens(&mut tokens, &mut last, now, r, 1000);
+            earned += tokens;
+            tokens = 0;
+        }
+        assert_eq!(earned, 70);
+        // A full bucket does not bank idle time.
+        let (mut tokens, mut last) = (0u32, t0);
+        refill_tokens(&mut tokens, &mut last, t0 + Duration::from_secs(10), r, 4);
+        assert_eq!((tokens, last), (4, t0 + Duration::from_secs(10)));
+        tokens = 0;
+        refill_tokens(
+            &mut tokens,
+            &mut last,
+            t0 + Duration::from_millis(10_015),
+            r,
+            4,
+        );
+        assert_eq!(tokens, 1);
     }
 }

@@ -125,6 +125,11 @@ pub struct TunnelStats {
     pub circuits: Vec<CircuitStats>,
 }
 
+/// How long a standalone ack waits for a batch toward the peer to carry it.
+const ACK_DELAY: Duration = Duration::from_millis(1);
+/// Data batches received before an ack goes out at once.
+const ACK_EVERY: u32 = 16;
+
 enum Ev {
     Up(usize, Conn, Option<oneshot::Sender<()>>),
     Rx(usize, u64, Item),
@@ -483,7 +488,14 @@ struct Actor {
     host: Option<HostSide>,
     target: Option<TargetSide>,
     rr: usize,
+    /// A data batch arrived and the peer has not yet been sent the ack
+    /// for it: the circuit it came on.
     ack_due: Option<usize>,
+    /// When the standalone ack for `ack_due` goes out, unless a batch
+    /// toward the peer (which carries the ack) goes first.
+    ack_at: Option<Instant>,
+    /// Data batches received since the peer was last sent an ack.
+    unacked_rx: u32,
     last_rate: Instant,
     last_bytes: HashMap<usize, (u64, u64)>,
     local_wwn: Wwn,
@@ -539,6 +551,8 @@ impl Actor {
             target: None,
             rr: 0,
             ack_due: None,
+            ack_at: None,
+            unacked_rx: 0,
             last_rate: Instant::now(),
             last_bytes: HashMap::new(),
             local_wwn,
@@ -554,9 +568,17 @@ impl Actor {
         let tick = (self.cfg.keepalive / 2).max(Duration::from_millis(5));
         let mut timer = tokio::time::interval(tick);
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ack_sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(ack_sleep);
         loop {
             tokio::select! {
                 biased;
+                () = &mut ack_sleep, if self.ack_at.is_some() => {
+                    self.ack_at = None;
+                    if let Some(slot) = self.ack_due.take() {
+                        self.send_control(slot);
+                    }
+                },
                 e = ev.recv() => match e {
                     Some(e) => self.on_event(e),
                     None => return,
@@ -577,8 +599,20 @@ impl Actor {
                 },
                 _ = timer.tick() => self.on_tick(),
             }
-            if let Some(slot) = self.ack_due.take() {
-                self.send_control(slot);
+            // Delayed ack: the reply to what just arrived usually goes
+            // back within the delay and carries the ack; a standalone one
+            // would arrive first and cost the peer a wake-up of its own.
+            // Bulk one-way traffic is acked every ACK_EVERY batches.
+            if let Some(slot) = self.ack_due {
+                if self.unacked_rx >= ACK_EVERY {
+                    self.ack_due = None;
+                    self.ack_at = None;
+                    self.send_control(slot);
+                } else if self.ack_at.is_none() {
+                    let at = Instant::now() + ACK_DELAY;
+                    self.ack_at = Some(at);
+                    ack_sleep.as_mut().reset(at.into());
+                }
             }
         }
     }
@@ -985,6 +1019,7 @@ impl Actor {
                             }
                         }
                         self.ack_due = Some(slot);
+                        self.unacked_rx = self.unacked_rx.saturating_add(1);
                     }
                     Err(e) => self.circuit_down(slot, &e.to_string()),
                 }
@@ -1270,11 +1305,20 @@ impl Actor {
 
     fn write_batch(&mut self, slot: usize, mut h: BatchHeader, body: Bytes) {
         h.ack = self.recv.ack();
+        self.acked_now();
         let frames: Vec<(Frame, u8)> = enhanced::fragments(&h, &body)
             .into_iter()
             .map(|f| (f, 0))
             .collect();
         self.write_frames(slot, frames);
+    }
+
+    /// A batch carrying the current ack is going out: no standalone ack
+    /// is owed.
+    fn acked_now(&mut self) {
+        self.ack_due = None;
+        self.ack_at = None;
+        self.unacked_rx = 0;
     }
 
     fn send_control(&mut self, slot: usize) {
@@ -1287,6 +1331,7 @@ impl Actor {
             ack: self.recv.ack(),
             ..BatchHeader::default()
         };
+        self.acked_now();
         let frames: Vec<(Frame, u8)> = enhanced::fragments(&h, &Bytes::new())
             .into_iter()
             .map(|f| (f, 0))

@@ -129,3 +129,33 @@ async fn fastwrite_needs_both_ends() {
         );
     }
 }
+
+/// Enhanced mode acks batches late enough for the reply to carry the ack:
+/// request/response traffic needs (almost) no ack batches of their own.
+/// Before the delayed ack, site A sent one standalone ack for every reply
+/// it received, i.e. one per write here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_carry_the_acks() {
+    let s = sites(LinkMode::Enhanced, true, compress::Mode::None).await;
+    let _ = s.remote.execute(task(1, &[0; 6], None, 0)).await;
+    let before = s.ta.stats().standalone_acks;
+    let writes = 200u32;
+    let data = Bytes::from(vec![0x5a; 4096]);
+    for k in 0..writes {
+        let lba = (k * 8).to_be_bytes();
+        let cdb = [0x2a, 0, lba[0], lba[1], lba[2], lba[3], 0, 0, 8, 0];
+        let r = s
+            .remote
+            .execute(task(10 + u64::from(k), &cdb, Some(data.clone()), 0))
+            .await;
+        assert_eq!(r.status, Status::GOOD, "{r:?}");
+    }
+    let acks = s.ta.stats().standalone_acks - before;
+    // Each write's reply reaches A, and A's next write leaves within
+    // microseconds carrying the ack; a standalone one goes only when the
+    // next write is more than the ack delay (1 ms) late.
+    assert!(
+        acks < u64::from(writes) / 2,
+        "{acks} standalone acks for {writes} writes"
+    );
+}

@@ -119,6 +119,9 @@ pub struct TunnelStats {
     pub duplicates: u64,
     /// Frames the fabric handed over while the tunnel could not take them.
     pub dropped: u64,
+    /// Enhanced mode: acks sent on their own, because no batch toward the
+    /// peer carried them within the ack delay (heartbeats not counted).
+    pub standalone_acks: u64,
     /// Resynchronisations of the decoders.
     pub resyncs: u64,
     /// Circuits.
@@ -576,7 +579,7 @@ impl Actor {
                 () = &mut ack_sleep, if self.ack_at.is_some() => {
                     self.ack_at = None;
                     if let Some(slot) = self.ack_due.take() {
-                        self.send_control(slot);
+                        self.send_standalone_ack(slot);
                     }
                 },
                 e = ev.recv() => match e {
@@ -605,9 +608,7 @@ impl Actor {
             // Bulk one-way traffic is acked every ACK_EVERY batches.
             if let Some(slot) = self.ack_due {
                 if self.unacked_rx >= ACK_EVERY {
-                    self.ack_due = None;
-                    self.ack_at = None;
-                    self.send_control(slot);
+                    self.send_standalone_ack(slot);
                 } else if self.ack_at.is_none() {
                     let at = Instant::now() + ACK_DELAY;
                     self.ack_at = Some(at);
@@ -1311,6 +1312,13 @@ impl Actor {
             .map(|f| (f, 0))
             .collect();
         self.write_frames(slot, frames);
+    }
+
+    fn send_standalone_ack(&mut self, slot: usize) {
+        self.send_control(slot);
+        if let Ok(mut st) = self.stats.lock() {
+            st.standalone_acks += 1;
+        }
     }
 
     /// A batch carrying the current ack is going out: no standalone ack

@@ -225,6 +225,11 @@ async fn qd1(s: &Setup, n: usize) -> (f64, f64) {
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
+    median_p99(lat)
+}
+
+/// Median and 99th percentile of latencies.
+fn median_p99(mut lat: Vec<f64>) -> (f64, f64) {
     lat.sort_by(f64::total_cmp);
     (lat[lat.len() / 2], lat[lat.len() * 99 / 100])
 }
@@ -263,8 +268,7 @@ fn tcp_rtt(profile: Option<WanProfile>, n: usize) -> f64 {
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    lat.sort_by(f64::total_cmp);
-    lat[lat.len() / 2]
+    median_p99(lat).0
 }
 
 fn cpu_seconds() -> f64 {
@@ -366,7 +370,7 @@ fn link_capacity(profile: WanProfile, circuits: usize, secs: f64) -> f64 {
             })
         })
         .collect();
-    // Measure a window after the first second (the queues filling up).
+    // Measure after half a second (the relays' queues filling up).
     std::thread::sleep(Duration::from_millis(500));
     let b0 = received.load(Ordering::Relaxed);
     let t0 = Instant::now();

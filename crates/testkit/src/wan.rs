@@ -204,10 +204,7 @@ fn pipe(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, dir: usize) {
         return;
     };
     let writer = thread::spawn(move || deliver(to, rx, sh2, q2));
-    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
-    }
+    precise_timers();
     let mut buf = vec![0u8; 64 * 1024];
     let mut last_due = Instant::now();
     let mut seed = (dir as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -222,6 +219,7 @@ fn pipe(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, dir: usize) {
         };
         let read_at = Instant::now();
         let p = sh.profile.lock().map(|g| *g).unwrap_or(WanProfile::lan());
+        let bare = p.rate == 0 && p.delay.is_zero() && p.jitter.is_zero();
         for piece in buf[..n].chunks(PIECE) {
             let done = match sh.free_at[dir].lock() {
                 Ok(mut free) => serialise(&mut free, read_at, piece.len(), p.rate),
@@ -244,13 +242,10 @@ fn pipe(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, dir: usize) {
             // delay the hand-off happens within the delay (the due time
             // counts from the read), so it costs nothing there; with a rate
             // or pieces queued, the delivery thread keeps order and pace.
-            let bare = p.rate == 0 && p.delay.is_zero() && p.jitter.is_zero();
             if bare && queued.load(Ordering::SeqCst) == 0 {
-                if !wait_while_cut(&sh) || direct.write_all(piece).is_err() {
+                if !wait_while_cut(&sh) || !forward(&mut direct, piece, &sh) {
                     break 'read;
                 }
-                sh.forwarded
-                    .fetch_add(piece.len() as u64, Ordering::Relaxed);
                 continue;
             }
             queued.fetch_add(1, Ordering::SeqCst);
@@ -269,6 +264,25 @@ fn pipe(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, dir: usize) {
 /// every emulated delay.
 const SPIN: Duration = Duration::from_micros(60);
 
+/// A thread's sleeps end up to 50 µs late by default (timer slack); the
+/// delay line wants them on time.
+fn precise_timers() {
+    // SAFETY: PR_SET_TIMERSLACK only changes the calling thread's slack.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
+    }
+}
+
+/// Writes a piece on and counts it; false when the far end is gone.
+fn forward(to: &mut TcpStream, piece: &[u8], sh: &Shared) -> bool {
+    if to.write_all(piece).is_err() {
+        return false;
+    }
+    sh.forwarded
+        .fetch_add(piece.len() as u64, Ordering::Relaxed);
+    true
+}
+
 /// Waits until `due` with an error of a few µs rather than a sleep's.
 fn wait_until(due: Instant) {
     let now = Instant::now();
@@ -285,22 +299,16 @@ fn wait_until(due: Instant) {
 
 /// Writes each piece to `to` once it is due (and the link is not cut).
 fn deliver(mut to: TcpStream, rx: Receiver<Chunk>, sh: Arc<Shared>, queued: Arc<AtomicU64>) {
-    // This thread's sleeps may end up to 50 µs late by default (timer
-    // slack); the delay line wants them on time.
-    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
-    }
+    precise_timers();
     while let Ok((due, data)) = rx.recv() {
         wait_until(due);
         if !wait_while_cut(&sh) {
             return;
         }
-        if to.write_all(&data).is_err() {
+        if !forward(&mut to, &data, &sh) {
             let _ = to.shutdown(Shutdown::Both);
             return;
         }
-        sh.forwarded.fetch_add(data.len() as u64, Ordering::Relaxed);
         queued.fetch_sub(1, Ordering::SeqCst);
     }
     let _ = to.shutdown(Shutdown::Write);

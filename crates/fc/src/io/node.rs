@@ -391,8 +391,8 @@ impl FcNode {
     /// Runs `c` now if the node is free, else queues it for the node's
     /// task. Fails only when the queue is full.
     pub(crate) fn run(&self, c: Control) -> Result<(), InitiatorError> {
-        match self.shared.driver.try_lock() {
-            Ok(mut d) => {
+        match self.shared.try_driver() {
+            Some(mut d) => {
                 d.control(Instant::now(), c);
                 let waker = self.shared.inbox.node_waker();
                 let mut cx = Context::from_waker(&waker);
@@ -401,7 +401,7 @@ impl FcNode {
                 self.shared.released();
                 Ok(())
             }
-            Err(_) => self.tx.try_send(c).map_err(|_| InitiatorError::QueueFull),
+            None => self.tx.try_send(c).map_err(|_| InitiatorError::QueueFull),
         }
     }
 
@@ -484,26 +484,28 @@ impl Shared {
     /// behind it, on a 2-core host for a whole time slice); it asks the
     /// holder to wake it on release and yields.
     fn drive(&self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            let guard = match self.driver.try_lock() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            };
-            if let Some(mut d) = guard {
-                self.wanted.store(false, Ordering::SeqCst);
-                let r = d.drive(cx, self, false);
-                drop(d);
-                self.released();
-                return r;
-            }
+        let mut guard = self.try_driver();
+        if guard.is_none() {
             self.wanted.store(true, Ordering::SeqCst);
             // The holder may have let go between the two looks; if the
             // lock is still taken, its release sees `wanted`.
-            match self.driver.try_lock() {
-                Err(TryLockError::WouldBlock) => return Poll::Pending,
-                _ => continue,
-            }
+            guard = self.try_driver();
+        }
+        let Some(mut d) = guard else {
+            return Poll::Pending;
+        };
+        self.wanted.store(false, Ordering::SeqCst);
+        let r = d.drive(cx, self, false);
+        drop(d);
+        self.released();
+        r
+    }
+
+    fn try_driver(&self) -> Option<std::sync::MutexGuard<'_, Driver>> {
+        match self.driver.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
         }
     }
 

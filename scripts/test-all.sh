@@ -33,6 +33,9 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 export PATH="$PATH:/usr/sbin:/sbin:${CARGO_HOME:-$HOME/.cargo}/bin"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# A one-shot build gains nothing from incremental caches, which are most of a
+# debug target/'s size.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 LOG_DIR="$ROOT/target/test-all"
 mkdir -p "$LOG_DIR"
@@ -43,6 +46,7 @@ TIMES=()
 
 step() {
     finish_step
+    disk_report
     STEP=$1
     STEP_START=$(date +%s)
     printf '\n======== test-all: %s\n' "$STEP"
@@ -60,6 +64,23 @@ on_exit() {
     fi
 }
 trap on_exit EXIT
+
+# Disk: a cold run of every step below writes ~NEED_GIB GiB under target/.
+# Say so up front rather than fail later inside rustc with ENOSPC.
+NEED_GIB=12
+disk_report() {
+    local avail_kib
+    avail_kib=$(df -Pk "$ROOT" | awk 'NR == 2 { print $4 }')
+    printf 'disk: %s GiB free on %s; target/ holds %s\n' "$((avail_kib / 1048576))" \
+        "$(df -P "$ROOT" | awk 'NR == 2 { print $6 }')" \
+        "$(du -sh "${CARGO_TARGET_DIR:-$ROOT/target}" 2>/dev/null | cut -f1)"
+}
+AVAIL_KIB=$(df -Pk "$ROOT" | awk 'NR == 2 { print $4 }')
+disk_report
+if ((AVAIL_KIB < NEED_GIB * 1048576)); then
+    echo "!!!!!!!! test-all: only $((AVAIL_KIB / 1048576)) GiB free; a cold run needs about $NEED_GIB GiB." >&2
+    echo "!!!!!!!! The build may stop with 'No space left on device'." >&2
+fi
 
 # 1 ---------------------------------------------------------------------------
 step "setup"
@@ -152,6 +173,7 @@ fi
 
 finish_step
 STEP="(done)"
+disk_report
 printf '\n======== test-all: step times\n'
 printf '%s\n' "${TIMES[@]}"
 printf '%5ss  total\n' $(($(date +%s) - START))

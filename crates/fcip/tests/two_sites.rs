@@ -10,10 +10,11 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{INITIATOR, Sites, TARGET, build, sites, task};
+use common::{INITIATOR, Sites, TARGET, build, build_with, sites, task};
 use unifab_fcip::io::LinkMode;
 use unifab_fcip::proto::compress;
 use unifab_scsi_core::{LogicalUnit, Status};
+use unifab_testkit::wan::WanProfile;
 
 async fn io(s: &Sites) {
     let t = std::time::Instant::now();
@@ -158,4 +159,38 @@ async fn replies_carry_the_acks() {
         acks < u64::from(writes) / 2,
         "{acks} standalone acks for {writes} writes"
     );
+}
+
+/// A circuit writer that cannot keep up holds the tunnel back instead of
+/// losing frames. With a one-write queue on each circuit and a slow link,
+/// the tunnel finds a full writer all the time; before, it dropped what did
+/// not fit: in RFC mode the exchange's frames (the command timed out), in
+/// enhanced mode a numbered batch that was never sent again (the peer
+/// waited for it forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_writers_hold_frames_back_and_lose_none() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    for mode in [LinkMode::Rfc, LinkMode::Enhanced] {
+        let slow = WanProfile::rtt(Duration::from_micros(200), 20_000_000);
+        let s = build_with(
+            mode,
+            (false, false),
+            compress::Mode::None,
+            Some(slow),
+            |c| {
+                c.writer_queue = 1;
+            },
+        )
+        .await;
+        let done = tokio::time::timeout(Duration::from_secs(60), io(&s)).await;
+        let st = s.ta.stats();
+        assert!(
+            done.is_ok(),
+            "{mode:?}: I/O through the tunnel hung: {st:?}"
+        );
+        assert_eq!(st.dropped, 0, "{mode:?}: {st:?}");
+    }
 }

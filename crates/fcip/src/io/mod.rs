@@ -91,6 +91,13 @@ pub struct TunnelConfig {
     pub k_a_tov: u32,
     /// Unacknowledged bytes a tunnel may have in flight (enhanced).
     pub window_bytes: usize,
+    /// Writes (batches, or frames in RFC mode) each circuit's socket writer
+    /// may have queued. When the circuits that could carry the next frame
+    /// are this far behind, the tunnel stops taking frames from the fabric
+    /// (backpressure, as an E_Port withholding credit) instead of dropping
+    /// them; in enhanced mode a batch that finds no room is kept and sent
+    /// once a writer has room. At least 1.
+    pub writer_queue: usize,
     /// TLS 1.3 on every circuit.
     pub tls: Option<Arc<tls::TlsSettings>>,
 }
@@ -120,6 +127,7 @@ impl TunnelConfig {
             dead_after: Duration::from_millis(80),
             k_a_tov: 10_000,
             window_bytes: 64 << 20,
+            writer_queue: 16_384,
             tls: None,
         }
     }

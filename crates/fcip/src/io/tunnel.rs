@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tracing::{debug, info, warn};
 use unifab_fc::fabric::zoning::ZoneSet;
 use unifab_fc::io::FabricPort;
@@ -169,6 +169,7 @@ pub struct Tunnel {
     cfg: Arc<TunnelConfig>,
     ev: mpsc::Sender<Ev>,
     stats: Arc<Mutex<TunnelStats>>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Tunnel {
@@ -197,6 +198,7 @@ impl Tunnel {
             ..TunnelStats::default()
         }));
         let t = Tunnel {
+            dropped: dropped.clone(),
             cfg: cfg.clone(),
             ev: ev_tx.clone(),
             stats: stats.clone(),
@@ -243,7 +245,9 @@ impl Tunnel {
 
     /// Counters.
     pub fn stats(&self) -> TunnelStats {
-        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut st = self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        st.dropped = self.dropped.load(Ordering::Relaxed);
+        st
     }
 }
 
@@ -467,6 +471,28 @@ struct Circuit {
     since: Instant,
     reasm: Reassembly,
     peer: SocketAddr,
+    /// Writes that found the writer's queue full, in order; handed over
+    /// as one when it has room. Only what the tunnel itself makes (class F,
+    /// acks, resends) lands here: frames from the fabric wait while any
+    /// writer that could take them is behind.
+    backlog: Vec<Bytes>,
+}
+
+impl Circuit {
+    fn has_room(&self, headroom: usize) -> bool {
+        self.backlog.is_empty() && self.writer.capacity() >= headroom
+    }
+
+    /// Hands the backlog to the writer if it has room.
+    fn flush(&mut self) {
+        if self.backlog.is_empty() || self.writer.capacity() == 0 {
+            return;
+        }
+        match self.writer.try_send(std::mem::take(&mut self.backlog)) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(b)) => self.backlog = b,
+        }
+    }
 }
 
 struct Actor {
@@ -502,7 +528,19 @@ struct Actor {
     last_rate: Instant,
     last_bytes: HashMap<usize, (u64, u64)>,
     local_wwn: Wwn,
+    /// Signalled by a circuit writer each time it takes writes off its
+    /// queue: the tunnel waits on it while every writer is full.
+    room: Arc<Notify>,
+    /// Enhanced mode: data batches in the send window that found no writer
+    /// with room and wait to be sent.
+    unsent: bool,
 }
+
+/// Writes a circuit writer must have room for before the tunnel takes
+/// more frames from the fabric: one `outbound` call makes at most a few
+/// batches (512 frames of ≤ 2 KiB each in ≤ 256 KiB batches), RFC mode
+/// one write per circuit.
+const WRITER_HEADROOM: usize = 8;
 
 impl Actor {
     fn new(
@@ -559,6 +597,8 @@ impl Actor {
             last_rate: Instant::now(),
             last_bytes: HashMap::new(),
             local_wwn,
+            room: Arc::new(Notify::new()),
+            unsent: false,
         }
     }
 
@@ -573,6 +613,7 @@ impl Actor {
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ack_sleep = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(ack_sleep);
+        let room = self.room.clone();
         loop {
             tokio::select! {
                 biased;
@@ -585,6 +626,10 @@ impl Actor {
                 e = ev.recv() => match e {
                     Some(e) => self.on_event(e),
                     None => return,
+                },
+                () = room.notified(), if self.waiting_for_room() => {
+                    self.flush_backlogs();
+                    self.send_unsent();
                 },
                 f = ctl.recv() => if let Some(f) = f { self.send_class_f(f) },
                 f = fab.recv(), if self.fabric_ready() => match f {
@@ -619,7 +664,67 @@ impl Actor {
     }
 
     fn fabric_ready(&self) -> bool {
-        !self.enhanced || self.send.has_room()
+        (!self.enhanced || self.send.has_room()) && self.writers_ready()
+    }
+
+    /// Whether the writers can take what the next frames from the fabric
+    /// make: in enhanced mode any circuit will do (batches go to whichever
+    /// has room), in RFC mode an exchange's circuit is fixed, so all must.
+    fn writers_ready(&self) -> bool {
+        let headroom = WRITER_HEADROOM.min(self.writer_queue());
+        let room = |c: &Circuit| c.has_room(headroom);
+        if self.enhanced {
+            self.circuits.is_empty() || self.circuits.values().any(room)
+        } else {
+            self.circuits.values().all(room)
+        }
+    }
+
+    fn waiting_for_room(&self) -> bool {
+        self.unsent
+            || !self.writers_ready()
+            || self.circuits.values().any(|c| !c.backlog.is_empty())
+    }
+
+    fn flush_backlogs(&mut self) {
+        for c in self.circuits.values_mut() {
+            c.flush();
+        }
+    }
+
+    fn writer_queue(&self) -> usize {
+        self.cfg.writer_queue.max(1)
+    }
+
+    /// Enhanced mode: sends the batches that found every writer full.
+    fn send_unsent(&mut self) {
+        if !self.unsent || !self.enhanced {
+            self.unsent = false;
+            return;
+        }
+        let alive: Vec<usize> = self.circuits.keys().copied().collect();
+        let moved = {
+            let mut rr = self.rr;
+            let open: Vec<usize> = self
+                .circuits
+                .iter()
+                .filter(|(_, c)| c.has_room(1))
+                .map(|(s, _)| *s)
+                .collect();
+            let r = self.send.orphans(&alive, |_| {
+                if open.is_empty() {
+                    return None;
+                }
+                rr += 1;
+                open.get(rr % open.len()).copied()
+            });
+            self.rr = rr;
+            r
+        };
+        self.unsent = false;
+        for (c, h, b) in moved {
+            self.write_batch(c, h, b);
+        }
     }
 
     fn class_f_slot(&self) -> Option<usize> {
@@ -668,9 +773,16 @@ impl Actor {
         }
         self.epoch += 1;
         let epoch = self.epoch;
-        let (wtx, wrx) = mpsc::channel::<Vec<Bytes>>(16_384);
+        let (wtx, wrx) = mpsc::channel::<Vec<Bytes>>(self.writer_queue());
         let (rd, wr) = tokio::io::split(conn.stream);
-        tokio::spawn(writer(wr, wrx, self.ev.clone(), slot, epoch));
+        tokio::spawn(writer(
+            wr,
+            wrx,
+            self.ev.clone(),
+            slot,
+            epoch,
+            self.room.clone(),
+        ));
         tokio::spawn(reader(rd, conn.leftover, self.ev.clone(), slot, epoch));
         let now = Instant::now();
         self.circuits.insert(
@@ -684,6 +796,7 @@ impl Actor {
                 since: now,
                 reasm: Reassembly::default(),
                 peer: conn.peer,
+                backlog: Vec::new(),
             },
         );
         if let Some(c) = self.counters.get_mut(&slot) {
@@ -700,20 +813,8 @@ impl Actor {
             self.link_start(conn.peer_caps);
         } else if self.enhanced {
             // Batches orphaned while no circuit was up go out now.
-            let alive: Vec<usize> = self.circuits.keys().copied().collect();
-            let moved = {
-                let mut rr = self.rr;
-                let live = alive.clone();
-                let r = self.send.orphans(&alive, |_| {
-                    rr += 1;
-                    live.get(rr % live.len()).copied()
-                });
-                self.rr = rr;
-                r
-            };
-            for (c, h, b) in moved {
-                self.write_batch(c, h, b);
-            }
+            self.unsent = true;
+            self.send_unsent();
         }
     }
 
@@ -863,6 +964,8 @@ impl Actor {
         for s in dead {
             self.circuit_down(s, "keep-alive timeout (nothing received)");
         }
+        self.flush_backlogs();
+        self.send_unsent();
         // Heartbeats.
         if self.enhanced {
             let slots: Vec<usize> = self.circuits.keys().copied().collect();
@@ -891,7 +994,7 @@ impl Actor {
                 fc,
                 fc,
             );
-            self.write_frames(0, vec![(f, 0)]);
+            self.write_or_drop(0, vec![(f, 0)]);
         }
         if now.duration_since(self.last_rate) >= Duration::from_secs(1) {
             self.update_stats(now);
@@ -1182,7 +1285,7 @@ impl Actor {
         if self.enhanced {
             self.send_batches(vec![(f, 0)]);
         } else if let Some(s) = self.class_f_slot() {
-            self.write_frames(s, vec![(f, 0)]);
+            self.write_or_drop(s, vec![(f, 0)]);
         }
     }
 
@@ -1219,42 +1322,74 @@ impl Actor {
             per.entry(slot).or_default().push((f, fl));
         }
         for (s, fs) in per {
-            self.write_frames(s, fs);
+            self.write_or_drop(s, fs);
         }
     }
 
-    fn write_frames(&mut self, slot: usize, frames: Vec<(Frame, u8)>) {
-        let Some(c) = self.circuits.get(&slot) else {
-            self.dropped
-                .fetch_add(frames.len() as u64, Ordering::Relaxed);
-            return;
-        };
+    /// Queues `frames` on circuit `slot`'s writer, or counts them as
+    /// dropped when the circuit is gone.
+    fn write_or_drop(&mut self, slot: usize, frames: Vec<(Frame, u8)>) {
+        let n = frames.len() as u64;
+        if !self.write_frames(slot, frames) {
+            self.dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Queues `frames` on circuit `slot`'s writer (behind its backlog, if
+    /// it has one). False when the circuit is gone or its writer closed:
+    /// nothing was queued. A frame too long for FCIP's length field (a
+    /// local port breaking FC-FS's payload limit) is dropped, counted and
+    /// logged.
+    fn write_frames(&mut self, slot: usize, frames: Vec<(Frame, u8)>) -> bool {
+        if !self.circuits.contains_key(&slot) {
+            return false;
+        }
         let mut bufs = Vec::with_capacity(frames.len() * 3);
         let mut n = 0;
         for (f, _) in frames {
             let r = FcipFrameRepr::new(word_aligned(f));
-            let Ok((head, tail)) = r.head_tail() else {
-                continue;
+            let (head, tail) = match r.head_tail() {
+                Ok(ht) => ht,
+                Err(e) => {
+                    warn!(tunnel = %self.cfg.name, slot, error = %e, s_id = %r.frame.header.s_id, d_id = %r.frame.header.d_id, "frame not sent: it does not fit FCIP's length field");
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
             };
             n += head.len() + r.frame.payload.len() + tail.len();
             bufs.push(Bytes::copy_from_slice(&head));
             bufs.push(r.frame.payload);
             bufs.push(Bytes::copy_from_slice(&tail));
         }
-        if c.writer.try_send(bufs).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
+        if bufs.is_empty() {
+            return true;
+        }
+        let Some(c) = self.circuits.get_mut(&slot) else {
+            return false;
+        };
+        if !c.backlog.is_empty() {
+            c.backlog.extend(bufs);
+        } else {
+            match c.writer.try_send(bufs) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(b)) => c.backlog = b,
+                // The circuit's down event is on its way.
+                Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            }
         }
         if let Some(s) = self.counters.get_mut(&slot) {
             s.tx_bytes += n as u64;
         }
+        true
     }
 
+    /// A circuit with room in its writer, by weight.
     fn pick_slot(&mut self) -> Option<usize> {
         let mut live: Vec<(usize, u32)> = self
             .circuits
-            .keys()
-            .map(|s| {
+            .iter()
+            .filter(|(_, c)| c.has_room(1))
+            .map(|(s, _)| {
                 (
                     *s,
                     self.cfg.circuits.get(s - 1).map_or(1, |c| c.weight.max(1)),
@@ -1294,9 +1429,9 @@ impl Actor {
             let raw_len = raw.len();
             let (codec, wire) = self.comp.compress(raw);
             let Some(slot) = self.pick_slot() else {
-                // No circuit: keep it for when one comes back.
-                let h = self.send.push(codec, raw_len, wire, usize::MAX);
-                let _ = h;
+                // No circuit with room: keep it for when one has some.
+                self.send.push(codec, raw_len, wire, usize::MAX);
+                self.unsent = true;
                 continue;
             };
             let h = self.send.push(codec, raw_len, wire.clone(), slot);
@@ -1311,7 +1446,12 @@ impl Actor {
             .into_iter()
             .map(|f| (f, 0))
             .collect();
-        self.write_frames(slot, frames);
+        if !self.write_frames(slot, frames) && BatchKind(h.kind) == BatchKind::DATA {
+            // Still in the send window: sent again once a writer has room
+            // (or by a survivor, if this circuit is going down).
+            self.send.unassign(&h);
+            self.unsent = true;
+        }
     }
 
     fn send_standalone_ack(&mut self, slot: usize) {
@@ -1344,7 +1484,7 @@ impl Actor {
             .into_iter()
             .map(|f| (f, 0))
             .collect();
-        self.write_frames(slot, frames);
+        self.write_or_drop(slot, frames);
     }
 }
 
@@ -1383,6 +1523,7 @@ async fn writer(
     ev: mpsc::Sender<Ev>,
     slot: usize,
     epoch: u64,
+    room: Arc<Notify>,
 ) {
     let mut pending: Vec<Bytes> = Vec::new();
     while let Some(bufs) = rx.recv().await {
@@ -1393,6 +1534,7 @@ async fn writer(
                 break;
             }
         }
+        room.notify_one();
         if let Err(e) = write_all_vectored(&mut w, &mut pending).await {
             let _ = ev
                 .send(Ev::Closed(slot, epoch, format!("write: {e}")))

@@ -15,8 +15,14 @@ use crate::wire::enhanced::{BatchHeader, BatchKind, Codec, FLAG_RETRANSMIT};
 struct Outstanding {
     header: BatchHeader,
     body: Bytes,
+    /// The circuit it went out on; `UNASSIGNED` while it waits for one.
     circuit: usize,
+    /// Whether it ever reached a writer (a later send is a retransmit).
+    sent: bool,
 }
+
+/// The circuit of a batch that waits for one.
+const UNASSIGNED: usize = usize::MAX;
 
 /// The sender's side.
 #[derive(Debug)]
@@ -63,8 +69,9 @@ impl SendWindow {
         self.acked
     }
 
-    /// Numbers a new data batch sent on `circuit` and keeps it; returns
-    /// its header (the caller fills in `ack`).
+    /// Numbers a new data batch sent on `circuit` (`usize::MAX`: kept
+    /// for later, see [`SendWindow::orphans`]) and keeps it; returns its
+    /// header (the caller fills in `ack`).
     pub fn push(
         &mut self,
         codec: Codec,
@@ -90,6 +97,7 @@ impl SendWindow {
                 header,
                 body,
                 circuit,
+                sent: circuit != UNASSIGNED,
             },
         );
         header
@@ -147,12 +155,28 @@ impl SendWindow {
             if let Some(c) = pick(*seq) {
                 o.circuit = c;
                 let mut h = o.header;
-                h.flags |= FLAG_RETRANSMIT;
-                self.retransmits += 1;
+                if o.sent {
+                    h.flags |= FLAG_RETRANSMIT;
+                    self.retransmits += 1;
+                }
+                o.sent = true;
                 out.push((c, h, o.body.clone()));
             }
         }
         out
+    }
+
+    /// Batch `seq` could not be handed to its circuit's writer after all
+    /// (full or closing), in a send with header `h`: it waits for
+    /// [`SendWindow::orphans`] again, and if that was its first send, the
+    /// next one is not a retransmit.
+    pub fn unassign(&mut self, h: &BatchHeader) {
+        if let Some(o) = self.unacked.get_mut(&h.seq) {
+            o.circuit = UNASSIGNED;
+            if h.flags & FLAG_RETRANSMIT == 0 {
+                o.sent = false;
+            }
+        }
     }
 }
 
@@ -267,5 +291,42 @@ mod tests {
         assert_eq!(tx.on_ack(rx.ack()), 19);
         assert_eq!(tx.outstanding(), 0);
         assert!(rx.accept(5000, Bytes::new()).is_err());
+    }
+
+    /// A batch that never reached a writer goes out later as a first send;
+    /// one whose resend failed stays a retransmit. Only unassigned batches
+    /// are picked up, in order.
+    #[test]
+    fn unsent_batches_wait_and_go_out_in_order() {
+        let mut tx = SendWindow::new(1 << 20);
+        let a = tx.push(Codec::NONE, 1, Bytes::from_static(b"a"), 1);
+        let b = tx.push(Codec::NONE, 1, Bytes::from_static(b"b"), usize::MAX);
+        let c = tx.push(Codec::NONE, 1, Bytes::from_static(b"c"), 1);
+        tx.unassign(&c);
+        let out = tx.orphans(&[1, 2], |_| Some(2));
+        let seqs: Vec<u64> = out.iter().map(|(_, h, _)| h.seq).collect();
+        assert_eq!(
+            seqs,
+            [b.seq, c.seq],
+            "batch {} is still on circuit 1",
+            a.seq
+        );
+        assert!(
+            out.iter()
+                .all(|(c, h, _)| *c == 2 && h.flags & FLAG_RETRANSMIT == 0)
+        );
+        assert_eq!(tx.retransmits, 0);
+        assert!(
+            tx.orphans(&[1, 2], |_| Some(2)).is_empty(),
+            "nothing left to send"
+        );
+        // Circuit 1 dies; the resend of `a` finds no room and waits again.
+        let moved = tx.fail_circuit(1, |_| Some(2));
+        assert_eq!(moved.len(), 1);
+        tx.unassign(&moved[0].1);
+        let again = tx.orphans(&[2], |_| Some(2));
+        assert_eq!(again.len(), 1);
+        assert_ne!(again[0].1.flags & FLAG_RETRANSMIT, 0);
+        assert_eq!(tx.retransmits, 2);
     }
 }

@@ -94,6 +94,17 @@ pub async fn build(
     compression: compress::Mode,
     wan: Option<WanProfile>,
 ) -> Sites {
+    build_with(mode, fastwrite, compression, wan, |_| {}).await
+}
+
+/// As [`build`], with `tweak` applied to both tunnels' configurations.
+pub async fn build_with(
+    mode: LinkMode,
+    fastwrite: (bool, bool),
+    compression: compress::Mode,
+    wan: Option<WanProfile>,
+    tweak: impl Fn(&mut TunnelConfig),
+) -> Sites {
     let a = Switch::new(FabricConfig {
         domain: 1,
         switch_name: SW_A,
@@ -127,6 +138,7 @@ pub async fn build(
     tb.mode = mode;
     tb.fastwrite = fastwrite.1;
     tb.compression = compression;
+    tweak(&mut tb);
     let tunnel_b = Tunnel::start(tb, cb);
     let listener = Listener::start("127.0.0.1:0".parse().unwrap(), SW_B, vec![tunnel_b], None)
         .await
@@ -160,6 +172,7 @@ pub async fn build(
     ta.mode = mode;
     ta.fastwrite = fastwrite.0;
     ta.compression = compression;
+    tweak(&mut ta);
     let ta = Tunnel::start(ta, ca);
     let node_a = FcNode::spawn(&a, "site-a");
     let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0a0b));

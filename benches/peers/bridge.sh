@@ -31,6 +31,11 @@
 #   1 MiB QD8:  bridge MB/s >= 90 % of direct (read and write)
 #   QD1:        bridge median latency <= direct + 30 µs (qemu-img, read and write)
 #
+# With BUSY_POLL_US > 0 (the default), a third path is measured in the
+# same alternation: the same tgtd LU through the same gateway as LUN 1,
+# whose initiator busy-polls at queue depth 1 (`[lu.iscsi] busy_poll_us`).
+# Its columns are reported and checked beside the plain bridge's.
+#
 # Output: a Markdown table on stdout, and in OUT_DIR results.md,
 # results.csv (every run) and both targets' logs.
 #
@@ -39,6 +44,7 @@
 #   REPEATS      repetitions per measurement (default 5)
 #   RUN_SECONDS  length of one throughput run (default 4)
 #   OUT_DIR      where results go (default target/bench-peers/bridge-<date-time>)
+#   BUSY_POLL_US busy-poll window of the third path (default 200; 0: no third path)
 #
 # Needs: tgt, libiscsi-bin, qemu-utils, qemu-block-extra (scripts/setup.sh).
 set -euo pipefail
@@ -61,6 +67,8 @@ RUN_SECONDS=${RUN_SECONDS:-4}
 UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
 OUT_DIR=${OUT_DIR:-$ROOT/target/bench-peers/bridge-$(date +%Y%m%d-%H%M%S)}
 LU_SIZE=$((1 << 30))
+BUSY_POLL_US=${BUSY_POLL_US:-200}
+[[ "$BUSY_POLL_US" =~ ^[0-9]+$ ]] || die "BUSY_POLL_US must be a number of µs"
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
 [[ "$RUN_SECONDS" =~ ^[1-9][0-9]*$ ]] || die "RUN_SECONDS must be a positive integer"
 [[ -x "$UNIFAB_BIN" ]] || die "no unifab binary at $UNIFAB_BIN (cargo build --release -p unifab, or set UNIFAB_BIN)"
@@ -94,12 +102,20 @@ cat >"$WORK/gw/unifab.toml" <<EOF
 name = "bridged"
 backend = "$TGTD_URL"
 
+[[lu]]
+name = "bridged-poll"
+backend = "$TGTD_URL"
+
+[lu.iscsi]
+initiator_name = "iqn.2026-11.io.unifab:bridge-poll"
+busy_poll_us = $BUSY_POLL_US
+
 [iscsi]
 listen = ["127.0.0.1:$GW_PORT"]
 
 [[iscsi.target]]
 iqn = "$BRIDGE_IQN"
-luns = ["bridged"]
+luns = ["bridged", "bridged-poll"]
 
 [admin]
 listen = "127.0.0.1:$ADMIN_PORT"
@@ -109,13 +125,16 @@ EOF
 GW_PID=$!
 wait_port "$GW_PORT" 20 || { tail -20 "$WORK/gw/unifab.log" >&2; die "the gateway's portal did not open"; }
 BRIDGE_URL="iscsi://127.0.0.1:$GW_PORT/$BRIDGE_IQN/0"
+POLL_URL="iscsi://127.0.0.1:$GW_PORT/$BRIDGE_IQN/1"
 note "bridge: $BRIDGE_URL -> $TGTD_URL (pid $GW_PID)"
-# The first command through the bridge also logs the gateway in to tgtd.
-qemu-img bench -f raw -t none -c 16 -d 1 -s 4096 "$BRIDGE_URL" >/dev/null 2>&1 \
-    || die "qemu-img cannot read through the bridge ($BRIDGE_URL); log: $OUT_DIR/unifab.log"
-
-declare -A URL=([direct]="$TGTD_URL" [bridge]="$BRIDGE_URL")
+declare -A URL=([direct]="$TGTD_URL" [bridge]="$BRIDGE_URL" [poll]="$POLL_URL")
 PATHS=(direct bridge)
+((BUSY_POLL_US > 0)) && PATHS+=(poll)
+# The first command through the bridge also logs the gateway in to tgtd.
+for p in "${PATHS[@]}"; do
+    qemu-img bench -f raw -t none -c 16 -d 1 -s 4096 "${URL[$p]}" >/dev/null 2>&1 \
+        || die "qemu-img cannot read through ${URL[$p]}; log: $OUT_DIR/unifab.log"
+done
 # id|size|depth|mode|probe requests
 WORKLOADS=(
     "read-4k-qd32|4096|32|read|20000"
@@ -159,15 +178,22 @@ for ((r = 1; r <= REPEATS; r++)); do
 done
 
 # A true per-request median at QD1 with unifab's own initiator.
-P50_DIRECT=() P50_BRIDGE=()
 for ((r = 1; r <= REPEATS; r++)); do
     for p in "${PATHS[@]}"; do
         p50=$("$UNIFAB_BIN" bench "${URL[$p]}" --rw read --qd 1 --bs 4KiB --size 64MiB --time 2 --json --quiet 2>/dev/null \
             | python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["read"]["lat_us"]["p50"])')
-        if [[ $p == direct ]]; then P50_DIRECT+=("$p50"); else P50_BRIDGE+=("$p50"); fi
+        RES[p50/$p]="${RES[p50/$p]:-} $p50"
         echo "read-4k-qd1-p50,$p,$r,,,,,$p50" >>"$CSV"
     done
 done
+
+# The values of one workload and path: iops, mbs or us.
+vals() {
+    case $2 in
+        iops) echo "${RES[$1]}" ;;
+        *) echo "${RES[$1/$2]}" ;;
+    esac
+}
 
 FAIL=0
 exec 4>"$OUT_DIR/results.md"
@@ -176,32 +202,56 @@ exec 4>"$OUT_DIR/results.md"
     echo
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
     echo
-    echo "| workload | direct | through unifab | ratio | target | |"
-    echo "|---|---:|---:|---:|---|---|"
+    if ((BUSY_POLL_US > 0)); then
+        echo "| workload | direct | through unifab | ratio | | busy poll ($BUSY_POLL_US µs) | ratio | | target |"
+        echo "|---|---:|---:|---:|---|---:|---:|---|---|"
+    else
+        echo "| workload | direct | through unifab | ratio | | target |"
+        echo "|---|---:|---:|---:|---|---|"
+    fi
     for w in "${WORKLOADS[@]}"; do
         IFS='|' read -r id size depth mode probe <<<"$w"
-        # shellcheck disable=SC2086
+        row="| $id"
         if [[ "$depth" == 1 ]]; then
-            d=$(median ${RES[$id/direct/us]}) b=$(median ${RES[$id/bridge/us]})
-            delta=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%+.1f", b - d }')
-            ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b - d <= 30) ? "ok" : "MISSED" }')
-            echo "| $id latency (µs/request) | $d | $b | $delta µs | ≤ +30 µs | $ok |"
+            key=us unit="latency (µs/request)" target="≤ +30 µs"
         elif [[ "$size" == 1048576 ]]; then
-            d=$(median ${RES[$id/direct/mbs]}) b=$(median ${RES[$id/bridge/mbs]})
-            ratio=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%.0f %%", b / d * 100 }')
-            ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b >= 0.9 * d) ? "ok" : "MISSED" }')
-            echo "| $id (MB/s) | $d | $b | $ratio | ≥ 90 % | $ok |"
+            key=mbs unit="(MB/s)" target="≥ 90 %"
         else
-            d=$(median ${RES[$id/direct]}) b=$(median ${RES[$id/bridge]})
-            ratio=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%.0f %%", b / d * 100 }')
-            ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b >= 0.8 * d) ? "ok" : "MISSED" }')
-            echo "| $id (IOPS) | $d | $b | $ratio | ≥ 80 % | $ok |"
+            key=iops unit="(IOPS)" target="≥ 80 %"
         fi
-        [[ "$ok" == ok ]] || FAIL=1
+        row="$row $unit"
+        # shellcheck disable=SC2046
+        d=$(median $(vals "$id/direct" "$key"))
+        row="$row | $d"
+        for p in "${PATHS[@]:1}"; do
+            # shellcheck disable=SC2046
+            b=$(median $(vals "$id/$p" "$key"))
+            case $key in
+                us)
+                    cmp=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%+.1f µs", b - d }')
+                    ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b - d <= 30) ? "ok" : "MISSED" }') ;;
+                mbs)
+                    cmp=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%.0f %%", b / d * 100 }')
+                    ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b >= 0.9 * d) ? "ok" : "MISSED" }') ;;
+                *)
+                    cmp=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%.0f %%", b / d * 100 }')
+                    ok=$(awk -v d="$d" -v b="$b" 'BEGIN { print (b >= 0.8 * d) ? "ok" : "MISSED" }') ;;
+            esac
+            row="$row | $b | $cmp | $ok"
+            [[ "$ok" == ok ]] || FAIL=1
+        done
+        echo "$row | $target |"
     done
-    d=$(median "${P50_DIRECT[@]}") b=$(median "${P50_BRIDGE[@]}")
-    delta=$(awk -v d="$d" -v b="$b" 'BEGIN { printf "%+.1f", b - d }')
-    echo "| read-4k-qd1 p50 (µs, unifab bench) | $d | $b | $delta µs | (informative) | |"
+    row="| read-4k-qd1 p50 (µs, unifab bench)"
+    # shellcheck disable=SC2086
+    d=$(median ${RES[p50/direct]})
+    row="$row | $d"
+    for p in "${PATHS[@]:1}"; do
+        # shellcheck disable=SC2086
+        b=$(median ${RES[p50/$p]})
+        row="$row | $b | $(awk -v d="$d" -v b="$b" 'BEGIN { printf "%+.1f µs", b - d }') |"
+    done
+    echo "$row | (informative) |"
 } >&4
 exec 4>&-
 cat "$OUT_DIR/results.md"

@@ -209,8 +209,19 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
             unifab_iscsi::initiator::session::MAX_COMMANDS
         ));
     }
+    if r.busy_poll_us.is_some_and(|u| u > MAX_BUSY_POLL_US) {
+        return Err(format!(
+            "lu {n:?}: busy_poll_us must be 0..={MAX_BUSY_POLL_US}"
+        ));
+    }
+    if r.busy_poll_depth == Some(0) {
+        return Err(format!("lu {n:?}: busy_poll_depth must be at least 1"));
+    }
     Ok(())
 }
+
+/// The longest busy-poll window a remote LU may ask for.
+const MAX_BUSY_POLL_US: u64 = 10_000;
 
 /// The initiator settings for a URL and its `[lu.iscsi]` table.
 pub fn initiator_config(
@@ -231,6 +242,8 @@ pub fn initiator_config(
         login_timeout: None,
         digests: None,
         queue_depth: None,
+        busy_poll_us: None,
+        busy_poll_depth: None,
     };
     let r = r.unwrap_or(&d);
     let mut cfg = InitiatorConfig::new(
@@ -257,6 +270,8 @@ pub fn initiator_config(
     if let Some(q) = r.queue_depth {
         cfg.session.max_commands = q;
     }
+    cfg.busy_poll = Duration::from_micros(r.busy_poll_us.unwrap_or(0));
+    cfg.busy_poll_depth = r.busy_poll_depth.unwrap_or(1);
     if let Some(ds) = &r.digests {
         let list: Vec<Digest> = ds.iter().filter_map(|s| Digest::from_name(s)).collect();
         cfg.limits.header_digests = list.clone();

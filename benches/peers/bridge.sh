@@ -31,7 +31,7 @@
 #   1 MiB QD8:  bridge MB/s >= 90 % of direct (read and write)
 #   QD1:        bridge median latency <= direct + 30 µs (qemu-img, read and write)
 #
-# With BUSY_POLL_US > 0 (the default), a third path is measured in the
+# With BUSY_POLL_US > 0 (default 0), a third path is measured in the
 # same alternation: the same tgtd LU through the same gateway as LUN 1,
 # whose initiator busy-polls at queue depth 1 (`[lu.iscsi] busy_poll_us`).
 # Its columns are reported and checked beside the plain bridge's.
@@ -44,7 +44,7 @@
 #   REPEATS      repetitions per measurement (default 5)
 #   RUN_SECONDS  length of one throughput run (default 4)
 #   OUT_DIR      where results go (default target/bench-peers/bridge-<date-time>)
-#   BUSY_POLL_US busy-poll window of the third path (default 200; 0: no third path)
+#   BUSY_POLL_US busy-poll window of a third path (default 0: no third path)
 #
 # Needs: tgt, libiscsi-bin, qemu-utils, qemu-block-extra (scripts/setup.sh).
 set -euo pipefail
@@ -67,7 +67,7 @@ RUN_SECONDS=${RUN_SECONDS:-4}
 UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
 OUT_DIR=${OUT_DIR:-$ROOT/target/bench-peers/bridge-$(date +%Y%m%d-%H%M%S)}
 LU_SIZE=$((1 << 30))
-BUSY_POLL_US=${BUSY_POLL_US:-200}
+BUSY_POLL_US=${BUSY_POLL_US:-0}
 [[ "$BUSY_POLL_US" =~ ^[0-9]+$ ]] || die "BUSY_POLL_US must be a number of µs"
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
 [[ "$RUN_SECONDS" =~ ^[1-9][0-9]*$ ]] || die "RUN_SECONDS must be a positive integer"

@@ -16,7 +16,9 @@ if ! git rev-parse --git-dir >/dev/null 2>&1; then
     exit 1
 fi
 
-names() { grep -v '^[[:space:]]*#' | sed 's/#.*//; s/[[:space:]]//g' | grep -v '^$' | sort -u; }
+# Test names of a list on stdin (none is not an error: a list not yet
+# committed has no history).
+names() { { grep -v '^[[:space:]]*#' || true; } | sed 's/#.*//; s/[[:space:]]//g' | { grep -v '^$' || true; } | sort -u; }
 
 retired=$(mktemp)
 trap 'rm -f "$retired"' EXIT

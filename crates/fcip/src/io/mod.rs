@@ -92,11 +92,12 @@ pub struct TunnelConfig {
     /// Unacknowledged bytes a tunnel may have in flight (enhanced).
     pub window_bytes: usize,
     /// Writes (batches, or frames in RFC mode) each circuit's socket writer
-    /// may have queued. When the circuits that could carry the next frame
-    /// are this far behind, the tunnel stops taking frames from the fabric
+    /// may have queued. When every circuit that carries data is this far
+    /// behind, the tunnel stops taking frames from the fabric
     /// (backpressure, as an E_Port withholding credit) instead of dropping
-    /// them; in enhanced mode a batch that finds no room is kept and sent
-    /// once a writer has room. At least 1.
+    /// them; a write for a circuit that is behind waits in a backlog of at
+    /// most 8 MiB per circuit; in enhanced mode a batch that finds no room
+    /// is kept and sent on a circuit with room, or later. At least 1.
     pub writer_queue: usize,
     /// TLS 1.3 on every circuit.
     pub tls: Option<Arc<tls::TlsSettings>>,

@@ -472,11 +472,15 @@ struct Circuit {
     reasm: Reassembly,
     peer: SocketAddr,
     /// Writes that found the writer's queue full, in order; handed over
-    /// as one when it has room. Only what the tunnel itself makes (class F,
-    /// acks, resends) lands here: frames from the fabric wait while any
-    /// writer that could take them is behind.
+    /// as one when it has room. At most `BACKLOG_MAX` bytes: beyond it the
+    /// write is refused (RFC mode drops and counts the frames; enhanced
+    /// mode keeps the batch and sends it on another circuit or later).
     backlog: Vec<Bytes>,
+    backlog_bytes: usize,
 }
+
+/// Bytes a circuit's backlog may hold (bounded memory per peer).
+const BACKLOG_MAX: usize = 8 << 20;
 
 impl Circuit {
     fn has_room(&self, headroom: usize) -> bool {
@@ -489,9 +493,31 @@ impl Circuit {
             return;
         }
         match self.writer.try_send(std::mem::take(&mut self.backlog)) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => self.backlog_bytes = 0,
             Err(mpsc::error::TrySendError::Full(b)) => self.backlog = b,
         }
+    }
+
+    /// Queues a write of `n` bytes: to the writer, or behind the backlog.
+    /// Err: the writer is closed, or the backlog is full.
+    fn queue(&mut self, bufs: Vec<Bytes>, n: usize) -> Result<(), ()> {
+        if self.backlog.is_empty() {
+            match self.writer.try_send(bufs) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Closed(_)) => return Err(()),
+                Err(mpsc::error::TrySendError::Full(b)) => {
+                    self.backlog = b;
+                    self.backlog_bytes = n;
+                    return Ok(());
+                }
+            }
+        }
+        if self.backlog_bytes + n > BACKLOG_MAX {
+            return Err(());
+        }
+        self.backlog.extend(bufs);
+        self.backlog_bytes += n;
+        Ok(())
     }
 }
 
@@ -668,16 +694,21 @@ impl Actor {
     }
 
     /// Whether the writers can take what the next frames from the fabric
-    /// make: in enhanced mode any circuit will do (batches go to whichever
-    /// has room), in RFC mode an exchange's circuit is fixed, so all must.
+    /// make: while at least one circuit that carries data keeps up. In
+    /// enhanced mode batches go to whichever has room; in RFC mode an
+    /// exchange's circuit is fixed, and frames for a circuit that is behind
+    /// wait in its backlog (bounded: a stalled connection cannot hold up the
+    /// exchanges of the others, nor take unbounded memory).
     fn writers_ready(&self) -> bool {
         let headroom = WRITER_HEADROOM.min(self.writer_queue());
-        let room = |c: &Circuit| c.has_room(headroom);
-        if self.enhanced {
-            self.circuits.is_empty() || self.circuits.values().any(room)
-        } else {
-            self.circuits.values().all(room)
-        }
+        let data_slots = self.enhanced || self.circuits.keys().any(|s| *s != 0);
+        let mut carriers = self
+            .circuits
+            .iter()
+            .filter(|(s, _)| !data_slots || **s != 0)
+            .map(|(_, c)| c)
+            .peekable();
+        carriers.peek().is_none() || carriers.any(|c| c.has_room(headroom))
     }
 
     fn waiting_for_room(&self) -> bool {
@@ -797,6 +828,7 @@ impl Actor {
                 reasm: Reassembly::default(),
                 peer: conn.peer,
                 backlog: Vec::new(),
+                backlog_bytes: 0,
             },
         );
         if let Some(c) = self.counters.get_mut(&slot) {
@@ -1327,7 +1359,7 @@ impl Actor {
     }
 
     /// Queues `frames` on circuit `slot`'s writer, or counts them as
-    /// dropped when the circuit is gone.
+    /// dropped when the circuit is gone or too far behind.
     fn write_or_drop(&mut self, slot: usize, frames: Vec<(Frame, u8)>) {
         let n = frames.len() as u64;
         if !self.write_frames(slot, frames) {
@@ -1336,8 +1368,8 @@ impl Actor {
     }
 
     /// Queues `frames` on circuit `slot`'s writer (behind its backlog, if
-    /// it has one). False when the circuit is gone or its writer closed:
-    /// nothing was queued. A frame too long for FCIP's length field (a
+    /// it has one). False when the circuit is gone, its writer closed or
+    /// its backlog full: nothing was queued. A frame too long for FCIP's length field (a
     /// local port breaking FC-FS's payload limit) is dropped, counted and
     /// logged.
     fn write_frames(&mut self, slot: usize, frames: Vec<(Frame, u8)>) -> bool {
@@ -1367,15 +1399,9 @@ impl Actor {
         let Some(c) = self.circuits.get_mut(&slot) else {
             return false;
         };
-        if !c.backlog.is_empty() {
-            c.backlog.extend(bufs);
-        } else {
-            match c.writer.try_send(bufs) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(b)) => c.backlog = b,
-                // The circuit's down event is on its way.
-                Err(mpsc::error::TrySendError::Closed(_)) => return false,
-            }
+        // Err: closed (its down event is on its way) or backlog full.
+        if c.queue(bufs, n).is_err() {
+            return false;
         }
         if let Some(s) = self.counters.get_mut(&slot) {
             s.tx_bytes += n as u64;

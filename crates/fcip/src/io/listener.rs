@@ -16,7 +16,7 @@ use unifab_fc::wire::Wwn;
 
 use super::LinkMode;
 use super::tls::TlsSettings;
-use super::tunnel::{Conn, Stream, Tunnel, hello_bytes, prepare};
+use super::tunnel::{Conn, Stream, Tunnel, direct_handle, hello_bytes, prepare};
 use crate::proto::handshake::{Accepted, Acceptor};
 use crate::wire::fsf::Capabilities;
 
@@ -101,6 +101,11 @@ async fn handshake(
     tls: Option<Arc<TlsSettings>>,
 ) -> Result<(), String> {
     let fd = prepare(&tcp);
+    let direct = if tls.is_none() {
+        direct_handle(&tcp)
+    } else {
+        None
+    };
     let mut stream: Box<dyn Stream> = match tls {
         Some(t) => t.accept(tcp).await?,
         None => Box::new(tcp),
@@ -150,6 +155,7 @@ async fn handshake(
                 fsf: repr,
                 leftover: bytes::Bytes::new(),
                 peer_caps,
+                direct,
             });
             Ok(())
         }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,10 @@ pub struct Conn {
     /// What the peer offers: from its special frame (acceptor) or its
     /// hello (connector); `None` for a plain RFC 3821 peer.
     pub peer_caps: Option<Capabilities>,
+    /// A second handle on the socket when the stream is plain TCP (no
+    /// TLS): the tunnel writes through it itself while the circuit's writer
+    /// task has nothing queued, saving a task hand-off per write.
+    pub direct: Option<socket2::Socket>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -303,6 +307,16 @@ pub fn hello_bytes(cfg: &TunnelConfig) -> Vec<u8> {
     out
 }
 
+/// A duplicate of the socket's descriptor, for writes that bypass the
+/// writer task (the socket stays non-blocking: the flag is shared).
+pub fn direct_handle(s: &TcpStream) -> Option<socket2::Socket> {
+    use std::os::fd::AsFd;
+    s.as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(socket2::Socket::from)
+}
+
 /// Sets TCP_NODELAY and returns the raw fd.
 pub fn prepare(s: &TcpStream) -> i32 {
     let _ = s.set_nodelay(true);
@@ -341,6 +355,11 @@ async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result
         .map_err(|_| format!("connect {peer}: timed out"))?
         .map_err(|e| format!("connect {peer}: {e}"))?;
     let fd = prepare(&tcp);
+    let direct = if cfg.tls.is_none() {
+        direct_handle(&tcp)
+    } else {
+        None
+    };
     let mut stream: Box<dyn Stream> = match &cfg.tls {
         Some(t) => t.connect(tcp).await?,
         None => Box::new(tcp),
@@ -423,6 +442,7 @@ async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result
         fsf,
         leftover,
         peer_caps,
+        direct,
     })
 }
 
@@ -477,6 +497,12 @@ struct Circuit {
     /// mode keeps the batch and sends it on another circuit or later).
     backlog: Vec<Bytes>,
     backlog_bytes: usize,
+    /// See `Conn::direct`.
+    direct: Option<socket2::Socket>,
+    /// Writes handed to the writer task and not yet written by it: the
+    /// tunnel writes directly only while this is zero, so bytes never
+    /// overtake one another.
+    queued: Arc<AtomicUsize>,
 }
 
 /// Bytes a circuit's backlog may hold (bounded memory per peer).
@@ -492,20 +518,43 @@ impl Circuit {
         if self.backlog.is_empty() || self.writer.capacity() == 0 {
             return;
         }
+        self.queued.fetch_add(1, Ordering::AcqRel);
         match self.writer.try_send(std::mem::take(&mut self.backlog)) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => self.backlog_bytes = 0,
-            Err(mpsc::error::TrySendError::Full(b)) => self.backlog = b,
+            Ok(()) => self.backlog_bytes = 0,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                self.backlog_bytes = 0;
+            }
+            Err(mpsc::error::TrySendError::Full(b)) => {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                self.backlog = b;
+            }
         }
     }
 
-    /// Queues a write of `n` bytes: to the writer, or behind the backlog.
-    /// Err: the writer is closed, or the backlog is full.
-    fn queue(&mut self, bufs: Vec<Bytes>, n: usize) -> Result<(), ()> {
+    /// Queues a write of `n` bytes: to the socket at once when nothing is
+    /// ahead of it, else to the writer, or behind the backlog. Err: the
+    /// writer is closed, or the backlog is full.
+    fn queue(&mut self, mut bufs: Vec<Bytes>, n: usize) -> Result<(), ()> {
+        if self.backlog.is_empty() && self.queued.load(Ordering::Acquire) == 0 {
+            if let Some(f) = &self.direct {
+                // What the socket did not take (or all of it, on an error,
+                // which the writer then reports) goes through the writer.
+                if write_now(f, &mut bufs) {
+                    return Ok(());
+                }
+            }
+        }
         if self.backlog.is_empty() {
+            self.queued.fetch_add(1, Ordering::AcqRel);
             match self.writer.try_send(bufs) {
                 Ok(()) => return Ok(()),
-                Err(mpsc::error::TrySendError::Closed(_)) => return Err(()),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    return Err(());
+                }
                 Err(mpsc::error::TrySendError::Full(b)) => {
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
                     self.backlog = b;
                     self.backlog_bytes = n;
                     return Ok(());
@@ -806,6 +855,7 @@ impl Actor {
         let epoch = self.epoch;
         let (wtx, wrx) = mpsc::channel::<Vec<Bytes>>(self.writer_queue());
         let (rd, wr) = tokio::io::split(conn.stream);
+        let queued = Arc::new(AtomicUsize::new(0));
         tokio::spawn(writer(
             wr,
             wrx,
@@ -813,6 +863,7 @@ impl Actor {
             slot,
             epoch,
             self.room.clone(),
+            queued.clone(),
         ));
         tokio::spawn(reader(rd, conn.leftover, self.ev.clone(), slot, epoch));
         let now = Instant::now();
@@ -829,6 +880,8 @@ impl Actor {
                 peer: conn.peer,
                 backlog: Vec::new(),
                 backlog_bytes: 0,
+                direct: conn.direct,
+                queued,
             },
         );
         if let Some(c) = self.counters.get_mut(&slot) {
@@ -1550,12 +1603,15 @@ async fn writer(
     slot: usize,
     epoch: u64,
     room: Arc<Notify>,
+    queued: Arc<AtomicUsize>,
 ) {
     let mut pending: Vec<Bytes> = Vec::new();
     while let Some(bufs) = rx.recv().await {
         pending.extend(bufs);
+        let mut taken = 1;
         while let Ok(more) = rx.try_recv() {
             pending.extend(more);
+            taken += 1;
             if pending.len() > 1024 {
                 break;
             }
@@ -1573,8 +1629,42 @@ async fn writer(
                 .await;
             return;
         }
+        // Written: the tunnel may write directly again once nothing else
+        // is queued.
+        queued.fetch_sub(taken, Ordering::AcqRel);
     }
     let _ = w.shutdown().await;
+}
+
+/// Writes `bufs` to the socket now, as far as it takes them without
+/// blocking; true when all went. What is left stays in `bufs` (a partly
+/// written slice is cut to its unwritten tail).
+fn write_now(f: &socket2::Socket, bufs: &mut Vec<Bytes>) -> bool {
+    let mut start = 0;
+    while start < bufs.len() {
+        let slices: Vec<IoSlice<'_>> = bufs[start..]
+            .iter()
+            .take(1024)
+            .map(|b| IoSlice::new(b))
+            .collect();
+        // A closed peer is an error here, never a SIGPIPE.
+        let mut n = match f.send_vectored_with_flags(&slices, libc::MSG_NOSIGNAL) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        while start < bufs.len() && n >= bufs[start].len() {
+            n -= bufs[start].len();
+            start += 1;
+        }
+        if n > 0 {
+            let b = bufs[start].slice(n..);
+            bufs[start] = b;
+        }
+    }
+    bufs.drain(..start);
+    bufs.is_empty()
 }
 
 async fn write_all_vectored(

@@ -94,10 +94,7 @@ fn check_fabrics(s: &Sites) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc_mode_carries_scsi_between_sites() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    common::trace();
     let t = std::time::Instant::now();
     let s = sites(LinkMode::Rfc, false, compress::Mode::None).await;
     eprintln!("up after {:?}", t.elapsed());
@@ -169,10 +166,7 @@ async fn replies_carry_the_acks() {
 /// waited for it forever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_writers_hold_frames_back_and_lose_none() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    common::trace();
     for mode in [LinkMode::Rfc, LinkMode::Enhanced] {
         let slow = WanProfile::rtt(Duration::from_micros(200), 20_000_000);
         let s = build_with(

@@ -1642,29 +1642,37 @@ async fn writer(
 fn write_now(f: &socket2::Socket, bufs: &mut Vec<Bytes>) -> bool {
     let mut start = 0;
     while start < bufs.len() {
-        let slices: Vec<IoSlice<'_>> = bufs[start..]
-            .iter()
-            .take(1024)
-            .map(|b| IoSlice::new(b))
-            .collect();
         // A closed peer is an error here, never a SIGPIPE.
-        let mut n = match f.send_vectored_with_flags(&slices, libc::MSG_NOSIGNAL) {
+        let n = match f
+            .send_vectored_with_flags(&io_slices(&bufs[start..], 1024), libc::MSG_NOSIGNAL)
+        {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        while start < bufs.len() && n >= bufs[start].len() {
-            n -= bufs[start].len();
-            start += 1;
-        }
-        if n > 0 {
-            let b = bufs[start].slice(n..);
-            bufs[start] = b;
-        }
+        consume(bufs, &mut start, n);
     }
     bufs.drain(..start);
     bufs.is_empty()
+}
+
+/// At most `max` slices of `bufs`, for one vectored write.
+fn io_slices(bufs: &[Bytes], max: usize) -> Vec<IoSlice<'_>> {
+    bufs.iter().take(max).map(|b| IoSlice::new(b)).collect()
+}
+
+/// `n` bytes of `bufs[*start..]` were written: moves `start` past the
+/// whole slices and cuts a partly written one to its tail.
+fn consume(bufs: &mut [Bytes], start: &mut usize, mut n: usize) {
+    while *start < bufs.len() && n >= bufs[*start].len() {
+        n -= bufs[*start].len();
+        *start += 1;
+    }
+    if n > 0 {
+        let b = bufs[*start].slice(n..);
+        bufs[*start] = b;
+    }
 }
 
 async fn write_all_vectored(
@@ -1673,23 +1681,11 @@ async fn write_all_vectored(
 ) -> std::io::Result<()> {
     let mut start = 0;
     while start < bufs.len() {
-        let slices: Vec<IoSlice<'_>> = bufs[start..]
-            .iter()
-            .take(64)
-            .map(|b| IoSlice::new(b))
-            .collect();
-        let mut n = w.write_vectored(&slices).await?;
+        let n = w.write_vectored(&io_slices(&bufs[start..], 64)).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        while start < bufs.len() && n >= bufs[start].len() {
-            n -= bufs[start].len();
-            start += 1;
-        }
-        if n > 0 {
-            let b = bufs[start].slice(n..);
-            bufs[start] = b;
-        }
+        consume(bufs, &mut start, n);
     }
     bufs.clear();
     Ok(())
@@ -1734,5 +1730,35 @@ async fn reader(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Partial vectored writes: whole slices are passed, a partly written
+    /// one keeps only its tail, and the bytes left are exactly the rest.
+    #[test]
+    fn consume_keeps_exactly_the_unwritten_bytes() {
+        let all: Vec<u8> = (0..=255u8).collect();
+        let mut bufs = vec![
+            Bytes::copy_from_slice(&all[..10]),
+            Bytes::copy_from_slice(&all[10..11]),
+            Bytes::copy_from_slice(&all[11..100]),
+            Bytes::copy_from_slice(&all[100..]),
+        ];
+        let mut start = 0;
+        let mut written = Vec::new();
+        for n in [3, 7, 1, 50, 0, 100, 95] {
+            let left: Vec<u8> = bufs[start..].iter().flat_map(|b| b.to_vec()).collect();
+            written.extend_from_slice(&left[..n]);
+            consume(&mut bufs, &mut start, n);
+            let rest: Vec<u8> = bufs[start..].iter().flat_map(|b| b.to_vec()).collect();
+            assert_eq!(rest, left[n..], "after writing {n}");
+        }
+        assert_eq!(start, bufs.len());
+        assert_eq!(written, all);
+        assert_eq!(io_slices(&bufs[..], 2).len(), 2);
     }
 }

@@ -73,6 +73,14 @@ pub struct Sites {
     _node_b: FcNode,
 }
 
+/// Logs to the test's output as `RUST_LOG` says.
+pub fn trace() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
 pub async fn sites(mode: LinkMode, fastwrite: bool, compression: compress::Mode) -> Sites {
     sites_via(mode, fastwrite, compression, None).await
 }

@@ -9,6 +9,8 @@
 #![warn(missing_docs)]
 
 pub mod initiator;
+#[cfg(feature = "io")]
+mod sock;
 pub mod target;
 pub mod wire;
 

@@ -56,6 +56,7 @@ use crate::login::{
     InitiatorLogin, InitiatorLoginConfig, InitiatorStep, LoginError, LoginOutcome, LoginStatus,
 };
 use crate::negotiate::{Digest, NegotiationLimits};
+use crate::sock::{ReadOutcome, read_some};
 use crate::text::{TextAccumulator, TextParams};
 use crate::wire::{
     BHS_LEN, Check, Digests, Framer, LogoutReason, LogoutRequest, Pdu, PduFrame, TextRequest,
@@ -1044,10 +1045,18 @@ async fn read_loop(
                 }
             }
             tokio::select! {
-                r = rd.read_buf(rbuf) => match r {
-                    Ok(0) => return Some(ConnectionEnd::Eof),
-                    Ok(_) => {}
-                    Err(e) => return Some(ConnectionEnd::Io(e)),
+                r = rd.readable() => {
+                    if let Err(e) = r {
+                        return Some(ConnectionEnd::Io(e));
+                    }
+                    // One recv per wake-up when it drains the socket
+                    // (`read_some`); nothing read (a stale readiness):
+                    // wait again.
+                    match read_some(rd.as_ref(), rbuf, |b| rd.try_read_buf(b)) {
+                        Ok(ReadOutcome::Eof) => return Some(ConnectionEnd::Eof),
+                        Ok(ReadOutcome::Data { .. } | ReadOutcome::Empty) => {}
+                        Err(e) => return Some(ConnectionEnd::Io(e)),
+                    }
                 },
                 _ = &mut sleep => {
                     let now = Instant::now();

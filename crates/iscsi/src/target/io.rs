@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 use unifab_scsi_core::{BoxFuture, ItNexus, Task, TaskResult, TmfRequest, TmfResponse};
 
 use super::session::{Event, FfpParams, OutPdu, Session, SessionLimits};
+use crate::sock::{ReadOutcome, read_some};
 use crate::wire::{Check, Digests, Framer, WireError, digest, encode_header, frame::padding};
 
 /// Where a target's SCSI tasks go: a LUN map with its logical units
@@ -441,22 +442,24 @@ pub(crate) async fn run_ffp(
                 // depth the initiator's commands arrive one segment at a
                 // time, and answering each before the next read costs a
                 // write per command.
+                // A short read drained the socket: no second recv to
+                // find it empty (`read_some`).
                 loop {
-                    match stream.try_read_buf(&mut rbuf) {
-                        Ok(0) => {
+                    match read_some(&stream, &mut rbuf, |b| stream.try_read_buf(b)) {
+                        Ok(ReadOutcome::Eof) => {
                             eof = true;
                             break;
                         }
-                        Ok(_) => {
+                        Ok(ReadOutcome::Data { drained, .. }) => {
                             pending_input = true;
-                            if rbuf.len() >= READ_AHEAD_LIMIT {
+                            if drained || rbuf.len() >= READ_AHEAD_LIMIT {
                                 break;
                             }
                             if rbuf.capacity() - rbuf.len() < 1024 {
                                 rbuf.reserve(8192);
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Ok(ReadOutcome::Empty) => break,
                         Err(e) => {
                             end_reason = format!("read failed: {e}");
                             break 'outer;

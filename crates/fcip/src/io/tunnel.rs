@@ -782,25 +782,29 @@ impl Actor {
             self.unsent = false;
             return;
         }
+        let open: Vec<usize> = self
+            .circuits
+            .iter()
+            .filter(|(_, c)| c.has_room(1))
+            .map(|(s, _)| *s)
+            .collect();
+        if open.is_empty() {
+            // Still waiting: a writer's progress or a new circuit calls
+            // again.
+            return;
+        }
         let alive: Vec<usize> = self.circuits.keys().copied().collect();
         let moved = {
             let mut rr = self.rr;
-            let open: Vec<usize> = self
-                .circuits
-                .iter()
-                .filter(|(_, c)| c.has_room(1))
-                .map(|(s, _)| *s)
-                .collect();
             let r = self.send.orphans(&alive, |_| {
-                if open.is_empty() {
-                    return None;
-                }
                 rr += 1;
                 open.get(rr % open.len()).copied()
             });
             self.rr = rr;
             r
         };
+        // Every waiting batch was assigned; one whose write fails again
+        // sets `unsent` again.
         self.unsent = false;
         for (c, h, b) in moved {
             self.write_batch(c, h, b);

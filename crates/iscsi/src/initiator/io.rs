@@ -291,8 +291,8 @@ struct Shared {
     /// `InitiatorConfig::busy_poll` and `busy_poll_depth`.
     busy_poll: Duration,
     busy_poll_depth: usize,
-    /// Nanoseconds from `born` to the last command submitted, PDU received
-    /// or timer handled (for busy polling).
+    /// Nanoseconds from `born` to the last command submitted, session
+    /// call or PDU received (for busy polling).
     active_at: AtomicU64,
     born: Instant,
 }

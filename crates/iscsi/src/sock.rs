@@ -25,15 +25,11 @@ pub(crate) enum ReadOutcome {
 /// to the poller instead of spending a `recv` that finds nothing. Sound
 /// with edge-triggered readiness: data that arrives after the read raises
 /// a new event, and tokio clears only the readiness it had seen before it.
-pub(crate) fn read_some(
-    stream: &TcpStream,
-    buf: &mut BytesMut,
-    read: impl Fn(&mut BytesMut) -> io::Result<usize>,
-) -> io::Result<ReadOutcome> {
+pub(crate) fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> io::Result<ReadOutcome> {
     let mut got = None;
     let r = stream.try_io(Interest::READABLE, || {
         let room = buf.capacity() - buf.len();
-        let n = read(buf)?;
+        let n = stream.try_read_buf(buf)?;
         let drained = n > 0 && n < room;
         got = Some((n, drained));
         if drained {

@@ -518,18 +518,22 @@ impl Circuit {
         if self.backlog.is_empty() || self.writer.capacity() == 0 {
             return;
         }
-        self.queued.fetch_add(1, Ordering::AcqRel);
-        match self.writer.try_send(std::mem::take(&mut self.backlog)) {
-            Ok(()) => self.backlog_bytes = 0,
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.queued.fetch_sub(1, Ordering::AcqRel);
-                self.backlog_bytes = 0;
-            }
-            Err(mpsc::error::TrySendError::Full(b)) => {
-                self.queued.fetch_sub(1, Ordering::AcqRel);
-                self.backlog = b;
-            }
+        let backlog = std::mem::take(&mut self.backlog);
+        match self.hand_over(backlog) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => self.backlog_bytes = 0,
+            Err(mpsc::error::TrySendError::Full(b)) => self.backlog = b,
         }
+    }
+
+    /// Gives one write to the writer task, counted in `queued` while the
+    /// writer holds it.
+    fn hand_over(&self, bufs: Vec<Bytes>) -> Result<(), mpsc::error::TrySendError<Vec<Bytes>>> {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        let r = self.writer.try_send(bufs);
+        if r.is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        r
     }
 
     /// Queues a write of `n` bytes: to the socket at once when nothing is
@@ -546,20 +550,15 @@ impl Circuit {
             }
         }
         if self.backlog.is_empty() {
-            self.queued.fetch_add(1, Ordering::AcqRel);
-            match self.writer.try_send(bufs) {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    self.queued.fetch_sub(1, Ordering::AcqRel);
-                    return Err(());
-                }
+            return match self.hand_over(bufs) {
+                Ok(()) => Ok(()),
+                Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
                 Err(mpsc::error::TrySendError::Full(b)) => {
-                    self.queued.fetch_sub(1, Ordering::AcqRel);
                     self.backlog = b;
                     self.backlog_bytes = n;
-                    return Ok(());
+                    Ok(())
                 }
-            }
+            };
         }
         if self.backlog_bytes + n > BACKLOG_MAX {
             return Err(());

@@ -1052,7 +1052,7 @@ async fn read_loop(
                     // One recv per wake-up when it drains the socket
                     // (`read_some`); nothing read (a stale readiness):
                     // wait again.
-                    match read_some(rd.as_ref(), rbuf, |b| rd.try_read_buf(b)) {
+                    match read_some(rd.as_ref(), rbuf) {
                         Ok(ReadOutcome::Eof) => return Some(ConnectionEnd::Eof),
                         Ok(ReadOutcome::Data { .. } | ReadOutcome::Empty) => {}
                         Err(e) => return Some(ConnectionEnd::Io(e)),

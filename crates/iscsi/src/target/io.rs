@@ -445,7 +445,7 @@ pub(crate) async fn run_ffp(
                 // A short read drained the socket: no second recv to
                 // find it empty (`read_some`).
                 loop {
-                    match read_some(&stream, &mut rbuf, |b| stream.try_read_buf(b)) {
+                    match read_some(&stream, &mut rbuf) {
                         Ok(ReadOutcome::Eof) => {
                             eof = true;
                             break;

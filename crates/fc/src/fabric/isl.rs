@@ -189,30 +189,30 @@ impl Fabric {
         self.isl.routes.retain(|_, p| *p != port);
     }
 
-    /// Frames to or from domain controllers. `None`: not such a frame;
-    /// `Some(true)`: handled; `Some(false)`: dropped (no route).
+    /// A frame to domain controller `dom` (`controller_domain` of its
+    /// D_ID): `true` if handled, `false` if dropped (no route).
     pub(crate) fn isl_route(
         &mut self,
         port: PortIndex,
         e_port: bool,
+        dom: u8,
         frame: Frame,
-    ) -> Option<bool> {
+    ) -> bool {
         let h = frame.header;
-        let dom = controller_domain(h.d_id)?;
         if dom != self.cfg.domain {
-            return Some(match self.isl.route(dom) {
+            return match self.isl.route(dom) {
                 Some(p) if p != port => {
                     self.out.push_back((p, frame));
                     true
                 }
                 _ => false,
-            });
+            };
         }
         // To this switch's domain controller: only name server queries
         // from another switch are answered here.
         let from_switch = controller_domain(h.s_id).is_some_and(|d| d != self.cfg.domain);
         if !(e_port && from_switch && h.fc_type == FcType::CT && h.r_ctl == RCtl::CT_REQUEST) {
-            return Some(false);
+            return false;
         }
         let rx = self.alloc_rx();
         let route = Route::reply_to(&h, rx);
@@ -233,15 +233,15 @@ impl Fabric {
             },
             Err(_) => {
                 self.count(port, |c: &mut PortCounters| c.malformed += 1);
-                return Some(false);
+                return false;
             }
         };
         let Ok(f) = compose::ct(route, &reply, true) else {
-            return Some(false);
+            return false;
         };
         let back = self.isl.route(h.s_id.get() as u8).unwrap_or(port);
         self.out.push_back((back, f));
-        Some(true)
+        true
     }
 
     /// The switch name.

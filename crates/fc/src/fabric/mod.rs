@@ -282,8 +282,8 @@ impl Fabric {
         let e_port = st.e_port;
         let h = &frame.header;
         let d_id = h.d_id;
-        if let Some(done) = self.isl_route(port, e_port, frame.clone()) {
-            if !done {
+        if let Some(dom) = isl::controller_domain(d_id) {
+            if !self.isl_route(port, e_port, dom, frame) {
                 self.count(port, |c| c.unroutable_drops += 1);
             }
             return;

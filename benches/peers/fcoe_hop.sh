@@ -20,7 +20,9 @@
 #
 # Needs root (netns, veth, AF_XDP), the release binary (UNIFAB_BIN or
 # target/release/unifab), qemu-img with the iSCSI driver. Writes a
-# Markdown table to stdout and results.csv to OUT_DIR.
+# Markdown table to stdout, and results.csv and both gateways' logs to
+# OUT_DIR (default target/bench-fcoe/<date-time>, one per run, so a failed
+# run's logs survive the next).
 #
 # Usage: sudo bash benches/peers/fcoe_hop.sh
 #   IOS="af_xdp af_packet" REPEATS=3 RUN_SECONDS=5 XDP_MODE=native LU=memory
@@ -37,7 +39,7 @@ RUN_SECONDS=${RUN_SECONDS:-5}
 XDP_MODE=${XDP_MODE:-native}
 LU=${LU:-memory}
 UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
-OUT_DIR=${OUT_DIR:-$ROOT/target/bench-fcoe}
+OUT_DIR=${OUT_DIR:-$ROOT/target/bench-fcoe/$(date +%Y%m%d-%H%M%S)}
 [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, veth, AF_XDP)"
 [[ -x "$UNIFAB_BIN" ]] || die "no unifab binary at $UNIFAB_BIN (cargo build --release -p unifab)"
 need qemu-img qemu-utils

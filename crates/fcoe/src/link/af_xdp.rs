@@ -67,13 +67,18 @@ pub struct XdpConfig {
     /// Native or generic XDP.
     pub mode: XdpMode,
     /// UMEM frames (half for receiving, half for sending). FCoE assumes
-    /// a lossless link, so a burst must fit in the fill ring: a 1 MiB
-    /// read is 512 frames, eight in flight 4,096. The default 16,384
-    /// frames are 64 MiB of locked memory: root's CAP_IPC_LOCK covers it;
-    /// an unprivileged process under an 8 MiB memlock limit needs ≤ 2,048
-    /// (and smaller rings).
+    /// a lossless link, so a burst must fit in the fill and RX rings: a
+    /// 1 MiB read is 512 data frames and a response, eight in flight
+    /// 4,104 frames, which the peer's kernel can put into our RX ring
+    /// while we are off the CPU (in copy mode its `sendto` delivers them).
+    /// The default 16,384 frames are 64 MiB of locked memory: root's
+    /// CAP_IPC_LOCK covers it; an unprivileged process under an 8 MiB
+    /// memlock limit needs ≤ 2,048 (and smaller rings).
     pub frames: u32,
-    /// Ring sizes (fill, completion, RX, TX): a power of two.
+    /// Ring sizes (fill, completion, RX, TX): a power of two. The default
+    /// 8,192 holds that burst of eight 1 MiB reads with room to spare
+    /// (4,096 was 8 frames short of it); `frames` is raised to at least
+    /// twice this.
     pub ring: u32,
     /// The interface queue to bind.
     pub queue: u32,
@@ -85,7 +90,7 @@ impl XdpConfig {
         XdpConfig {
             mode,
             frames: 16_384,
-            ring: 4096,
+            ring: 8192,
             queue: 0,
         }
     }

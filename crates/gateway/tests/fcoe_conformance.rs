@@ -69,9 +69,19 @@ fn compare(name: &str, hop: &SuiteResult, direct: &SuiteResult) {
         direct.count(Outcome::Skipped),
         direct.count(Outcome::Failed)
     );
+    // A suite whose set-up login failed runs none of its tests: CUnit
+    // counts nothing, only the warning on stdout and libiscsi's reason on
+    // stderr say why.
+    let uninitialized: Vec<&str> = hop
+        .stdout
+        .lines()
+        .filter(|l| l.contains("Suite initialization failed"))
+        .collect();
     assert!(
         failed.is_empty() && lost.is_empty() && gained.is_empty(),
-        "{name}: FAILED {failed:?}; passed directly only {lost:?}; through FCoE only {gained:?}\n{}",
+        "{name}: FAILED {failed:?}; passed directly only {lost:?}; through FCoE only {gained:?}\n\
+         {uninitialized:?}\nstderr (tail):\n{}\n{}",
+        hop.stderr_tail,
         hop.to_table()
     );
 }

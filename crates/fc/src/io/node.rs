@@ -390,10 +390,19 @@ impl FcNode {
 
     /// Runs `c` now if the node is free, else queues it for the node's
     /// task. Fails only when the queue is full.
+    ///
+    /// Controls keep their order: what was queued while the node was busy
+    /// runs before `c` (a session's first command must not overtake the
+    /// request that creates its virtual N_Port, or it finds no port and
+    /// fails with LOGICAL UNIT COMMUNICATION FAILURE).
     pub(crate) fn run(&self, c: Control) -> Result<(), InitiatorError> {
         match self.shared.try_driver() {
             Some(mut d) => {
-                d.control(Instant::now(), c);
+                let now = Instant::now();
+                while let Ok(queued) = d.ctl.try_recv() {
+                    d.control(now, queued);
+                }
+                d.control(now, c);
                 let waker = self.shared.inbox.node_waker();
                 let mut cx = Context::from_waker(&waker);
                 let _ = d.drive(&mut cx, &self.shared, true);
@@ -1003,5 +1012,69 @@ impl Driver {
             })
             .collect();
         *shared.view.lock().unwrap_or_else(|p| p.into_inner()) = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::fabric::FabricConfig;
+    use crate::io::FcpInitiatorFactory;
+    use crate::nport::NPortConfig;
+    use bytes::Bytes;
+    use unifab_scsi_core::initiator::{InitiatorFactory, Request};
+    use unifab_scsi_core::{Cdb, ItNexus, Lun, TargetPort, TaskAttr, TransportId};
+
+    /// A control queued while the node was busy runs before one that a
+    /// caller then runs inline: a host session's first command finds the
+    /// virtual N_Port that opening the session asked for. (Before, the
+    /// command overtook the request and failed at once with `Closed`.)
+    /// The runtime has one thread, so the node's task cannot take the
+    /// queued request in between.
+    #[tokio::test]
+    async fn inline_controls_do_not_overtake_queued_ones() {
+        let switch = Switch::new(FabricConfig::default());
+        let node = FcNode::spawn(&switch, "gateway");
+        let parent = Wwn(0x2100_0000_0000_0b01);
+        let mut cfg = NPortConfig::new(parent, Wwn(0x2000_0000_0000_0b01));
+        cfg.initiator = true;
+        node.add_port("fc-initiator", cfg, None).unwrap();
+        let factory =
+            FcpInitiatorFactory::new(node.clone(), parent, Wwn(0x2100_0000_0000_0a01), true);
+        let nexus = ItNexus::new(
+            TransportId::Iscsi {
+                name: "iqn.2026-11.io.unifab:host".into(),
+                isid: Some([0x40, 0, 0, 0, 0, 1]),
+            },
+            TargetPort {
+                id: TransportId::Iscsi {
+                    name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
+                    isid: None,
+                },
+                relative_port_id: 1,
+                port_group: 1,
+            },
+        );
+        // The node is busy: opening the session queues its port request.
+        let busy = node.shared.try_driver().expect("the node is idle");
+        let initiator = factory.open(Some(&nexus)).unwrap();
+        drop(busy);
+        // The node is free: the session's first command runs inline.
+        let mut submitted = initiator.submit(Request {
+            lun: Lun(0),
+            cdb: Cdb::new(Bytes::from_static(&[0; 6])),
+            attr: TaskAttr::Simple,
+            priority: 0,
+            data_out: Vec::new(),
+            data_out_len: 0,
+            data_in_len: 0,
+        });
+        let mut cx = Context::from_waker(Waker::noop());
+        match submitted.outcome.as_mut().poll(&mut cx) {
+            Poll::Pending => {}
+            Poll::Ready(r) => panic!("the command ended before its port existed: {r:?}"),
+        }
     }
 }

@@ -592,11 +592,6 @@ async fn sites_ka(ka: u64) -> Setup {
     }
 }
 
-/// The gateway's allocator (crates/gateway/src/main.rs), so the tunnel is
-/// measured as `unifab run` runs it.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let what: Vec<String> = std::env::args().skip(1).collect();

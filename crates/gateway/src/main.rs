@@ -16,14 +16,6 @@ use clap::{Parser, Subcommand};
 
 use unifab::config::{self, Config};
 
-/// The allocator. Every I/O allocates a few short-lived buffers and
-/// futures (a task, its future, and for an `fc://` LU its frames), some
-/// over 1 KiB, for which glibc's malloc first consolidates its fast bins
-/// whenever they hold freed chunks. On a bridged 4 KiB read (`benches/peers/fc_compare.sh`) glibc's
-/// malloc and free took 9 % of the gateway's CPU, mimalloc's take 2 %.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser, Debug)]
 #[command(
     name = "unifab",

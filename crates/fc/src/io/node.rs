@@ -777,13 +777,22 @@ impl Driver {
                 cfg.initiator = true;
                 cfg.discover = true;
                 cfg.symbolic_name = format!("{} npiv", cfg.symbolic_name);
-                self.slots.push(Some(Box::new(Slot {
+                let slot = Some(Box::new(Slot {
                     att,
                     port: NPort::new(cfg),
                     scsi: None,
                     virtual_users: 1,
                     waiting_login: true,
-                })));
+                }));
+                // A released NPIV port's place is taken again: one slot per
+                // session ever opened would make every lookup by name
+                // slower for the life of the gateway. Only NPIV ports,
+                // which serve no LUs, leave places, so no target task
+                // still holds the index.
+                match self.slots.iter().position(Option::is_none) {
+                    Some(i) => self.slots[i] = slot,
+                    None => self.slots.push(slot),
+                }
             }
             Control::ReleaseVirtual { wwpn } => {
                 let Some(i) = self.slot_index(wwpn) else {
@@ -830,6 +839,7 @@ impl Driver {
                     self.replies.insert(id, reply);
                 }
                 None => {
+                    warn!(node = %self.name, %local, "command for an N_Port this node does not have");
                     let _ = reply.send(Err(InitiatorError::Closed));
                 }
             },
@@ -980,11 +990,11 @@ impl Driver {
                 NPortEvent::PortUp {
                     fc_id, port_name, ..
                 } => {
-                    debug!(%fc_id, %port_name, "FCP session up");
+                    debug!(node = %self.name, wwpn = %port.config().port_name, %fc_id, %port_name, "FCP session up");
                     changed = true;
                 }
                 NPortEvent::PortDown { fc_id, port_name } => {
-                    debug!(%fc_id, %port_name, "FCP session down");
+                    debug!(node = %self.name, wwpn = %port.config().port_name, %fc_id, %port_name, "FCP session down");
                     changed = true;
                 }
             }
@@ -1076,5 +1086,52 @@ mod tests {
             Poll::Pending => {}
             Poll::Ready(r) => panic!("the command ended before its port existed: {r:?}"),
         }
+    }
+
+    /// Sessions come and go (libiscsi's suite opens two per suite, a
+    /// host reconnects for years): the NPIV ports they get and give back
+    /// reuse the node's places instead of adding one per session.
+    #[tokio::test]
+    async fn released_virtual_ports_leave_no_places_behind() {
+        let switch = Switch::new(FabricConfig::default());
+        let node = FcNode::spawn(&switch, "gateway");
+        let parent = Wwn(0x2100_0000_0000_0b01);
+        let mut cfg = NPortConfig::new(parent, Wwn(0x2000_0000_0000_0b01));
+        cfg.initiator = true;
+        node.add_port("fc-initiator", cfg, None).unwrap();
+        let factory =
+            FcpInitiatorFactory::new(node.clone(), parent, Wwn(0x2100_0000_0000_0a01), true);
+        let target = TargetPort {
+            id: TransportId::Iscsi {
+                name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
+                isid: None,
+            },
+            relative_port_id: 1,
+            port_group: 1,
+        };
+        let mut live = Vec::new();
+        for n in 0..200u8 {
+            let nexus = ItNexus::new(
+                TransportId::Iscsi {
+                    name: "iqn.2026-11.io.unifab:host".into(),
+                    isid: Some([0x40, 0, 0, 0, 1, n]),
+                },
+                target.clone(),
+            );
+            live.push(factory.open(Some(&nexus)).unwrap());
+            // At most two sessions at a time, as in the suite.
+            if live.len() > 2 {
+                live.remove(0).close();
+            }
+            tokio::task::yield_now().await;
+        }
+        let d = node.shared.try_driver().expect("the node is idle");
+        let ports = d.slots.iter().flatten().count();
+        assert_eq!(ports, 3, "the parent and two NPIV ports");
+        assert!(
+            d.slots.len() <= 4,
+            "{} places for {ports} ports",
+            d.slots.len()
+        );
     }
 }

@@ -116,6 +116,43 @@ struct Inner {
     /// The remote's own logical-unit NAA (from its VPD page 0x83; 0 until
     /// seen).
     remote_naa: AtomicU64,
+    failures: FailureLog,
+}
+
+/// Forwarded commands that failed in transport, for the operator's log:
+/// the first of a burst is logged at once, the rest of the same second
+/// are counted and reported with the next one logged (an outage fails
+/// every command in flight; the log should say so, not repeat it
+/// thousands of times).
+#[derive(Debug, Default)]
+struct FailureLog {
+    last: Mutex<Option<std::time::Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl FailureLog {
+    fn record(&self, lu: &str, remote: &str, opcode: u8, e: &InitiatorError) {
+        if matches!(e, InitiatorError::Aborted) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1)) {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(now);
+        drop(last);
+        let more = self.suppressed.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            lu,
+            remote,
+            opcode = format_args!("{opcode:#04x}"),
+            error = %e,
+            earlier_unlogged = more,
+            "forwarded command failed"
+        );
+    }
 }
 
 /// A front-end initiator port and target port pair: one remote nexus.
@@ -169,6 +206,7 @@ impl RemoteLu {
                 naa: (0x3u64 << 60) | (hash & 0x0fff_ffff_ffff_ffff),
                 serial: format!("{hash:016x}"),
                 remote_naa: AtomicU64::new(0),
+                failures: FailureLog::default(),
             }),
         }
     }
@@ -467,7 +505,13 @@ impl LogicalUnit for RemoteLu {
         };
         let init = match inner.initiator_for(&task.nexus) {
             Ok(i) => i,
-            Err(e) => return Box::pin(std::future::ready(e.task_result())),
+            Err(e) => {
+                let opcode = task.cdb.opcode().unwrap_or(0);
+                inner
+                    .failures
+                    .record(&inner.cfg.name, &inner.cfg.backend, opcode, &e);
+                return Box::pin(std::future::ready(e.task_result()));
+            }
         };
         let key = (task.nexus.id(), task.tag);
         let opcode = task.cdb.opcode().unwrap_or(0);
@@ -506,7 +550,12 @@ impl LogicalUnit for RemoteLu {
                         None => res,
                     }
                 }
-                Err(e) => e.task_result(),
+                Err(e) => {
+                    inner
+                        .failures
+                        .record(&inner.cfg.name, &init.remote(), opcode, &e);
+                    e.task_result()
+                }
             };
             drop(handle);
             result

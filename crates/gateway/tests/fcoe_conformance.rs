@@ -104,6 +104,19 @@ fn through_hop(io: &str, direct: &SuiteResult) {
             table.with_file_name(format!("unifab-fcoe-{io}-{side}.log")),
         );
     }
+    // Commands the bridge failed in transport (each turns into ABORTED
+    // COMMAND at the host, and a failed set-up login when it is the
+    // suite's first TEST UNIT READY): said here, so that a failure in CI
+    // shows its cause without the logs.
+    for (side, gw) in [("a", &hop.a), ("b", &hop.b)] {
+        let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
+        for l in log
+            .lines()
+            .filter(|l| l.contains("forwarded command failed"))
+        {
+            println!("{io}: gateway {side}: {l}");
+        }
+    }
     if let Some(cap) = cap {
         let d = decode(&cap.stop());
         println!(

@@ -191,7 +191,12 @@ impl Gw {
             .arg("--config")
             .arg(&path)
             .current_dir(dir)
-            .env("RUST_LOG", "info")
+            // UNIFAB_TEST_LOG raises the gateways' log level when chasing
+            // a failure (e.g. `info,unifab_fc=debug`).
+            .env(
+                "RUST_LOG",
+                std::env::var("UNIFAB_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -1037,14 +1037,9 @@ mod tests {
     use unifab_scsi_core::initiator::{InitiatorFactory, Request};
     use unifab_scsi_core::{Cdb, ItNexus, Lun, TargetPort, TaskAttr, TransportId};
 
-    /// A control queued while the node was busy runs before one that a
-    /// caller then runs inline: a host session's first command finds the
-    /// virtual N_Port that opening the session asked for. (Before, the
-    /// command overtook the request and failed at once with `Closed`.)
-    /// The runtime has one thread, so the node's task cannot take the
-    /// queued request in between.
-    #[tokio::test]
-    async fn inline_controls_do_not_overtake_queued_ones() {
+    /// A node on a fabric of its own with an initiator port, and a factory
+    /// giving each front-end initiator port an NPIV port under it.
+    fn npiv_node() -> (Switch, FcNode, FcpInitiatorFactory) {
         let switch = Switch::new(FabricConfig::default());
         let node = FcNode::spawn(&switch, "gateway");
         let parent = Wwn(0x2100_0000_0000_0b01);
@@ -1053,6 +1048,18 @@ mod tests {
         node.add_port("fc-initiator", cfg, None).unwrap();
         let factory =
             FcpInitiatorFactory::new(node.clone(), parent, Wwn(0x2100_0000_0000_0a01), true);
+        (switch, node, factory)
+    }
+
+    /// A control queued while the node was busy runs before one that a
+    /// caller then runs inline: a host session's first command finds the
+    /// virtual N_Port that opening the session asked for. (Before, the
+    /// command overtook the request and failed at once with `Closed`.)
+    /// The runtime has one thread, so the node's task cannot take the
+    /// queued request in between.
+    #[tokio::test]
+    async fn inline_controls_do_not_overtake_queued_ones() {
+        let (_switch, node, factory) = npiv_node();
         let nexus = ItNexus::new(
             TransportId::Iscsi {
                 name: "iqn.2026-11.io.unifab:host".into(),
@@ -1093,14 +1100,7 @@ mod tests {
     /// reuse the node's places instead of adding one per session.
     #[tokio::test]
     async fn released_virtual_ports_leave_no_places_behind() {
-        let switch = Switch::new(FabricConfig::default());
-        let node = FcNode::spawn(&switch, "gateway");
-        let parent = Wwn(0x2100_0000_0000_0b01);
-        let mut cfg = NPortConfig::new(parent, Wwn(0x2000_0000_0000_0b01));
-        cfg.initiator = true;
-        node.add_port("fc-initiator", cfg, None).unwrap();
-        let factory =
-            FcpInitiatorFactory::new(node.clone(), parent, Wwn(0x2100_0000_0000_0a01), true);
+        let (_switch, node, factory) = npiv_node();
         let target = TargetPort {
             id: TransportId::Iscsi {
                 name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),

@@ -8,7 +8,11 @@
 //!   on the veth decodes every FIP and FCoE frame with a good CRC and
 //!   nothing malformed; IP keeps working on the same interfaces; `show
 //!   flogi` lists the FCoE logins with VLAN and MAC; the XDP program is
-//!   gone after shutdown.
+//!   gone after shutdown;
+//! - 600 short sessions through the hop, three at a time (each a login,
+//!   the TEST UNIT READY that libiscsi sends after it, READ CAPACITY and a
+//!   logout: an NPIV port created, logged in, used and released), all
+//!   succeed.
 //!
 //! Needs root, the release binary, fipvlan, tshark and iscsi-test-cu; a
 //! missing one fails the test with its name. The whole conformance suite
@@ -224,4 +228,81 @@ fn the_tshark_check_flags_bad_frames() {
     let short = decode(&captures.join("fcoe-t11-short.cap"));
     assert_eq!((short.fcoe, short.crc_good), (20, 6));
     assert!(short.flagged.starts_with("14 frames"), "{}", short.flagged);
+}
+
+/// Sessions come and go through the hop as fast as libiscsi opens them,
+/// three at a time: each one's first commands must find its NPIV port
+/// (FDISC through the ENode and the FCF, name server, PLOGI/PRLI to the
+/// target) and none may fail. A failure here is the one libiscsi's suite
+/// reports as a failed set-up login (ABORTED COMMAND, 08/00).
+fn login_storm(io: &str) {
+    require_root("sessions through an FCoE hop");
+    let probe = Command::new("iscsi-readcapacity16").arg("--help").output();
+    assert!(
+        probe.is_ok(),
+        "iscsi-readcapacity16 (libiscsi-bin) is needed: {probe:?}"
+    );
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let mut hop = Hop::start(dir.path(), io, "");
+    const EACH: usize = 200;
+    const AT_ONCE: usize = 3;
+    let workers: Vec<_> = (0..AT_ONCE)
+        .map(|w| {
+            let url = hop.url();
+            std::thread::spawn(move || {
+                let mut failures = Vec::new();
+                for i in 0..EACH {
+                    let out = Command::new("iscsi-readcapacity16")
+                        .arg("-i")
+                        .arg(format!("iqn.2026-11.io.unifab.test:storm-{w}"))
+                        .arg(&url)
+                        .output()
+                        .unwrap();
+                    if !out.status.success() {
+                        failures.push(format!(
+                            "worker {w}, session {i}: {}{}",
+                            String::from_utf8_lossy(&out.stdout),
+                            String::from_utf8_lossy(&out.stderr)
+                        ));
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+    let failures: Vec<String> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    hop.a.check_alive();
+    hop.b.check_alive();
+    let log = std::fs::read_to_string(&hop.a.log).unwrap();
+    let transport: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("forwarded command failed"))
+        .collect();
+    assert!(
+        failures.is_empty() && transport.is_empty(),
+        "{} of {} sessions failed:\n{}\ngateway A:\n{}",
+        failures.len(),
+        EACH * AT_ONCE,
+        failures.join("\n"),
+        transport.join("\n")
+    );
+    // Every session went through gateway A (the count is not a no-op).
+    let sessions = log
+        .lines()
+        .filter(|l| l.contains("session in full feature phase"))
+        .count();
+    assert_eq!(sessions, EACH * AT_ONCE, "sessions gateway A logged in");
+}
+
+#[test]
+fn short_sessions_through_the_hop_over_af_packet_all_succeed() {
+    login_storm("af_packet");
+}
+
+#[test]
+fn short_sessions_through_the_hop_over_af_xdp_all_succeed() {
+    login_storm("af_xdp");
 }

@@ -18,7 +18,7 @@ use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
     Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
-    ScsiTarget, Status, TargetPort, Task, TaskAttr, TransportId,
+    ScsiTarget, Status, Task, TaskAttr,
 };
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0c0a);
@@ -62,19 +62,10 @@ fn connecting(name: &str, n: u32, peer: Wwn, to: std::net::SocketAddr) -> Tunnel
 }
 
 fn nexus() -> ItNexus {
-    ItNexus::new(
-        TransportId::Iscsi {
-            name: "iqn.2026-11.io.unifab:host".into(),
-            isid: Some([0x40, 0, 0, 0, 0, 1]),
-        },
-        TargetPort {
-            id: TransportId::Iscsi {
-                name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
-                isid: None,
-            },
-            relative_port_id: 1,
-            port_group: 1,
-        },
+    ItNexus::iscsi(
+        "iqn.2026-11.io.unifab:host",
+        [0x40, 0, 0, 0, 0, 1],
+        "iqn.2026-11.io.unifab:gw,t,0x1",
     )
 }
 

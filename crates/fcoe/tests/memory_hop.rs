@@ -22,7 +22,7 @@ use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
     Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
-    ScsiTarget, Status, TargetPort, Task, TaskAttr, TransportId,
+    ScsiTarget, Status, Task, TaskAttr,
 };
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0a01);
@@ -31,19 +31,10 @@ const FCF_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0xfc, 1]);
 const ENODE_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0xe0, 1]);
 
 fn nexus(isid: u8) -> ItNexus {
-    ItNexus::new(
-        TransportId::Iscsi {
-            name: "iqn.2026-11.io.unifab:host".into(),
-            isid: Some([0x40, 0, 0, 0, 0, isid]),
-        },
-        TargetPort {
-            id: TransportId::Iscsi {
-                name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
-                isid: None,
-            },
-            relative_port_id: 1,
-            port_group: 1,
-        },
+    ItNexus::iscsi(
+        "iqn.2026-11.io.unifab:host",
+        [0x40, 0, 0, 0, 0, isid],
+        "iqn.2026-11.io.unifab:gw,t,0x1",
     )
 }
 

@@ -201,6 +201,28 @@ impl ItNexus {
         }))
     }
 
+    /// An iSCSI nexus: initiator port `initiator` with `isid` to the
+    /// target port named `target` (`iqn…,t,0xTPGT`), relative port 1 of
+    /// target port group 1, as a unifab target with one portal group
+    /// presents itself. For code that drives LUs without the iSCSI target
+    /// (benchmarks, tools, tests).
+    pub fn iscsi(initiator: &str, isid: [u8; 6], target: &str) -> ItNexus {
+        ItNexus::new(
+            TransportId::Iscsi {
+                name: initiator.into(),
+                isid: Some(isid),
+            },
+            TargetPort {
+                id: TransportId::Iscsi {
+                    name: target.into(),
+                    isid: None,
+                },
+                relative_port_id: 1,
+                port_group: 1,
+            },
+        )
+    }
+
     /// Unique for the process lifetime.
     pub fn id(&self) -> u64 {
         self.0.id

@@ -1035,7 +1035,7 @@ mod tests {
     use crate::nport::NPortConfig;
     use bytes::Bytes;
     use unifab_scsi_core::initiator::{InitiatorFactory, Request};
-    use unifab_scsi_core::{Cdb, ItNexus, Lun, TargetPort, TaskAttr, TransportId};
+    use unifab_scsi_core::{Cdb, ItNexus, Lun, TaskAttr};
 
     /// A node on a fabric of its own with an initiator port, and a factory
     /// giving each front-end initiator port an NPIV port under it.
@@ -1060,19 +1060,10 @@ mod tests {
     #[tokio::test]
     async fn inline_controls_do_not_overtake_queued_ones() {
         let (_switch, node, factory) = npiv_node();
-        let nexus = ItNexus::new(
-            TransportId::Iscsi {
-                name: "iqn.2026-11.io.unifab:host".into(),
-                isid: Some([0x40, 0, 0, 0, 0, 1]),
-            },
-            TargetPort {
-                id: TransportId::Iscsi {
-                    name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
-                    isid: None,
-                },
-                relative_port_id: 1,
-                port_group: 1,
-            },
+        let nexus = ItNexus::iscsi(
+            "iqn.2026-11.io.unifab:host",
+            [0x40, 0, 0, 0, 0, 1],
+            "iqn.2026-11.io.unifab:gw,t,0x1",
         );
         // The node is busy: opening the session queues its port request.
         let busy = node.shared.try_driver().expect("the node is idle");
@@ -1101,22 +1092,12 @@ mod tests {
     #[tokio::test]
     async fn released_virtual_ports_leave_no_places_behind() {
         let (_switch, node, factory) = npiv_node();
-        let target = TargetPort {
-            id: TransportId::Iscsi {
-                name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
-                isid: None,
-            },
-            relative_port_id: 1,
-            port_group: 1,
-        };
         let mut live = Vec::new();
         for n in 0..200u8 {
-            let nexus = ItNexus::new(
-                TransportId::Iscsi {
-                    name: "iqn.2026-11.io.unifab:host".into(),
-                    isid: Some([0x40, 0, 0, 0, 1, n]),
-                },
-                target.clone(),
+            let nexus = ItNexus::iscsi(
+                "iqn.2026-11.io.unifab:host",
+                [0x40, 0, 0, 0, 1, n],
+                "iqn.2026-11.io.unifab:gw,t,0x1",
             );
             live.push(factory.open(Some(&nexus)).unwrap());
             // At most two sessions at a time, as in the suite.

@@ -16,8 +16,8 @@ use unifab_fcip::proto::compress;
 use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
-    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, Lun, RemoteLu, RemoteLuConfig, ScsiTarget,
-    TargetPort, Task, TaskAttr, TransportId,
+    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Task,
+    TaskAttr,
 };
 use unifab_testkit::wan::{WanLink, WanProfile};
 
@@ -27,19 +27,10 @@ pub const TARGET: Wwn = Wwn(0x2100_0000_0000_0b0a);
 pub const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0a0b);
 
 pub fn nexus() -> ItNexus {
-    ItNexus::new(
-        TransportId::Iscsi {
-            name: "iqn.2026-11.io.unifab:host".into(),
-            isid: Some([0x40, 0, 0, 0, 0, 1]),
-        },
-        TargetPort {
-            id: TransportId::Iscsi {
-                name: "iqn.2026-11.io.unifab:gw,t,0x1".into(),
-                isid: None,
-            },
-            relative_port_id: 1,
-            port_group: 1,
-        },
+    ItNexus::iscsi(
+        "iqn.2026-11.io.unifab:host",
+        [0x40, 0, 0, 0, 0, 1],
+        "iqn.2026-11.io.unifab:gw,t,0x1",
     )
 }
 

@@ -109,11 +109,7 @@ fn through_hop(io: &str, direct: &SuiteResult) {
     // suite's first TEST UNIT READY): said here, so that a failure in CI
     // shows its cause without the logs.
     for (side, gw) in [("a", &hop.a), ("b", &hop.b)] {
-        let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
-        for l in log
-            .lines()
-            .filter(|l| l.contains("forwarded command failed"))
-        {
+        for l in gw.transport_failures() {
             println!("{io}: gateway {side}: {l}");
         }
     }

@@ -276,11 +276,7 @@ fn login_storm(io: &str) {
         .collect();
     hop.a.check_alive();
     hop.b.check_alive();
-    let log = std::fs::read_to_string(&hop.a.log).unwrap();
-    let transport: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("forwarded command failed"))
-        .collect();
+    let transport = hop.a.transport_failures();
     assert!(
         failures.is_empty() && transport.is_empty(),
         "{} of {} sessions failed:\n{}\ngateway A:\n{}",
@@ -290,7 +286,8 @@ fn login_storm(io: &str) {
         transport.join("\n")
     );
     // Every session went through gateway A (the count is not a no-op).
-    let sessions = log
+    let sessions = std::fs::read_to_string(&hop.a.log)
+        .unwrap()
         .lines()
         .filter(|l| l.contains("session in full feature phase"))
         .count();

@@ -131,7 +131,7 @@ struct FailureLog {
 }
 
 impl FailureLog {
-    fn record(&self, lu: &str, remote: &str, opcode: u8, e: &InitiatorError) {
+    fn record(&self, cfg: &RemoteLuConfig, opcode: u8, e: &InitiatorError) {
         if matches!(e, InitiatorError::Aborted) {
             return;
         }
@@ -145,8 +145,8 @@ impl FailureLog {
         drop(last);
         let more = self.suppressed.swap(0, Ordering::Relaxed);
         tracing::warn!(
-            lu,
-            remote,
+            lu = %cfg.name,
+            remote = %cfg.backend,
             opcode = format_args!("{opcode:#04x}"),
             error = %e,
             earlier_unlogged = more,
@@ -503,18 +503,15 @@ impl LogicalUnit for RemoteLu {
                 )));
             }
         };
+        let opcode = task.cdb.opcode().unwrap_or(0);
         let init = match inner.initiator_for(&task.nexus) {
             Ok(i) => i,
             Err(e) => {
-                let opcode = task.cdb.opcode().unwrap_or(0);
-                inner
-                    .failures
-                    .record(&inner.cfg.name, &inner.cfg.backend, opcode, &e);
+                inner.failures.record(&inner.cfg, opcode, &e);
                 return Box::pin(std::future::ready(e.task_result()));
             }
         };
         let key = (task.nexus.id(), task.tag);
-        let opcode = task.cdb.opcode().unwrap_or(0);
         let derive = inner.identity_page(task.cdb.as_bytes());
         let mut request = Request::from_task(task, inner.cfg.remote_lun);
         if derive.is_some() {
@@ -551,9 +548,7 @@ impl LogicalUnit for RemoteLu {
                     }
                 }
                 Err(e) => {
-                    inner
-                        .failures
-                        .record(&inner.cfg.name, &init.remote(), opcode, &e);
+                    inner.failures.record(&inner.cfg, opcode, &e);
                     e.task_result()
                 }
             };

@@ -241,6 +241,17 @@ impl Gw {
         }
     }
 
+    /// The log lines reporting a forwarded command that failed in
+    /// transport (`RemoteLu`'s WARN).
+    pub fn transport_failures(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("forwarded command failed"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Fails with the log if the gateway is gone.
     pub fn check_alive(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {

@@ -718,15 +718,22 @@ fn extended_copy_cscds_naming_the_derived_naa_name_the_remote() {
 #[test]
 fn failure_log_counts_a_burst_instead_of_repeating_it() {
     let log = FailureLog::default();
-    log.record("lu", "fc://x", 0x28, &InitiatorError::Disconnected);
+    let cfg = RemoteLuConfig {
+        name: "lu".into(),
+        backend: "fc://x/0".into(),
+        remote_lun: Lun::ZERO,
+        identity: Identity::Passthrough,
+        task_set_depth: 1,
+    };
+    log.record(&cfg, 0x28, &InitiatorError::Disconnected);
     assert!(log.last.lock().unwrap().is_some(), "the first is logged");
     for _ in 0..5 {
-        log.record("lu", "fc://x", 0x28, &InitiatorError::Closed);
+        log.record(&cfg, 0x28, &InitiatorError::Closed);
     }
-    log.record("lu", "fc://x", 0x28, &InitiatorError::Aborted);
+    log.record(&cfg, 0x28, &InitiatorError::Aborted);
     assert_eq!(log.suppressed.load(Ordering::Relaxed), 5);
     // A second later the next one is logged and takes the count with it.
     *log.last.lock().unwrap() = Some(std::time::Instant::now() - std::time::Duration::from_secs(2));
-    log.record("lu", "fc://x", 0x2a, &InitiatorError::Disconnected);
+    log.record(&cfg, 0x2a, &InitiatorError::Disconnected);
     assert_eq!(log.suppressed.load(Ordering::Relaxed), 0);
 }

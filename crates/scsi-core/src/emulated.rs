@@ -597,7 +597,7 @@ impl Inner {
     }
 
     /// Runs one task (after the task set enabled it).
-    async fn run(self: &Arc<Self>, task: Task) -> TaskResult {
+    async fn run(self: &Arc<Self>, mut task: Task) -> TaskResult {
         let op = task.cdb.opcode().unwrap_or(0xff);
         let exempt = matches!(
             op,
@@ -672,10 +672,10 @@ impl Inner {
         {
             return check(SenseKey::MEDIUM_ERROR, asc::SANITIZE_COMMAND_FAILED);
         }
-        self.dispatch(cmd, task).await
+        self.dispatch(cmd, &mut task).await
     }
 
-    async fn dispatch(self: &Arc<Self>, cmd: Command, task: Task) -> TaskResult {
+    async fn dispatch(self: &Arc<Self>, cmd: Command, task: &mut Task) -> TaskResult {
         match cmd {
             Command::TestUnitReady { .. } => TaskResult::good(),
             Command::RequestSense {
@@ -713,7 +713,7 @@ impl Inner {
                 sp,
                 param_len,
                 ..
-            } => self.mode_select(&task, ten, pf, sp, param_len),
+            } => self.mode_select(task, ten, pf, sp, param_len),
             Command::Reserve { .. } => {
                 let mut st = self.lock();
                 let key = PortKey::of(&task.nexus);
@@ -868,7 +868,7 @@ impl Inner {
                 }
                 data_in(v, alloc_len as usize)
             }
-            Command::Read(io) => self.read(io, task).await,
+            Command::Read(io) => self.read(io).await,
             Command::Write(io) => self.write(io, task, false).await,
             Command::WriteAndVerify(io) => self.write(io, task, true).await,
             Command::Sanitize {
@@ -1084,7 +1084,7 @@ impl Inner {
         }
     }
 
-    async fn read(self: &Arc<Self>, io: BlockIo, _task: Task) -> TaskResult {
+    async fn read(self: &Arc<Self>, io: BlockIo) -> TaskResult {
         if let Some(r) = self.io_checks(&io, false, u64::from(self.cfg.max_transfer_blocks)) {
             return r;
         }
@@ -1129,7 +1129,7 @@ impl Inner {
     /// segment within this LU.
     async fn extended_copy(
         self: &Arc<Self>,
-        task: Task,
+        task: &Task,
         service_action: u8,
         param_len: u32,
     ) -> TaskResult {
@@ -1213,7 +1213,7 @@ impl Inner {
     /// thread and, without IMMED, waits for it (or for the task's abort).
     async fn sanitize(
         self: &Arc<Self>,
-        task: Task,
+        task: &Task,
         immed: bool,
         service_action: u8,
         param_len: u16,
@@ -1366,7 +1366,7 @@ impl Inner {
         self.cfg.max_transfer_blocks.min(u32::from(u16::MAX))
     }
 
-    async fn write(self: &Arc<Self>, io: BlockIo, task: Task, verify: bool) -> TaskResult {
+    async fn write(self: &Arc<Self>, io: BlockIo, task: &mut Task, verify: bool) -> TaskResult {
         if let Some(r) = self.io_checks(&io, true, u64::from(self.cfg.max_transfer_blocks)) {
             return r;
         }
@@ -1378,12 +1378,12 @@ impl Inner {
     async fn write_locked(
         self: &Arc<Self>,
         io: BlockIo,
-        mut task: Task,
+        task: &mut Task,
         verify: bool,
         exclusive: bool,
     ) -> TaskResult {
         let wanted = u64::from(io.blocks) << self.shift;
-        let residual = self.out_residual(&task, wanted);
+        let residual = self.out_residual(task, wanted);
         let have = task.data_out_total() as u64;
         let n = (wanted.min(have) >> self.shift) << self.shift;
         let mut result = TaskResult::good();
@@ -1429,7 +1429,7 @@ impl Inner {
         }
     }
 
-    async fn verify(self: &Arc<Self>, io: BlockIo, task: Task) -> TaskResult {
+    async fn verify(self: &Arc<Self>, io: BlockIo, task: &Task) -> TaskResult {
         if let Some(r) = self.io_checks(&io, false, u64::from(self.cfg.max_transfer_blocks)) {
             return r;
         }
@@ -1439,7 +1439,7 @@ impl Inner {
         let len = (u64::from(io.blocks) << self.shift) as usize;
         let bs = self.bs as usize;
         let expected_out = if io.bytchk == 3 { bs } else { len };
-        let residual = self.out_residual(&task, expected_out as u64);
+        let residual = self.out_residual(task, expected_out as u64);
         let data = gather(&task.data_out, 0, expected_out);
         let off = io.lba << self.shift;
         let res = self
@@ -1478,12 +1478,12 @@ impl Inner {
         }
     }
 
-    async fn orwrite(self: &Arc<Self>, io: BlockIo, task: Task) -> TaskResult {
+    async fn orwrite(self: &Arc<Self>, io: BlockIo, task: &Task) -> TaskResult {
         if let Some(r) = self.io_checks(&io, true, u64::from(self.cfg.max_transfer_blocks)) {
             return r;
         }
         let wanted = u64::from(io.blocks) << self.shift;
-        let residual = self.out_residual(&task, wanted);
+        let residual = self.out_residual(task, wanted);
         let have = task.data_out_total() as u64;
         let n = ((wanted.min(have) >> self.shift) << self.shift) as usize;
         if n == 0 {
@@ -1516,7 +1516,7 @@ impl Inner {
         }
     }
 
-    async fn compare_and_write(self: &Arc<Self>, io: BlockIo, task: Task) -> TaskResult {
+    async fn compare_and_write(self: &Arc<Self>, io: BlockIo, task: &Task) -> TaskResult {
         if let Some(r) = self.io_checks(&io, true, u64::from(MAX_CAW_BLOCKS)) {
             return r;
         }
@@ -1560,7 +1560,7 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     async fn write_same(
         self: &Arc<Self>,
-        task: Task,
+        task: &Task,
         size: CdbSize,
         wrprotect: u8,
         anchor: bool,
@@ -1651,7 +1651,7 @@ impl Inner {
         }
     }
 
-    async fn unmap(self: &Arc<Self>, task: Task, anchor: bool, param_len: u16) -> TaskResult {
+    async fn unmap(self: &Arc<Self>, task: &Task, anchor: bool, param_len: u16) -> TaskResult {
         if !self.thin {
             return illegal(asc::INVALID_COMMAND_OPERATION_CODE);
         }
@@ -1756,7 +1756,7 @@ impl Inner {
 
     fn prout(
         self: &Arc<Self>,
-        task: Task,
+        task: &Task,
         service_action: u8,
         scope: u8,
         pr_type: u8,

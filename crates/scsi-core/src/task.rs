@@ -291,6 +291,11 @@ impl Cdb {
         &self.0
     }
 
+    /// The CDB's bytes, without a reference-count increment.
+    pub fn into_bytes(self) -> Bytes {
+        self.0
+    }
+
     /// OPERATION CODE, or `None` for an empty CDB.
     pub fn opcode(&self) -> Option<u8> {
         self.0.first().copied()

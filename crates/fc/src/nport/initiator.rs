@@ -70,7 +70,14 @@ enum Kind {
         data_out: Vec<Bytes>,
         write_len: u32,
         read_len: u32,
-        data_in: Vec<(u32, Bytes)>,
+        /// Data-in that arrived in relative-offset order, from 0: the
+        /// result's own list.
+        data_in: Vec<Bytes>,
+        /// Bytes in `data_in`.
+        in_order: u64,
+        /// Data-in that did not (a gap before it, or an overlap), kept
+        /// with its offset and merged when the response comes.
+        scattered: Vec<(u32, Bytes)>,
     },
     Tmf {
         function: TmfFunction,
@@ -160,6 +167,29 @@ fn tmf_response(code: FcpRspCode) -> Result<TmfResponse, InitiatorError> {
         FcpRspCode::TMF_FAILED => TmfResponse::ServiceDeliveryFailure,
         _ => return Err(InitiatorError::Protocol("unknown FCP_RSP_CODE for a TMF")),
     })
+}
+
+/// Data-in in relative-offset order, or `None` if the pieces leave a gap
+/// or overlap. `in_order` starts at offset 0 and is contiguous; only
+/// `scattered` (usually empty) needs sorting.
+fn merge_data_in(in_order: Vec<Bytes>, mut scattered: Vec<(u32, Bytes)>) -> Option<Vec<Bytes>> {
+    if scattered.is_empty() {
+        return Some(in_order);
+    }
+    let mut at = 0u64;
+    for b in &in_order {
+        scattered.push((at as u32, b.clone()));
+        at += b.len() as u64;
+    }
+    scattered.sort_by_key(|(o, _)| *o);
+    let mut at = 0u64;
+    for (o, b) in &scattered {
+        if u64::from(*o) != at {
+            return None;
+        }
+        at += b.len() as u64;
+    }
+    Some(scattered.into_iter().map(|(_, b)| b).collect())
 }
 
 /// An FCP_CMND payload in one allocation (the CDB is not copied first:
@@ -280,7 +310,7 @@ impl NPort {
                 let (rd, wr) = (r.data_in_len > 0, r.data_out_len > 0);
                 let payload = fcp_cmnd_bytes(
                     r.lun,
-                    r.cdb.bytes().clone(),
+                    r.cdb.into_bytes(),
                     fcp_attr(r.attr),
                     r.priority,
                     FcpTmf::NONE,
@@ -296,6 +326,8 @@ impl NPort {
                         write_len: r.data_out_len,
                         read_len: r.data_in_len,
                         data_in: Vec::new(),
+                        in_order: 0,
+                        scattered: Vec::new(),
                     },
                 )
             }
@@ -540,7 +572,11 @@ impl NPort {
         }
         c.rx = h.rx_id;
         let Kind::Scsi {
-            read_len, data_in, ..
+            read_len,
+            data_in,
+            in_order,
+            scattered,
+            ..
         } = &mut c.kind
         else {
             self.stats.discarded += 1;
@@ -550,7 +586,7 @@ impl NPort {
         let ro = if h.f_ctl.relative_offset_present() {
             u64::from(h.parameter)
         } else {
-            data_in.iter().map(|(_, b)| b.len() as u64).sum()
+            *in_order + scattered.iter().map(|(_, b)| b.len() as u64).sum::<u64>()
         };
         if ro + len > u64::from(*read_len) {
             // Answer now; the abort only recovers the exchange.
@@ -570,7 +606,12 @@ impl NPort {
             }
             return;
         }
-        data_in.push((ro as u32, frame.payload));
+        if ro == *in_order {
+            *in_order += len;
+            data_in.push(frame.payload);
+        } else {
+            scattered.push((ro as u32, frame.payload));
+        }
     }
 
     pub(super) fn initiator_response(&mut self, now: Instant, frame: Frame) {
@@ -622,7 +663,8 @@ impl NPort {
             Kind::Scsi {
                 read_len,
                 write_len,
-                mut data_in,
+                data_in,
+                scattered,
                 ..
             } => {
                 if let Some(code) = rsp.rsp_code() {
@@ -631,15 +673,10 @@ impl NPort {
                         return;
                     }
                 }
-                data_in.sort_by_key(|(o, _)| *o);
-                let mut at = 0u64;
-                for (o, b) in &data_in {
-                    if u64::from(*o) != at {
-                        self.complete(c.id, Err(InitiatorError::Protocol("data-in with a gap")));
-                        return;
-                    }
-                    at += b.len() as u64;
-                }
+                let Some(data_in) = merge_data_in(data_in, scattered) else {
+                    self.complete(c.id, Err(InitiatorError::Protocol("data-in with a gap")));
+                    return;
+                };
                 let flags = rsp.flags;
                 let residual = if flags.contains(FcpRspFlags::RESID_OVER) {
                     Some(Residual::Overflow(rsp.resid))
@@ -652,7 +689,7 @@ impl NPort {
                 let result = TaskResult {
                     status: Status(rsp.scsi_status),
                     sense: (!rsp.sense.is_empty()).then_some(rsp.sense),
-                    data_in: data_in.into_iter().map(|(_, b)| b).collect(),
+                    data_in,
                     residual,
                     aborted: false,
                 };
@@ -871,5 +908,27 @@ mod tests {
         assert_eq!(&v[1][..], b"abc");
         assert_eq!(v[0].as_ptr(), a[8..].as_ptr());
         assert!(slices(&[a], 10, 3).is_empty());
+    }
+
+    #[test]
+    fn data_in_is_put_in_offset_order_and_gaps_or_overlaps_are_refused() {
+        let b = |s: &'static [u8]| Bytes::from_static(s);
+        let joined = |v: Option<Vec<Bytes>>| v.map(|v| v.concat());
+        // In order: the list is the result, untouched.
+        let v = merge_data_in(vec![b(b"ab"), b(b"cd")], Vec::new());
+        assert_eq!(joined(v), Some(b"abcd".to_vec()));
+        // The second piece first, then the first.
+        let v = merge_data_in(vec![b(b"ab")], vec![(2, b(b"cd"))]);
+        assert_eq!(joined(v), Some(b"abcd".to_vec()));
+        let v = merge_data_in(
+            Vec::new(),
+            vec![(4, b(b"ef")), (2, b(b"cd")), (0, b(b"ab"))],
+        );
+        assert_eq!(joined(v), Some(b"abcdef".to_vec()));
+        // A gap: bytes 2..4 never came.
+        assert_eq!(merge_data_in(vec![b(b"ab")], vec![(4, b(b"ef"))]), None);
+        assert_eq!(merge_data_in(Vec::new(), vec![(2, b(b"cd"))]), None);
+        // An overlap: bytes 1..3 twice.
+        assert_eq!(merge_data_in(vec![b(b"abc")], vec![(1, b(b"bc"))]), None);
     }
 }

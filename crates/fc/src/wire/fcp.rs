@@ -542,8 +542,19 @@ impl FcpRspRepr {
         Ok(())
     }
 
-    /// The IU as a new buffer.
+    /// The IU as a buffer. GOOD status with nothing else to say (no
+    /// residual, sense or response info) is 24 zero bytes: a shared
+    /// static, not an allocation per command.
     pub fn to_bytes(&self) -> Result<Bytes, WireError> {
+        static GOOD: [u8; FCP_RSP_MIN_LEN] = [0; FCP_RSP_MIN_LEN];
+        if self.buffer_len() == FCP_RSP_MIN_LEN {
+            let mut b = [0u8; FCP_RSP_MIN_LEN];
+            self.emit(&mut b)?;
+            if b == GOOD {
+                return Ok(Bytes::from_static(&GOOD));
+            }
+            return Ok(Bytes::copy_from_slice(&b));
+        }
         let mut v = vec![0u8; self.buffer_len()];
         self.emit(&mut v)?;
         Ok(Bytes::from(v))
@@ -553,6 +564,42 @@ impl FcpRspRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fcp_rsp_to_bytes_shares_good_and_builds_the_rest() {
+        let good = FcpRspRepr {
+            scsi_status: 0,
+            ..Default::default()
+        };
+        let b = good.to_bytes().unwrap();
+        assert_eq!(&b[..], &[0u8; FCP_RSP_MIN_LEN][..]);
+        assert_eq!(b.as_ptr(), good.to_bytes().unwrap().as_ptr());
+        assert_eq!(FcpRspRepr::parse(&b).unwrap(), good);
+        // Anything else is its own buffer, and parses back to itself.
+        let under = FcpRspRepr {
+            flags: FcpRspFlags(FcpRspFlags::RESID_UNDER),
+            resid: 512,
+            ..Default::default()
+        };
+        let busy = FcpRspRepr {
+            scsi_status: 0x08,
+            ..Default::default()
+        };
+        let check = FcpRspRepr {
+            scsi_status: 0x02,
+            sense: Bytes::from_static(&[
+                0x70, 0, 5, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0, 0, 0, 0, 0,
+            ]),
+            ..Default::default()
+        };
+        for mut r in [under, busy, check] {
+            let b = r.to_bytes().unwrap();
+            assert_ne!(&b[..FCP_RSP_MIN_LEN], &[0u8; FCP_RSP_MIN_LEN][..]);
+            // Emit adds the length-valid bits.
+            r.flags = FcpRspFlags(r.effective_flags());
+            assert_eq!(FcpRspRepr::parse(&b).unwrap(), r);
+        }
+    }
 
     #[test]
     fn report_luns_command_layout() {

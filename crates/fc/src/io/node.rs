@@ -535,6 +535,9 @@ struct Slot {
     /// Waiting to send its fabric login (NPIV ports log in one at a
     /// time, after their parent).
     waiting_login: bool,
+    /// An NPIV port nobody uses any more, kept until the fabric answers
+    /// its FDISC so that it can log out of the address it is given.
+    closing: bool,
 }
 
 type TaskDone = (usize, TaskId, TaskResult);
@@ -712,6 +715,7 @@ impl Driver {
                     scsi,
                     virtual_users: 0,
                     waiting_login: false,
+                    closing: false,
                 })));
             }
             Control::AddPortVia {
@@ -737,6 +741,7 @@ impl Driver {
                     scsi,
                     virtual_users: 0,
                     waiting_login: false,
+                    closing: false,
                 })));
             }
             Control::Link { att, up } => {
@@ -762,7 +767,10 @@ impl Driver {
             }
             Control::AcquireVirtual { parent, wwpn } => {
                 if let Some(s) = self.slot_mut(wwpn) {
+                    // Also a port still closing: the same host is back
+                    // before its last session's FDISC was answered.
                     s.virtual_users += 1;
+                    s.closing = false;
                     return;
                 }
                 let Some(p) = self.slot_mut(parent) else {
@@ -783,6 +791,7 @@ impl Driver {
                     scsi: None,
                     virtual_users: 1,
                     waiting_login: true,
+                    closing: false,
                 }));
                 // A released NPIV port's place is taken again: one slot per
                 // session ever opened would make every lookup by name
@@ -809,22 +818,16 @@ impl Driver {
                     return;
                 }
                 if let Some(mut slot) = self.slots.get_mut(i).and_then(Option::take) {
-                    slot.port.logout(now);
-                    // The LOGOs go out before the port does.
-                    while let Some(f) = slot.port.poll_transmit() {
-                        if let Some(l) = self.links.get(slot.att) {
-                            let _ = l.transmit(f);
-                        }
+                    slot.port.end_waiting_commands();
+                    if slot.port.fabric_login_pending() {
+                        // The fabric may yet give the port an address: it
+                        // stays until the answer, then logs out (`flush`).
+                        slot.closing = true;
+                        self.retire(now, i, &mut slot);
+                        self.slots[i] = Some(slot);
+                    } else {
+                        self.retire(now, i, &mut slot);
                     }
-                    let waker = Waker::noop();
-                    self.drain_events(
-                        &mut Context::from_waker(waker),
-                        now,
-                        i,
-                        &mut slot.port,
-                        None,
-                    );
-                    self.view_changed = true;
                 }
             }
             Control::Submit {
@@ -875,6 +878,28 @@ impl Driver {
         }
     }
 
+    /// Logs a port that is going away out of the fabric and its peers (if
+    /// it is logged in), sends the LOGOs and answers what it still held.
+    /// (A port whose FDISC is still out only has its answers given here;
+    /// `flush` retires it again once the fabric has answered.)
+    fn retire(&mut self, now: Instant, i: usize, slot: &mut Slot) {
+        slot.port.logout(now);
+        while let Some(f) = slot.port.poll_transmit() {
+            if let Some(l) = self.links.get(slot.att) {
+                let _ = l.transmit(f);
+            }
+        }
+        let waker = Waker::noop();
+        self.drain_events(
+            &mut Context::from_waker(waker),
+            now,
+            i,
+            &mut slot.port,
+            None,
+        );
+        self.view_changed = true;
+    }
+
     /// Sends what the ports queued and runs their events; true when
     /// something happened that may have made more work ready.
     fn flush(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
@@ -902,6 +927,12 @@ impl Driver {
                 out.clear();
             }
             self.out = out;
+            if slot.closing && !slot.port.fabric_login_pending() {
+                // The FDISC was answered (or timed out): out it goes.
+                self.retire(now, i, &mut slot);
+                any = true;
+                continue;
+            }
             self.slots[i] = Some(slot);
         }
         any
@@ -920,7 +951,7 @@ impl Driver {
             }
         }
         for s in self.slots.iter_mut().flatten() {
-            if s.waiting_login && online.contains(&s.att) && !busy.contains(&s.att) {
+            if s.waiting_login && !s.closing && online.contains(&s.att) && !busy.contains(&s.att) {
                 s.waiting_login = false;
                 s.port.link_up(now);
                 busy.push(s.att);
@@ -1114,5 +1145,133 @@ mod tests {
             "{} places for {ports} ports",
             d.slots.len()
         );
+    }
+
+    /// A session that ends while its NPIV port's FDISC is in flight
+    /// leaves no login behind in the fabric: the port stays until the
+    /// answer comes and then logs out, instead of vanishing with its
+    /// address still registered (and its name, which the same host's next
+    /// session asks for again).
+    #[tokio::test]
+    async fn a_port_released_during_its_fdisc_leaves_no_login_in_the_fabric() {
+        let (switch, node, _factory) = npiv_node();
+        let parent = Wwn(0x2100_0000_0000_0b01);
+        let names = || {
+            switch.with_fabric(|f| {
+                let mut v: Vec<Wwn> = f.logins().into_iter().map(|l| l.port_name).collect();
+                v.sort();
+                v
+            })
+        };
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while names().is_empty() {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the parent never logged in"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let npiv = Wwn(0x2f00_0000_0000_0001);
+        {
+            let mut d = node.shared.try_driver().expect("the node is idle");
+            let now = Instant::now();
+            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
+            let mut cx = Context::from_waker(Waker::noop());
+            d.flush(&mut cx, now);
+            let slot = d.slot_mut(npiv).expect("the NPIV port");
+            assert!(slot.port.fabric_login_pending(), "the FDISC went out");
+            // The session ends before the node reads the answer.
+            d.control(now, Control::ReleaseVirtual { wwpn: npiv });
+        }
+        assert_eq!(names(), [parent, npiv], "the fabric accepted the FDISC");
+        node.shared.released();
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while names() != [parent] && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(names(), [parent], "the NPIV port's login outlived it");
+        let d = node.shared.try_driver().expect("the node is idle");
+        assert_eq!(d.slots.iter().flatten().count(), 1, "only the parent");
+    }
+
+    /// The same host back before its last session's FDISC was answered
+    /// gets the port that is still there, and it stays logged in.
+    #[tokio::test]
+    async fn a_port_asked_for_again_while_closing_stays() {
+        let (switch, node, _factory) = npiv_node();
+        let parent = Wwn(0x2100_0000_0000_0b01);
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while switch.with_fabric(|f| f.logins().is_empty()) {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the parent never logged in"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let npiv = Wwn(0x2f00_0000_0000_0003);
+        {
+            let mut d = node.shared.try_driver().expect("the node is idle");
+            let now = Instant::now();
+            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
+            let mut cx = Context::from_waker(Waker::noop());
+            d.flush(&mut cx, now);
+            d.control(now, Control::ReleaseVirtual { wwpn: npiv });
+            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
+        }
+        node.shared.released();
+        let online = || node.ports().iter().any(|p| p.port_name == npiv && p.online);
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !online() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            online(),
+            "the NPIV port did not come up: {:?}",
+            node.ports()
+        );
+        // Settled: a port retired after its FDISC would be gone by now.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(online(), "the NPIV port went away: {:?}", node.ports());
+        let logins = switch.with_fabric(|f| f.logins().len());
+        assert_eq!(logins, 2, "the parent and the NPIV port");
+    }
+
+    /// A command waiting for its target port ends when the NPIV port it
+    /// was given to goes away, instead of waiting for an answer that no
+    /// port will give.
+    #[tokio::test]
+    async fn a_released_port_ends_the_commands_waiting_in_it() {
+        let (_switch, node, _factory) = npiv_node();
+        let parent = Wwn(0x2100_0000_0000_0b01);
+        let npiv = Wwn(0x2f00_0000_0000_0002);
+        let (tx, mut rx) = oneshot::channel();
+        {
+            let mut d = node.shared.try_driver().expect("the node is idle");
+            let now = Instant::now();
+            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
+            d.control(
+                now,
+                Control::Submit {
+                    local: npiv,
+                    target: Wwn(0x2100_0000_0000_0a01),
+                    id: CommandId(1),
+                    request: Request {
+                        lun: Lun(0),
+                        cdb: Cdb::new(Bytes::from_static(&[0; 6])),
+                        attr: TaskAttr::Simple,
+                        priority: 0,
+                        data_out: Vec::new(),
+                        data_out_len: 0,
+                        data_in_len: 0,
+                    },
+                    reply: tx,
+                },
+            );
+            d.control(now, Control::ReleaseVirtual { wwpn: npiv });
+        }
+        match rx.try_recv() {
+            Ok(Err(InitiatorError::Disconnected)) => {}
+            other => panic!("the waiting command got {other:?}"),
+        }
     }
 }

@@ -825,6 +825,15 @@ impl NPort {
         }
     }
 
+    /// The port is going away: commands still waiting for their target
+    /// port end with [`InitiatorError::Disconnected`]. (Commands in flight
+    /// end with their peers, at logout or link down.)
+    pub fn end_waiting_commands(&mut self) {
+        for q in std::mem::take(&mut self.initiator.queued) {
+            self.fail(q.id, &q.work, InitiatorError::Disconnected);
+        }
+    }
+
     /// A target port went away: its commands end.
     pub(super) fn initiator_port_gone(&mut self, now: Instant, peer: FcId) {
         let gone: Vec<OxId> = self

@@ -35,7 +35,7 @@ pub use backend::{BackendError, BlockBackend, FileBackend, FileOptions, MemoryBa
 pub use cdb::{CdbError, Command};
 pub use emulated::{EmulatedLu, EmulatedLuConfig, IoMode, LuError};
 pub use initiator::{Initiator, InitiatorError, InitiatorFactory};
-pub use lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
+pub use lu::{BoxFuture, Keyed, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 pub use remote::{RemoteLu, RemoteLuConfig};
 pub use sense::{Asc, Sense, SenseKey};
 pub use target::ScsiTarget;

@@ -9,6 +9,37 @@ use crate::task::{ItNexus, Lun, Task, TaskResult};
 /// A boxed, sendable future (what `dyn LogicalUnit` methods return).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A [`BoxFuture`] whose output comes back with a key (a task tag, a
+/// port's slot): what `Box::pin(async move { (key, fut.await) })` gives a
+/// transport's set of running tasks, without a second allocation per
+/// command around the first.
+pub struct Keyed<K, T> {
+    key: K,
+    fut: BoxFuture<'static, T>,
+}
+
+impl<K, T> Keyed<K, T> {
+    /// `fut`'s output will come with `key`.
+    pub fn new(key: K, fut: BoxFuture<'static, T>) -> Keyed<K, T> {
+        Keyed { key, fut }
+    }
+}
+
+impl<K, T> fmt::Debug for Keyed<K, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyed").finish_non_exhaustive()
+    }
+}
+
+impl<K: Copy + Unpin, T> Future for Keyed<K, T> {
+    type Output = (K, T);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<(K, T)> {
+        let key = self.key;
+        self.fut.as_mut().poll(cx).map(|out| (key, out))
+    }
+}
+
 /// A logical unit: emulated over a backend, or remote behind an initiator.
 ///
 /// # Ordering contract
@@ -115,4 +146,20 @@ pub enum TmfResponse {
     IncorrectLun,
     /// SERVICE DELIVERY OR TARGET FAILURE.
     ServiceDeliveryFailure,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::{Context, Poll, Waker};
+
+    #[test]
+    fn keyed_gives_the_output_with_its_key_when_the_future_ends() {
+        let mut cx = Context::from_waker(Waker::noop());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u8>();
+        let mut k = Keyed::new(7u32, Box::pin(async move { rx.recv().await }));
+        assert_eq!(Pin::new(&mut k).poll(&mut cx), Poll::Pending);
+        tx.send(5).ok();
+        assert_eq!(Pin::new(&mut k).poll(&mut cx), Poll::Ready((7, Some(5))));
+    }
 }

@@ -37,7 +37,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 use unifab_scsi_core::initiator::{InitiatorError, Outcome, Request};
-use unifab_scsi_core::{BoxFuture, Lun, ScsiTarget, TaskResult, TmfFunction, TmfResponse};
+use unifab_scsi_core::{Keyed, Lun, ScsiTarget, TaskResult, TmfFunction, TmfResponse};
 
 use super::switch::{FabricPort, Switch};
 use crate::link::{FcLink, LinkError};
@@ -540,9 +540,6 @@ struct Slot {
     closing: bool,
 }
 
-type TaskDone = (usize, TaskId, TaskResult);
-type TmfDone = (usize, TaskId, TmfResponse);
-
 struct Driver {
     /// Handed to uplinks, which report their link state through it.
     ctl_tx: mpsc::WeakSender<Control>,
@@ -559,8 +556,9 @@ struct Driver {
     links: Vec<Attachment>,
     replies: FastMap<CommandId, oneshot::Sender<Outcome>>,
     tmf_replies: FastMap<CommandId, oneshot::Sender<TmfOutcome>>,
-    tasks: FuturesUnordered<BoxFuture<'static, TaskDone>>,
-    tmfs: FuturesUnordered<BoxFuture<'static, TmfDone>>,
+    /// Target tasks still running: (slot, task) and the LU's answer.
+    tasks: FuturesUnordered<Keyed<(usize, TaskId), TaskResult>>,
+    tmfs: FuturesUnordered<Keyed<(usize, TaskId), TmfResponse>>,
     view_changed: bool,
 }
 
@@ -612,14 +610,14 @@ impl Driver {
             // An empty set is not polled: polling registers the waker (an
             // atomic swap on a line the completing threads also write).
             while !self.tasks.is_empty() {
-                let Poll::Ready(Some((slot, id, r))) = self.tasks.poll_next_unpin(cx) else {
+                let Poll::Ready(Some(((slot, id), r))) = self.tasks.poll_next_unpin(cx) else {
                     break;
                 };
                 self.task_done(now, slot, id, r);
                 any = true;
             }
             while !self.tmfs.is_empty() {
-                let Poll::Ready(Some((slot, id, r))) = self.tmfs.poll_next_unpin(cx) else {
+                let Poll::Ready(Some(((slot, id), r))) = self.tmfs.poll_next_unpin(cx) else {
                     break;
                 };
                 if let Some(Some(s)) = self.slots.get_mut(slot) {
@@ -980,9 +978,7 @@ impl Driver {
                         let mut fut = scsi.dispatch(task);
                         match fut.as_mut().poll(cx) {
                             Poll::Ready(r) => port.complete_task(now, id, r),
-                            Poll::Pending => self
-                                .tasks
-                                .push(Box::pin(async move { (slot, id, fut.await) })),
+                            Poll::Pending => self.tasks.push(Keyed::new((slot, id), fut)),
                         }
                     }
                     None => port.complete_task(now, id, TaskResult::aborted()),
@@ -990,8 +986,7 @@ impl Driver {
                 NPortEvent::TaskManagement { id, request } => match scsi {
                     Some(scsi) => {
                         let fut = scsi.task_management(request);
-                        self.tmfs
-                            .push(Box::pin(async move { (slot, id, fut.await) }));
+                        self.tmfs.push(Keyed::new((slot, id), fut));
                     }
                     None => port.complete_tmf(now, id, TmfResponse::FunctionRejected),
                 },

@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, info, warn};
 
-use unifab_scsi_core::{BoxFuture, ItNexus, Task, TaskResult, TmfRequest, TmfResponse};
+use unifab_scsi_core::{BoxFuture, ItNexus, Keyed, Task, TaskResult, TmfRequest, TmfResponse};
 
 use super::session::{Event, FfpParams, OutPdu, Session, SessionLimits};
 use crate::sock::{ReadOutcome, read_some};
@@ -290,10 +290,8 @@ pub(crate) async fn run_ffp(
         Instant::now(),
     );
     let router = setup.router.clone();
-    let mut running: FuturesUnordered<BoxFuture<'static, (u32, TaskResult)>> =
-        FuturesUnordered::new();
-    let mut tmfs: FuturesUnordered<BoxFuture<'static, (u32, TmfResponse)>> =
-        FuturesUnordered::new();
+    let mut running: FuturesUnordered<Keyed<u32, TaskResult>> = FuturesUnordered::new();
+    let mut tmfs: FuturesUnordered<Keyed<u32, TmfResponse>> = FuturesUnordered::new();
     let mut arena = BytesMut::with_capacity(8192);
     let mut out = OutQueue::default();
     let mut shutting_down: Option<Instant> = None;
@@ -346,11 +344,11 @@ pub(crate) async fn run_ffp(
                         .unwrap_or_else(|e| e.into_inner())
                         .commands += 1;
                     let fut = router.dispatch(task);
-                    running.push(Box::pin(async move { (itt, fut.await) }));
+                    running.push(Keyed::new(itt, fut));
                 }
                 Event::TaskManagement { itt, request } => {
                     let fut = router.task_management(request);
-                    tmfs.push(Box::pin(async move { (itt, fut.await) }));
+                    tmfs.push(Keyed::new(itt, fut));
                 }
                 Event::Text { itt, data } => {
                     let answer = (setup.text)(&data).unwrap_or_default();

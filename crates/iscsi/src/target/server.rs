@@ -212,7 +212,7 @@ impl TargetServer {
         let mut rbuf = BytesMut::with_capacity(8192);
         let login = tokio::time::timeout(
             self.config.login_timeout,
-            self.login(&mut stream, &mut rbuf, local),
+            self.login(&mut stream, &mut rbuf, peer),
         )
         .await;
         drop(login_permit);
@@ -221,7 +221,7 @@ impl TargetServer {
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => return Err(e),
             Err(_) => {
-                debug!(%peer, "login timed out");
+                info!(%peer, timeout = ?self.config.login_timeout, "login timed out; closing");
                 return Ok(());
             }
         };
@@ -246,7 +246,7 @@ impl TargetServer {
         &self,
         stream: &mut TcpStream,
         rbuf: &mut BytesMut,
-        _local: SocketAddr,
+        peer: SocketAddr,
     ) -> io::Result<Option<(crate::login::LoginOutcome, u32)>> {
         let framer = Framer::default();
         let mut sm = TargetLogin::new(TargetLoginConfig {
@@ -276,7 +276,7 @@ impl TargetServer {
                 Ok(Pdu::LoginRequest(r)) => r,
                 Ok(other) => {
                     // Only Login Requests before full feature phase (§6.3).
-                    debug!(pdu = ?other.opcode(), "non-login PDU during login; closing");
+                    info!(%peer, pdu = ?other.opcode(), "non-login PDU during login; closing");
                     return Ok(None);
                 }
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
@@ -297,7 +297,7 @@ impl TargetServer {
                     return Ok(Some((outcome, stat_sn)));
                 }
                 TargetStep::Failed(pdu, err) => {
-                    info!(error = %err, "login refused");
+                    info!(%peer, error = %err, "login refused");
                     write_login(stream, &pdu).await?;
                     let _ = stream.shutdown().await;
                     return Ok(None);

@@ -144,3 +144,93 @@ async fn remote_lu_over_fcp_with_a_port_per_front_end_nexus() {
     assert!(switch.with_fabric(|f| f.logins().iter().all(|l| l.port_name != gone)));
     assert_eq!(switch.link_drops(), 0);
 }
+
+/// Host sessions come and go, each through an NPIV port of its own that
+/// takes the place (and often the address) a gone one had: every
+/// command's frames still reach the port that sent it, and a long-lived
+/// session beside them is not disturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ports_that_come_and_go_get_their_own_frames() {
+    let switch = Switch::new(FabricConfig::default());
+    let node = FcNode::spawn(&switch, "gateway");
+    let scsi = ScsiTarget::new();
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig::default(),
+        Arc::new(MemoryBackend::new(16 << 20)),
+    )
+    .unwrap();
+    scsi.insert(Lun(0), Arc::new(lu));
+    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
+    t.target = true;
+    node.add_port("fc-target", t, Some(scsi)).unwrap();
+    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0b01));
+    i.initiator = true;
+    i.discover = true;
+    node.add_port("fc-initiator", i, None).unwrap();
+    assert!(
+        node.wait_for_peer(INITIATOR, TARGET, Duration::from_secs(5))
+            .await
+    );
+    let factory = Arc::new(FcpInitiatorFactory::new(
+        node.clone(),
+        INITIATOR,
+        TARGET,
+        true,
+    ));
+    let remote = RemoteLu::new(
+        RemoteLuConfig {
+            name: "remote".into(),
+            backend: format!("fc://{TARGET}/0"),
+            remote_lun: Lun(0),
+            identity: Identity::Passthrough,
+            task_set_depth: 128,
+        },
+        factory,
+    );
+    let stay = front_nexus(200);
+    // Its unit attention first.
+    remote.execute(task(&stay, 1, &[0; 6], None, 0)).await;
+    let mut tag = 10u64;
+    // Up to four sessions live, ended out of the order they began in, so
+    // places and addresses change hands between ports.
+    let mut live: Vec<(u8, ItNexus)> = Vec::new();
+    for n in 0..60u8 {
+        let host = front_nexus(n);
+        tag += 1;
+        let r = remote.execute(task(&host, tag, &[0; 6], None, 0)).await;
+        assert_eq!(
+            r.status,
+            Status::CHECK_CONDITION,
+            "session {n}: its unit attention"
+        );
+        // A block of its own, written through its own port.
+        let w = vec![0x2a, 0, 0, 0, 0, n, 0, 0, 1, 0];
+        tag += 1;
+        let r = remote
+            .execute(task(&host, tag, &w, Some(Bytes::from(vec![n; 512])), 0))
+            .await;
+        assert_eq!(r.status, Status::GOOD, "session {n}: write");
+        live.push((n, host));
+        // Every live session and the long-lived one read every live
+        // session's block at once.
+        let mut reads = Vec::new();
+        for (m, _) in &live {
+            let r = vec![0x28, 0, 0, 0, 0, *m, 0, 0, 1, 0];
+            for (_, who) in live.iter().chain([&(200, stay.clone())]) {
+                tag += 1;
+                reads.push((*m, remote.execute(task(who, tag, &r, None, 512))));
+            }
+        }
+        for (m, f) in reads {
+            let r = f.await;
+            assert_eq!(r.status, Status::GOOD, "block {m} after session {n}");
+            let got: Vec<u8> = r.data_in.iter().flat_map(|x| x.iter().copied()).collect();
+            assert_eq!(got, vec![m; 512], "block {m} after session {n}");
+        }
+        if live.len() == 4 {
+            let (_, gone) = live.remove(usize::from(n) * 7 % 4);
+            remote.nexus_loss(&gone);
+        }
+    }
+    assert_eq!(switch.link_drops(), 0);
+}

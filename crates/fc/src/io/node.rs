@@ -348,6 +348,8 @@ impl FcNode {
             tick,
             slots: Vec::new(),
             links: Vec::new(),
+            by_addr: FastMap::default(),
+            by_name: FastMap::default(),
             replies: FastMap::default(),
             tmf_replies: FastMap::default(),
             tasks: FuturesUnordered::new(),
@@ -554,6 +556,13 @@ struct Driver {
     slots: Vec<Option<Box<Slot>>>,
     /// Per attachment (fabric port or uplink): where frames are sent.
     links: Vec<Attachment>,
+    /// Where a frame's port was last found, by attachment and D_ID, and a
+    /// port by name: each entry is checked when used and a miss falls back
+    /// to scanning the slots, so a stale entry costs a scan, never the
+    /// wrong port. (A gateway with a host session per NPIV port has as
+    /// many slots as sessions.)
+    by_addr: FastMap<(usize, FcId), usize>,
+    by_name: FastMap<Wwn, usize>,
     replies: FastMap<CommandId, oneshot::Sender<Outcome>>,
     tmf_replies: FastMap<CommandId, oneshot::Sender<TmfOutcome>>,
     /// Target tasks still running: (slot, task) and the LU's answer.
@@ -657,6 +666,17 @@ impl Driver {
 
     fn frame(&mut self, now: Instant, att: usize, f: Frame) {
         let h = f.header;
+        if let Some(&i) = self.by_addr.get(&(att, h.d_id)) {
+            match self.slots.get_mut(i).and_then(Option::as_mut) {
+                Some(s) if s.att == att && s.port.is_online() && s.port.fc_id() == h.d_id => {
+                    s.port.handle_frame(now, f);
+                    return;
+                }
+                _ => {
+                    self.by_addr.remove(&(att, h.d_id));
+                }
+            }
+        }
         let mut target = None;
         for (i, s) in self.slots.iter().enumerate() {
             let Some(s) = s else { continue };
@@ -665,6 +685,11 @@ impl Driver {
             }
             if s.port.is_online() && s.port.fc_id() == h.d_id {
                 target = Some(i);
+                if self.by_addr.len() >= self.slots.len() * 2 {
+                    // Entries of ports long gone: start again.
+                    self.by_addr.clear();
+                }
+                self.by_addr.insert((att, h.d_id), i);
                 break;
             }
             if s.port.awaits_fabric_login(h.ox_id) {
@@ -680,10 +705,21 @@ impl Driver {
         }
     }
 
-    fn slot_index(&self, w: Wwn) -> Option<usize> {
-        self.slots
-            .iter()
-            .position(|s| s.as_ref().is_some_and(|s| s.port.config().port_name == w))
+    fn slot_index(&mut self, w: Wwn) -> Option<usize> {
+        let named =
+            |s: &Option<Box<Slot>>| s.as_ref().is_some_and(|s| s.port.config().port_name == w);
+        if let Some(&i) = self.by_name.get(&w) {
+            if self.slots.get(i).is_some_and(named) {
+                return Some(i);
+            }
+            self.by_name.remove(&w);
+        }
+        let i = self.slots.iter().position(named)?;
+        if self.by_name.len() >= self.slots.len() * 2 {
+            self.by_name.clear();
+        }
+        self.by_name.insert(w, i);
+        Some(i)
     }
 
     fn slot_mut(&mut self, w: Wwn) -> Option<&mut Slot> {
@@ -1268,5 +1304,59 @@ mod tests {
             Ok(Err(InitiatorError::Disconnected)) => {}
             other => panic!("the waiting command got {other:?}"),
         }
+    }
+
+    /// The routes the node remembers are checked before use: a frame whose
+    /// remembered place now holds another port (here: every route and name
+    /// pointed at the wrong place on purpose) still reaches its own port.
+    #[tokio::test]
+    async fn a_stale_route_is_checked_before_use() {
+        use unifab_scsi_core::backend::MemoryBackend;
+        use unifab_scsi_core::{EmulatedLu, EmulatedLuConfig};
+        let (_switch, node, factory) = npiv_node();
+        let target = Wwn(0x2100_0000_0000_0a01);
+        let scsi = ScsiTarget::new();
+        let lu = EmulatedLu::new(
+            EmulatedLuConfig::default(),
+            Arc::new(MemoryBackend::new(1 << 20)),
+        )
+        .unwrap();
+        scsi.insert(Lun(0), Arc::new(lu));
+        let mut cfg = NPortConfig::new(target, Wwn(0x2000_0000_0000_0a01));
+        cfg.target = true;
+        node.add_port("fc-target", cfg, Some(scsi)).unwrap();
+        let nexus = ItNexus::iscsi(
+            "iqn.2026-11.io.unifab:host",
+            [0x40, 0, 0, 0, 3, 1],
+            "iqn.2026-11.io.unifab:gw,t,0x1",
+        );
+        let initiator = factory.open(Some(&nexus)).unwrap();
+        let tur = || Request {
+            lun: Lun(0),
+            cdb: Cdb::new(Bytes::from_static(&[0; 6])),
+            attr: TaskAttr::Simple,
+            priority: 0,
+            data_out: Vec::new(),
+            data_out_len: 0,
+            data_in_len: 0,
+        };
+        // Its unit attention; the routes are learnt on the way.
+        let first = tokio::time::timeout(Duration::from_secs(5), initiator.submit(tur()).outcome)
+            .await
+            .expect("an answer");
+        assert!(first.is_ok(), "{first:?}");
+        {
+            let mut d = node.shared.try_driver().expect("the node is idle");
+            let d = &mut *d;
+            let places = d.slots.len();
+            assert!(places >= 3 && !d.by_addr.is_empty() && !d.by_name.is_empty());
+            for v in d.by_addr.values_mut().chain(d.by_name.values_mut()) {
+                *v = (*v + 1) % places;
+            }
+        }
+        let r = tokio::time::timeout(Duration::from_secs(5), initiator.submit(tur()).outcome)
+            .await
+            .expect("an answer through the stale routes");
+        assert_eq!(r.map(|t| t.status), Ok(unifab_scsi_core::Status::GOOD));
     }
 }

@@ -607,6 +607,13 @@ impl NPort {
             return;
         }
         if ro == *in_order {
+            if data_in.is_empty() && len > 0 {
+                // Room for the whole transfer in frames like this one (a
+                // MiB is 512 of them), so the list does not grow nine
+                // times; capped, since the frame size is the peer's.
+                let frames = u64::from(*read_len).div_ceil(len).min(1024);
+                data_in.reserve_exact(frames as usize);
+            }
             *in_order += len;
             data_in.push(frame.payload);
         } else {

@@ -51,8 +51,10 @@ fn task(nexus: &ItNexus, tag: u64, cdb: &[u8], data_out: Option<Bytes>, data_in_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn remote_lu_over_fcp_with_a_port_per_front_end_nexus() {
+/// A node with an FCP target port (a 16 MiB memory LU) and an initiator
+/// port on a switch, and a `RemoteLu` over it with an NPIV port per
+/// front-end nexus.
+async fn rig() -> (Switch, RemoteLu) {
     let switch = Switch::new(FabricConfig::default());
     let node = FcNode::spawn(&switch, "gateway");
     let scsi = ScsiTarget::new();
@@ -90,6 +92,12 @@ async fn remote_lu_over_fcp_with_a_port_per_front_end_nexus() {
         },
         factory,
     );
+    (switch, remote)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_lu_over_fcp_with_a_port_per_front_end_nexus() {
+    let (switch, remote) = rig().await;
     let (a, b) = (front_nexus(1), front_nexus(2));
     // Each front-end nexus starts with its own unit attention, from its
     // own NPIV port's new nexus at the target.
@@ -151,42 +159,7 @@ async fn remote_lu_over_fcp_with_a_port_per_front_end_nexus() {
 /// session beside them is not disturbed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ports_that_come_and_go_get_their_own_frames() {
-    let switch = Switch::new(FabricConfig::default());
-    let node = FcNode::spawn(&switch, "gateway");
-    let scsi = ScsiTarget::new();
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(16 << 20)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu));
-    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
-    t.target = true;
-    node.add_port("fc-target", t, Some(scsi)).unwrap();
-    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0b01));
-    i.initiator = true;
-    i.discover = true;
-    node.add_port("fc-initiator", i, None).unwrap();
-    assert!(
-        node.wait_for_peer(INITIATOR, TARGET, Duration::from_secs(5))
-            .await
-    );
-    let factory = Arc::new(FcpInitiatorFactory::new(
-        node.clone(),
-        INITIATOR,
-        TARGET,
-        true,
-    ));
-    let remote = RemoteLu::new(
-        RemoteLuConfig {
-            name: "remote".into(),
-            backend: format!("fc://{TARGET}/0"),
-            remote_lun: Lun(0),
-            identity: Identity::Passthrough,
-            task_set_depth: 128,
-        },
-        factory,
-    );
+    let (switch, remote) = rig().await;
     let stay = front_nexus(200);
     // Its unit attention first.
     remote.execute(task(&stay, 1, &[0; 6], None, 0)).await;

@@ -1099,18 +1099,70 @@ mod tests {
     use unifab_scsi_core::initiator::{InitiatorFactory, Request};
     use unifab_scsi_core::{Cdb, ItNexus, Lun, TaskAttr};
 
+    const PARENT: Wwn = Wwn(0x2100_0000_0000_0b01);
+    const TARGET: Wwn = Wwn(0x2100_0000_0000_0a01);
+
     /// A node on a fabric of its own with an initiator port, and a factory
     /// giving each front-end initiator port an NPIV port under it.
     fn npiv_node() -> (Switch, FcNode, FcpInitiatorFactory) {
         let switch = Switch::new(FabricConfig::default());
         let node = FcNode::spawn(&switch, "gateway");
-        let parent = Wwn(0x2100_0000_0000_0b01);
-        let mut cfg = NPortConfig::new(parent, Wwn(0x2000_0000_0000_0b01));
+        let mut cfg = NPortConfig::new(PARENT, Wwn(0x2000_0000_0000_0b01));
         cfg.initiator = true;
         node.add_port("fc-initiator", cfg, None).unwrap();
-        let factory =
-            FcpInitiatorFactory::new(node.clone(), parent, Wwn(0x2100_0000_0000_0a01), true);
+        let factory = FcpInitiatorFactory::new(node.clone(), PARENT, TARGET, true);
         (switch, node, factory)
+    }
+
+    /// Waits (up to 5 s) until the fabric has a login.
+    async fn parent_logged_in(switch: &Switch) {
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while switch.with_fabric(|f| f.logins().is_empty()) {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the parent never logged in"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Asks the driver for NPIV port `wwpn` under the parent.
+    fn acquire(d: &mut Driver, now: Instant, wwpn: Wwn) {
+        d.control(
+            now,
+            Control::AcquireVirtual {
+                parent: PARENT,
+                wwpn,
+            },
+        );
+    }
+
+    /// Asks for NPIV port `wwpn` and sends its FDISC.
+    fn send_fdisc(d: &mut Driver, now: Instant, wwpn: Wwn) {
+        acquire(d, now, wwpn);
+        d.flush(&mut Context::from_waker(Waker::noop()), now);
+    }
+
+    /// Whether `cond` holds within 5 s.
+    async fn eventually(cond: impl Fn() -> bool) -> bool {
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !cond() && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cond()
+    }
+
+    /// TEST UNIT READY to LUN 0.
+    fn tur() -> Request {
+        Request {
+            lun: Lun(0),
+            cdb: Cdb::new(Bytes::from_static(&[0; 6])),
+            attr: TaskAttr::Simple,
+            priority: 0,
+            data_out: Vec::new(),
+            data_out_len: 0,
+            data_in_len: 0,
+        }
     }
 
     /// A control queued while the node was busy runs before one that a
@@ -1132,15 +1184,7 @@ mod tests {
         let initiator = factory.open(Some(&nexus)).unwrap();
         drop(busy);
         // The node is free: the session's first command runs inline.
-        let mut submitted = initiator.submit(Request {
-            lun: Lun(0),
-            cdb: Cdb::new(Bytes::from_static(&[0; 6])),
-            attr: TaskAttr::Simple,
-            priority: 0,
-            data_out: Vec::new(),
-            data_out_len: 0,
-            data_in_len: 0,
-        });
+        let mut submitted = initiator.submit(tur());
         let mut cx = Context::from_waker(Waker::noop());
         match submitted.outcome.as_mut().poll(&mut cx) {
             Poll::Pending => {}
@@ -1186,7 +1230,6 @@ mod tests {
     #[tokio::test]
     async fn a_port_released_during_its_fdisc_leaves_no_login_in_the_fabric() {
         let (switch, node, _factory) = npiv_node();
-        let parent = Wwn(0x2100_0000_0000_0b01);
         let names = || {
             switch.with_fabric(|f| {
                 let mut v: Vec<Wwn> = f.logins().into_iter().map(|l| l.port_name).collect();
@@ -1194,33 +1237,21 @@ mod tests {
                 v
             })
         };
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        while names().is_empty() {
-            assert!(
-                tokio::time::Instant::now() < until,
-                "the parent never logged in"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        parent_logged_in(&switch).await;
         let npiv = Wwn(0x2f00_0000_0000_0001);
         {
             let mut d = node.shared.try_driver().expect("the node is idle");
             let now = Instant::now();
-            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
-            let mut cx = Context::from_waker(Waker::noop());
-            d.flush(&mut cx, now);
+            send_fdisc(&mut d, now, npiv);
             let slot = d.slot_mut(npiv).expect("the NPIV port");
             assert!(slot.port.fabric_login_pending(), "the FDISC went out");
             // The session ends before the node reads the answer.
             d.control(now, Control::ReleaseVirtual { wwpn: npiv });
         }
-        assert_eq!(names(), [parent, npiv], "the fabric accepted the FDISC");
+        assert_eq!(names(), [PARENT, npiv], "the fabric accepted the FDISC");
         node.shared.released();
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        while names() != [parent] && tokio::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(names(), [parent], "the NPIV port's login outlived it");
+        eventually(|| names() == [PARENT]).await;
+        assert_eq!(names(), [PARENT], "the NPIV port's login outlived it");
         let d = node.shared.try_driver().expect("the node is idle");
         assert_eq!(d.slots.iter().flatten().count(), 1, "only the parent");
     }
@@ -1230,33 +1261,19 @@ mod tests {
     #[tokio::test]
     async fn a_port_asked_for_again_while_closing_stays() {
         let (switch, node, _factory) = npiv_node();
-        let parent = Wwn(0x2100_0000_0000_0b01);
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        while switch.with_fabric(|f| f.logins().is_empty()) {
-            assert!(
-                tokio::time::Instant::now() < until,
-                "the parent never logged in"
-            );
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        parent_logged_in(&switch).await;
         let npiv = Wwn(0x2f00_0000_0000_0003);
         {
             let mut d = node.shared.try_driver().expect("the node is idle");
             let now = Instant::now();
-            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
-            let mut cx = Context::from_waker(Waker::noop());
-            d.flush(&mut cx, now);
+            send_fdisc(&mut d, now, npiv);
             d.control(now, Control::ReleaseVirtual { wwpn: npiv });
-            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
+            acquire(&mut d, now, npiv);
         }
         node.shared.released();
         let online = || node.ports().iter().any(|p| p.port_name == npiv && p.online);
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !online() && tokio::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
         assert!(
-            online(),
+            eventually(online).await,
             "the NPIV port did not come up: {:?}",
             node.ports()
         );
@@ -1273,28 +1290,19 @@ mod tests {
     #[tokio::test]
     async fn a_released_port_ends_the_commands_waiting_in_it() {
         let (_switch, node, _factory) = npiv_node();
-        let parent = Wwn(0x2100_0000_0000_0b01);
         let npiv = Wwn(0x2f00_0000_0000_0002);
         let (tx, mut rx) = oneshot::channel();
         {
             let mut d = node.shared.try_driver().expect("the node is idle");
             let now = Instant::now();
-            d.control(now, Control::AcquireVirtual { parent, wwpn: npiv });
+            acquire(&mut d, now, npiv);
             d.control(
                 now,
                 Control::Submit {
                     local: npiv,
-                    target: Wwn(0x2100_0000_0000_0a01),
+                    target: TARGET,
                     id: CommandId(1),
-                    request: Request {
-                        lun: Lun(0),
-                        cdb: Cdb::new(Bytes::from_static(&[0; 6])),
-                        attr: TaskAttr::Simple,
-                        priority: 0,
-                        data_out: Vec::new(),
-                        data_out_len: 0,
-                        data_in_len: 0,
-                    },
+                    request: tur(),
                     reply: tx,
                 },
             );
@@ -1314,7 +1322,6 @@ mod tests {
         use unifab_scsi_core::backend::MemoryBackend;
         use unifab_scsi_core::{EmulatedLu, EmulatedLuConfig};
         let (_switch, node, factory) = npiv_node();
-        let target = Wwn(0x2100_0000_0000_0a01);
         let scsi = ScsiTarget::new();
         let lu = EmulatedLu::new(
             EmulatedLuConfig::default(),
@@ -1322,7 +1329,7 @@ mod tests {
         )
         .unwrap();
         scsi.insert(Lun(0), Arc::new(lu));
-        let mut cfg = NPortConfig::new(target, Wwn(0x2000_0000_0000_0a01));
+        let mut cfg = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
         cfg.target = true;
         node.add_port("fc-target", cfg, Some(scsi)).unwrap();
         let nexus = ItNexus::iscsi(
@@ -1331,15 +1338,6 @@ mod tests {
             "iqn.2026-11.io.unifab:gw,t,0x1",
         );
         let initiator = factory.open(Some(&nexus)).unwrap();
-        let tur = || Request {
-            lun: Lun(0),
-            cdb: Cdb::new(Bytes::from_static(&[0; 6])),
-            attr: TaskAttr::Simple,
-            priority: 0,
-            data_out: Vec::new(),
-            data_out_len: 0,
-            data_in_len: 0,
-        };
         // Its unit attention; the routes are learnt on the way.
         let first = tokio::time::timeout(Duration::from_secs(5), initiator.submit(tur()).outcome)
             .await

@@ -542,6 +542,21 @@ struct Slot {
     closing: bool,
 }
 
+/// Notes where a scan found a port. The map is bounded: past twice the
+/// number of places it holds mostly entries of ports long gone, and starts
+/// again.
+fn remember<K: std::hash::Hash + Eq>(
+    map: &mut FastMap<K, usize>,
+    key: K,
+    place: usize,
+    places: usize,
+) {
+    if map.len() >= places * 2 {
+        map.clear();
+    }
+    map.insert(key, place);
+}
+
 struct Driver {
     /// Handed to uplinks, which report their link state through it.
     ctl_tx: mpsc::WeakSender<Control>,
@@ -685,11 +700,7 @@ impl Driver {
             }
             if s.port.is_online() && s.port.fc_id() == h.d_id {
                 target = Some(i);
-                if self.by_addr.len() >= self.slots.len() * 2 {
-                    // Entries of ports long gone: start again.
-                    self.by_addr.clear();
-                }
-                self.by_addr.insert((att, h.d_id), i);
+                remember(&mut self.by_addr, (att, h.d_id), i, self.slots.len());
                 break;
             }
             if s.port.awaits_fabric_login(h.ox_id) {
@@ -715,10 +726,7 @@ impl Driver {
             self.by_name.remove(&w);
         }
         let i = self.slots.iter().position(named)?;
-        if self.by_name.len() >= self.slots.len() * 2 {
-            self.by_name.clear();
-        }
-        self.by_name.insert(w, i);
+        remember(&mut self.by_name, w, i, self.slots.len());
         Some(i)
     }
 
@@ -853,14 +861,12 @@ impl Driver {
                 }
                 if let Some(mut slot) = self.slots.get_mut(i).and_then(Option::take) {
                     slot.port.end_waiting_commands();
-                    if slot.port.fabric_login_pending() {
-                        // The fabric may yet give the port an address: it
-                        // stays until the answer, then logs out (`flush`).
-                        slot.closing = true;
-                        self.retire(now, i, &mut slot);
+                    // The fabric may yet give the port an address: then it
+                    // stays until the answer, and logs out (`flush`).
+                    slot.closing = slot.port.fabric_login_pending();
+                    self.retire(now, i, &mut slot);
+                    if slot.closing {
                         self.slots[i] = Some(slot);
-                    } else {
-                        self.retire(now, i, &mut slot);
                     }
                 }
             }

@@ -25,7 +25,9 @@
 # run's logs survive the next).
 #
 # Usage: sudo bash benches/peers/fcoe_hop.sh
-#   IOS="af_xdp af_packet" REPEATS=3 RUN_SECONDS=5 XDP_MODE=native LU=memory
+#   IOS="af_xdp af_packet" REPEATS=3 RUN_SECONDS=5 XDP_MODE=auto LU=memory
+# XDP_MODE is the ports' xdp_mode: auto (the default: generic on veth), native
+# or generic; the table's link column says which ran.
 # Time: about 2 × (4 workloads × REPEATS × RUN_SECONDS + 10 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +38,7 @@ source benches/peers/lib.sh
 IOS=${IOS:-"af_xdp af_packet"}
 REPEATS=${REPEATS:-3}
 RUN_SECONDS=${RUN_SECONDS:-5}
-XDP_MODE=${XDP_MODE:-native}
+XDP_MODE=${XDP_MODE:-auto}
 LU=${LU:-memory}
 UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
 OUT_DIR=${OUT_DIR:-$ROOT/target/bench-fcoe/$(date +%Y%m%d-%H%M%S)}

@@ -17,7 +17,9 @@
 //! # fka_adv_period = 8        # seconds between advertisements (fcf)
 //! # vlan_discovery = true     # ask FCFs for the VLAN first (enode; default
 //! #                           # true when no vlan is given)
-//! # xdp_mode = "native"       # or "generic" (af_xdp)
+//! # xdp_mode = "auto"         # or "native", "generic" (af_xdp; auto:
+//! #                           # generic on veth and other virtual
+//! #                           # interfaces, native on a NIC)
 //! ```
 //!
 //! Decisions:
@@ -26,9 +28,12 @@
 //!   and an ENode port carries the fabric's initiator N_Port (and its
 //!   NPIV ports) to the remote FCF, so `fc://` LUs reach targets behind
 //!   that FCF. At most one port may be an ENode.
-//! - The AF_XDP mode is what the kernel grants: native XDP when the driver
-//!   has it (veth does), generic otherwise, in copy mode unless the NIC
-//!   supports zero-copy; `unifab show fcoe` reports which.
+//! - The AF_XDP mode is `auto` unless set: generic XDP on a virtual
+//!   interface (veth: its native XDP copies every skb it is handed, and
+//!   the generic path was faster through the FCoE hop), native on a NIC,
+//!   and generic when the NIC's driver has no native XDP. The socket is
+//!   in copy mode unless the NIC supports zero-copy; `unifab show fcoe`
+//!   reports both.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -85,7 +90,7 @@ pub struct FcoePortSection {
     /// Ask for the VLAN first (ENode).
     #[serde(default)]
     pub vlan_discovery: Option<bool>,
-    /// `"native"` or `"generic"` (AF_XDP).
+    /// `"auto"` (the default), `"native"` or `"generic"` (AF_XDP).
     #[serde(default)]
     pub xdp_mode: Option<String>,
 }
@@ -136,8 +141,12 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             }
         }
         match p.xdp_mode.as_deref() {
-            None | Some("native" | "generic") => {}
-            Some(o) => return Err(format!("{at}: xdp_mode {o:?}: \"native\" or \"generic\"")),
+            None | Some("auto" | "native" | "generic") => {}
+            Some(o) => {
+                return Err(format!(
+                    "{at}: xdp_mode {o:?}: \"auto\", \"native\" or \"generic\""
+                ));
+            }
         }
         if cfg.fabric.is_none() {
             return Err(format!("{at}: FCoE ports need a [fabric] section"));
@@ -163,7 +172,8 @@ fn open_xdp(p: &FcoePortSection) -> anyhow::Result<EthLink> {
     use unifab_fcoe::link::af_xdp::{XdpConfig, XdpMode};
     let mode = match p.xdp_mode.as_deref() {
         Some("generic") => XdpMode::Generic,
-        _ => XdpMode::Native,
+        Some("native") => XdpMode::Native,
+        _ => XdpMode::Auto,
     };
     unifab_fcoe::link::af_xdp::open(&p.interface, &XdpConfig::new(mode))
         .with_context(|| format!("fcoe.port {:?}: opening AF_XDP", p.interface))

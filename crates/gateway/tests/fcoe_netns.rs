@@ -195,9 +195,23 @@ fn hop_smoke(io: &str) {
     assert!(vn["interface"].as_str().unwrap().starts_with(&hop.veth.b));
     assert_eq!(vn["fcid"], mine["fcid"]);
 
+    // The XDP mode: generic on veth unless native was asked for.
+    if let Some(rest) = io.strip_prefix("af_xdp") {
+        let want = if rest == "/native" {
+            "native"
+        } else {
+            "generic"
+        };
+        for gw in [&hop.a, &hop.b] {
+            let fcoe = gw.show("fcoe");
+            let link = fcoe[0]["link"].as_str().unwrap_or_default();
+            assert!(link.contains(&format!("({want}, copy)")), "{fcoe}");
+        }
+    }
+
     // Shutdown leaves no XDP program behind.
     let Hop { veth, a, b } = hop;
-    if io == "af_xdp" {
+    if io.starts_with("af_xdp") {
         assert_eq!(veth.xdp_on_a().as_deref(), Some("fcoe_filter"));
     }
     a.terminate();
@@ -208,6 +222,13 @@ fn hop_smoke(io: &str) {
 #[test]
 fn fcoe_hop_over_af_xdp() {
     hop_smoke("af_xdp");
+}
+
+/// veth's native XDP, which `auto` passes over on veth: kept working for
+/// NICs, where `auto` picks it.
+#[test]
+fn fcoe_hop_over_af_xdp_in_native_mode() {
+    hop_smoke("af_xdp/native");
 }
 
 #[test]

@@ -334,7 +334,7 @@ luns = ["disk"]
 [[fcoe.port]]
 interface = "{iface}"
 mode = "fcf"
-io = "{io}"
+{io_keys}
 vlan = {VLAN}
 priority = 3
 {extra_port}
@@ -343,8 +343,18 @@ priority = 3
 listen = "127.0.0.1:{admin}"
 data_dir = "{dir}/state-b"
 "#,
-        dir = dir.display()
+        dir = dir.display(),
+        io_keys = io_keys(io),
     )
+}
+
+/// The port's `io` line, and its `xdp_mode` line for `af_xdp/MODE`
+/// (`af_xdp` alone leaves the mode to the gateway's default, `auto`).
+pub fn io_keys(io: &str) -> String {
+    match io.split_once('/') {
+        Some((io, mode)) => format!("io = \"{io}\"\nxdp_mode = \"{mode}\""),
+        None => format!("io = \"{io}\""),
+    }
 }
 
 /// Gateway A: an ENode on `iface` carrying the initiator; the fc:// LU
@@ -367,7 +377,7 @@ wwpn = "{INITIATOR_WWPN}"
 [[fcoe.port]]
 interface = "{iface}"
 mode = "enode"
-io = "{io}"
+{io_keys}
 priority = 3
 
 [iscsi]
@@ -381,7 +391,8 @@ luns = ["via-fcoe"]
 listen = "127.0.0.1:{admin}"
 data_dir = "{dir}/state-a"
 "#,
-        dir = dir.display()
+        dir = dir.display(),
+        io_keys = io_keys(io),
     )
 }
 

@@ -3,6 +3,7 @@
 #
 #   bash benches/peers/fcip_wan.sh                 # latency, throughput, failover
 #   bash benches/peers/fcip_wan.sh latency         # one part (latency | throughput | failover)
+#   FCIP_WAN_WORKERS=1 bash benches/peers/fcip_wan.sh latency   # both sites on one thread
 #
 # Builds and runs benches/src/bin/fcip_wan.rs in release: site A's switch
 # with an FCP initiator, an FCIP tunnel of two circuits, each through its

@@ -583,8 +583,32 @@ async fn sites_ka(ka: u64) -> Setup {
     }
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+/// Both sites share one runtime: `FCIP_WAN_WORKERS` worker threads
+/// (default 2, the machine's cores). With one, every hop between the
+/// sites' tasks stays on one thread, so the latency part shows what the
+/// code costs without the wake-ups of a second, idle thread (see
+/// docs/fcip.md).
+fn main() {
+    let workers = match std::env::var("FCIP_WAN_WORKERS") {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!("FCIP_WAN_WORKERS must be a positive number, not {v:?}");
+                std::process::exit(2);
+            }
+        },
+        Err(_) => 2,
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(run(workers));
+}
+
+async fn run(workers: usize) {
+    println!("(both sites on one runtime of {workers} worker threads)\n");
     let what: Vec<String> = std::env::args().skip(1).collect();
     let all = what.is_empty();
     let want = |w: &str| all || what.iter().any(|x| x == w);

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,10 @@ use bytes::Bytes;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BackendError {
+    /// A read handed back a buffer other than the one it was given (a
+    /// backend bug): its bytes are not used.
+    #[error("the backend returned a buffer other than the one it was given")]
+    ForeignBuffer,
     /// The byte range is not inside the backend.
     #[error("range {offset}+{len} outside backend of {size} bytes")]
     OutOfRange {
@@ -111,14 +116,37 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         false
     }
 
+    /// [`BlockBackend::read_at`] into memory that need not be initialised:
+    /// reads `buf.len()` bytes at `offset` and returns `buf` itself, now
+    /// initialised. A large read then need not zero its buffer first. The
+    /// default zero-fills `buf` and calls `read_at`; the file and memory
+    /// backends write into it directly.
+    ///
+    /// Callers check that the slice returned is `buf`, whole; anything
+    /// else is a backend error, never trusted.
+    fn read_at_uninit<'a>(
+        &self,
+        offset: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], BackendError> {
+        let init = zero_fill(buf);
+        self.read_at(offset, init)?;
+        Ok(init)
+    }
+
     /// Reads as much as can be read without waiting for a device
-    /// (`preadv2(RWF_NOWAIT)`: page-cache hits), returning the bytes read
-    /// from the start of `buf`. The caller reads the rest with
-    /// [`BlockBackend::read_at`] on a thread that may block. The default
-    /// reads nothing.
-    fn read_at_nowait(&self, offset: u64, buf: &mut [u8]) -> Result<usize, BackendError> {
+    /// (`preadv2(RWF_NOWAIT)`: page-cache hits) into the start of `buf`,
+    /// and returns that prefix of `buf`, initialised. The caller reads the
+    /// rest with [`BlockBackend::read_at_uninit`] on a thread that may
+    /// block. The default reads nothing. Callers check that the slice
+    /// returned is a prefix of `buf` (or empty).
+    fn read_at_nowait<'a>(
+        &self,
+        offset: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], BackendError> {
         let _ = (offset, buf);
-        Ok(0)
+        Ok(&mut [])
     }
 
     /// The bytes at `offset..offset + len` as a shared buffer without
@@ -132,6 +160,16 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         let _ = (offset, len);
         None
     }
+}
+
+/// Writes zeroes over `buf` and returns it as initialised bytes.
+pub fn zero_fill(buf: &mut [MaybeUninit<u8>]) -> &mut [u8] {
+    for b in buf.iter_mut() {
+        b.write(0);
+    }
+    // SAFETY: every element was written just above; `MaybeUninit<u8>` and
+    // `u8` have the same layout.
+    unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(buf) as *mut [u8]) }
 }
 
 /// A shared mapping of a whole file (writable unless the LU is read-only).
@@ -366,6 +404,48 @@ impl BlockBackend for MemoryBackend {
             done += n;
             Ok(())
         })
+    }
+
+    fn read_at_uninit<'a>(
+        &self,
+        offset: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], BackendError> {
+        let len = buf.len();
+        check_range(offset, len as u64, self.size)?;
+        let mut done = 0usize;
+        Self::pieces(offset, len as u64, |idx, within, n| {
+            let guard = self.chunk(idx)?.read().unwrap_or_else(|p| p.into_inner());
+            let dst = buf
+                .get_mut(done..done + n)
+                .ok_or(BackendError::OutOfRange {
+                    offset,
+                    len: n as u64,
+                    size: self.size,
+                })?;
+            match guard.as_ref().and_then(|c| c.get(within..within + n)) {
+                Some(src) => {
+                    for (d, s) in dst.iter_mut().zip(src) {
+                        d.write(*s);
+                    }
+                }
+                None => {
+                    zero_fill(dst);
+                }
+            }
+            done += n;
+            Ok(())
+        })?;
+        if done != len {
+            return Err(BackendError::OutOfRange {
+                offset,
+                len: len as u64,
+                size: self.size,
+            });
+        }
+        // SAFETY: the pieces cover 0..len (checked), and each was written
+        // above.
+        Ok(unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(buf) as *mut [u8]) })
     }
 
     fn write_at(&self, offset: u64, data: &[Bytes], _fua: bool) -> Result<(), BackendError> {
@@ -738,44 +818,93 @@ impl BlockBackend for FileBackend {
         })))
     }
 
-    fn read_at_nowait(&self, offset: u64, buf: &mut [u8]) -> Result<usize, BackendError> {
-        use std::os::fd::AsRawFd;
+    fn read_at_nowait<'a>(
+        &self,
+        offset: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], BackendError> {
         check_range(offset, buf.len() as u64, self.size)?;
-        if !self.nowait_reads.load(Ordering::Relaxed) {
-            return Ok(0);
+        let mut done = 0usize;
+        if self.nowait_reads.load(Ordering::Relaxed) {
+            while done < buf.len() {
+                let rest = &mut buf[done..];
+                let iov = libc::iovec {
+                    iov_base: rest.as_mut_ptr().cast(),
+                    iov_len: rest.len(),
+                };
+                let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
+                    break;
+                };
+                // SAFETY: `iov` points into `buf`, which outlives the call;
+                // the kernel writes at most `iov_len` bytes there.
+                let n =
+                    unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+                if n > 0 {
+                    done += n as usize;
+                    continue;
+                }
+                if n < 0 {
+                    let e = io::Error::last_os_error();
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
+                    ) {
+                        // Not on this file system: stop trying.
+                        self.nowait_reads.store(false, Ordering::Relaxed);
+                    }
+                }
+                // EAGAIN (not cached), EOF or an error: the blocking path
+                // finishes (and reports errors properly).
+                break;
+            }
         }
+        let head = &mut buf[..done];
+        // SAFETY: the kernel wrote bytes 0..done (each successful preadv2
+        // filled the next `n`).
+        Ok(unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(head) as *mut [u8]) })
+    }
+
+    fn read_at_uninit<'a>(
+        &self,
+        offset: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], BackendError> {
+        check_range(offset, buf.len() as u64, self.size)?;
         let mut done = 0usize;
         while done < buf.len() {
             let rest = &mut buf[done..];
-            let iov = libc::iovec {
-                iov_base: rest.as_mut_ptr().cast(),
-                iov_len: rest.len(),
+            let at = libc::off_t::try_from(offset + done as u64).map_err(|_| {
+                BackendError::OutOfRange {
+                    offset,
+                    len: rest.len() as u64,
+                    size: self.size,
+                }
+            })?;
+            // SAFETY: the pointer and length are those of `rest`, inside
+            // `buf`, which outlives the call; the kernel writes at most
+            // `rest.len()` bytes there.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    at,
+                )
             };
-            let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
-                return Ok(done);
-            };
-            // SAFETY: `iov` points into `buf`, which outlives the call; the
-            // kernel writes at most `iov_len` bytes there.
-            let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
             if n > 0 {
                 done += n as usize;
-                continue;
-            }
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
-                ) {
-                    // Not on this file system: stop trying.
-                    self.nowait_reads.store(false, Ordering::Relaxed);
+            } else if n == 0 {
+                // The file is shorter than the backend: as `read_exact_at`.
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            } else {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e.into());
                 }
             }
-            // EAGAIN (not cached), EOF or an error: the blocking path
-            // finishes (and reports errors properly).
-            return Ok(done);
         }
-        Ok(done)
+        // SAFETY: every byte of `buf` was written by the preads above.
+        Ok(unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(buf) as *mut [u8]) })
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
@@ -931,6 +1060,60 @@ mod tests {
 
     fn b(v: &[u8]) -> Bytes {
         Bytes::copy_from_slice(v)
+    }
+
+    /// A buffer whose bytes hold 0xaa: what a read into it leaves
+    /// unwritten shows.
+    fn stale(len: usize) -> Vec<MaybeUninit<u8>> {
+        vec![MaybeUninit::new(0xaa); len]
+    }
+
+    /// `read_at_uninit` hands back the very buffer it was given, every byte
+    /// of it written, with what `read_at` reads: data, and zeroes over
+    /// holes.
+    fn uninit_matches_read_at(be: &dyn BlockBackend, offset: u64, len: usize) {
+        let mut want = vec![0x55u8; len];
+        be.read_at(offset, &mut want).unwrap();
+        let mut buf = stale(len);
+        let at = buf.as_ptr().cast::<u8>();
+        let got = be.read_at_uninit(offset, &mut buf).unwrap();
+        assert_eq!(got.as_ptr(), at, "{}: not the buffer given", be.describe());
+        assert_eq!(got, &want[..], "{}", be.describe());
+        assert!(matches!(
+            be.read_at_uninit(be.size() - 1, &mut stale(2)),
+            Err(BackendError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn uninit_reads_write_every_byte_they_hand_back() {
+        // Memory: data straddling two chunks, then a hole to the end of
+        // the read (the buffer's 0xaa must not show through).
+        let m = MemoryBackend::new(4 * CHUNK as u64);
+        let off = CHUNK as u64 - 100;
+        m.write_at(off, &[b(&[7u8; 300])], false).unwrap();
+        uninit_matches_read_at(&m, off - 50, 2 * CHUNK);
+        uninit_matches_read_at(&m, 3 * CHUNK as u64, CHUNK);
+        // A file: data then a hole.
+        let dir = tempfile::tempdir().unwrap();
+        let f = FileBackend::open(
+            dir.path().join("lu.img"),
+            Some(1 << 20),
+            FileOptions::default(),
+        )
+        .unwrap();
+        f.write_at(4096, &[b(&[9u8; 8192])], false).unwrap();
+        uninit_matches_read_at(&f, 0, 64 * 1024);
+        // The no-wait read hands back a prefix of the buffer, and only
+        // bytes the file holds.
+        let mut buf = stale(16 * 1024);
+        let at = buf.as_ptr().cast::<u8>();
+        let head = f.read_at_nowait(4096, &mut buf).unwrap();
+        assert!(head.is_empty() || head.as_ptr() == at);
+        assert!(head.len() <= 16 * 1024);
+        for (i, &x) in head.iter().enumerate() {
+            assert_eq!(x, if i < 8192 { 9 } else { 0 }, "byte {i}");
+        }
     }
 
     #[test]

@@ -298,6 +298,9 @@ fn backend_failed(e: &BackendError, write: bool) -> TaskResult {
     tracing::warn!(error = %e, "backend I/O failed");
     match e {
         BackendError::ReadOnly => write_protected(),
+        BackendError::ForeignBuffer => {
+            check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE)
+        }
         _ if write => check(SenseKey::MEDIUM_ERROR, asc::WRITE_ERROR),
         _ => check(SenseKey::MEDIUM_ERROR, asc::UNRECOVERED_READ_ERROR),
     }
@@ -1100,22 +1103,41 @@ impl Inner {
                 None => {}
             }
         }
-        let mut buf = BytesMut::zeroed(len);
+        // Read into the buffer's spare capacity, not a zeroed buffer: the
+        // read writes every byte, and zeroing a 1 MiB buffer first cost a
+        // memset as long as the copy. `len` is set once the backend has
+        // shown (by handing back the slice it was given, initialised) that
+        // every byte was written.
+        let mut buf = BytesMut::with_capacity(len);
         let mut done = 0usize;
         if self.cfg.io_mode == IoMode::Adaptive && !self.backend.never_blocks() {
-            match self.backend.read_at_nowait(off, &mut buf) {
-                Ok(n) => done = n.min(len),
+            let spare = &mut buf.spare_capacity_mut()[..len];
+            let at = spare.as_ptr().cast::<u8>();
+            match self.backend.read_at_nowait(off, spare) {
+                Ok([]) => {}
+                Ok(head) if head.as_ptr() == at && head.len() <= len => done = head.len(),
+                Ok(_) => return backend_failed(&BackendError::ForeignBuffer, false),
                 Err(e) => return backend_failed(&e, false),
             }
             if done == len {
+                // SAFETY: the backend returned all of `spare` initialised.
+                unsafe { buf.set_len(len) };
                 return TaskResult::with_data(buf.freeze());
             }
         }
         let res = self
             .io(move |me| {
-                me.backend
-                    .read_at(off + done as u64, &mut buf[done..])
-                    .map(|()| buf.freeze())
+                let spare = &mut buf.spare_capacity_mut()[done..len];
+                let (at, want) = (spare.as_ptr().cast::<u8>(), spare.len());
+                let got = me.backend.read_at_uninit(off + done as u64, spare)?;
+                if got.as_ptr() != at || got.len() != want {
+                    return Err(BackendError::ForeignBuffer);
+                }
+                // SAFETY: bytes 0..done came back initialised from
+                // read_at_nowait and done..len from read_at_uninit, both
+                // checked to be this buffer's.
+                unsafe { buf.set_len(len) };
+                Ok(buf.freeze())
             })
             .await;
         match res {

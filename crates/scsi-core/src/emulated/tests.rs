@@ -1538,3 +1538,91 @@ fn a_commands_future_fits_the_allocators_per_thread_cache() {
     let size = std::mem::size_of_val(&*read);
     assert!(size <= 1024, "execute's future is {size} bytes");
 }
+
+/// A backend that hands back, from a read into uninitialised memory, a
+/// buffer other than the one it was given (in its no-wait read or in
+/// its blocking one).
+#[derive(Debug)]
+struct ForeignReads {
+    inner: MemoryBackend,
+    in_nowait: bool,
+}
+
+impl crate::backend::BlockBackend for ForeignReads {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn read_at_uninit<'a>(
+        &self,
+        _offset: u64,
+        buf: &'a mut [std::mem::MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], BackendError> {
+        Ok(Box::leak(vec![0x5a; buf.len()].into_boxed_slice()))
+    }
+    fn read_at_nowait<'a>(
+        &self,
+        _offset: u64,
+        buf: &'a mut [std::mem::MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], BackendError> {
+        if self.in_nowait {
+            Ok(Box::leak(vec![0x5a; buf.len()].into_boxed_slice()))
+        } else {
+            Ok(&mut [])
+        }
+    }
+    fn write_at(&self, offset: u64, data: &[Bytes], fua: bool) -> Result<(), BackendError> {
+        self.inner.write_at(offset, data, fua)
+    }
+    fn flush(&self) -> Result<(), BackendError> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.inner.discard(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<crate::backend::AllocationRun, BackendError> {
+        self.inner.allocation(offset, len)
+    }
+    fn caps(&self) -> crate::backend::BackendCaps {
+        self.inner.caps()
+    }
+    fn describe(&self) -> String {
+        "foreign-reads".into()
+    }
+}
+
+/// A read only hands data to the host from the buffer the LU gave the
+/// backend: a backend handing back another buffer fails the read with
+/// HARDWARE ERROR, and none of that buffer's bytes reach the host.
+#[tokio::test]
+async fn a_read_backend_handing_back_another_buffer_fails_the_read() {
+    for in_nowait in [false, true] {
+        let lu = EmulatedLu::new(
+            EmulatedLuConfig {
+                io_mode: IoMode::Adaptive,
+                ..Default::default()
+            },
+            Arc::new(ForeignReads {
+                inner: MemoryBackend::new(BLOCKS * 512),
+                in_nowait,
+            }),
+        )
+        .unwrap();
+        let n = ready_nexus(&lu, "a").await;
+        let r = run(&lu, &n, &rw10(0x28, 0, 0, 8), &[]).await;
+        assert_sense(&r, SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
+        assert!(
+            data(&r).is_empty(),
+            "in_nowait {in_nowait}: data reached the host"
+        );
+    }
+}

@@ -352,6 +352,38 @@ impl MemoryBackend {
         Ok(())
     }
 
+    /// Walks `offset..offset + len` chunk by chunk, calling
+    /// `piece(at, n, bytes)` with `at` counting from `offset`: `bytes` are
+    /// the `n` bytes of a written chunk, `None` a piece of a hole. The
+    /// pieces cover exactly `0..len`, in order.
+    fn read_pieces(
+        &self,
+        offset: u64,
+        len: usize,
+        mut piece: impl FnMut(usize, usize, Option<&[u8]>) -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        check_range(offset, len as u64, self.size)?;
+        let mut done = 0usize;
+        Self::pieces(offset, len as u64, |idx, within, n| {
+            let guard = self.chunk(idx)?.read().unwrap_or_else(|p| p.into_inner());
+            piece(
+                done,
+                n,
+                guard.as_ref().and_then(|c| c.get(within..within + n)),
+            )?;
+            done += n;
+            Ok(())
+        })?;
+        if done != len {
+            return Err(BackendError::OutOfRange {
+                offset,
+                len: len as u64,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
     fn chunk(&self, idx: usize) -> Result<&RwLock<Option<Box<[u8]>>>, BackendError> {
         self.chunks.get(idx).ok_or(BackendError::OutOfRange {
             offset: idx as u64 * CHUNK as u64,
@@ -386,22 +418,12 @@ impl BlockBackend for MemoryBackend {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        check_range(offset, buf.len() as u64, self.size)?;
-        let mut done = 0usize;
-        Self::pieces(offset, buf.len() as u64, |idx, within, n| {
-            let guard = self.chunk(idx)?.read().unwrap_or_else(|p| p.into_inner());
-            let dst = buf
-                .get_mut(done..done + n)
-                .ok_or(BackendError::OutOfRange {
-                    offset,
-                    len: n as u64,
-                    size: self.size,
-                })?;
-            match guard.as_ref().and_then(|c| c.get(within..within + n)) {
+        self.read_pieces(offset, buf.len(), |at, n, src| {
+            let dst = buf.get_mut(at..at + n).ok_or(BackendError::ForeignBuffer)?;
+            match src {
                 Some(src) => dst.copy_from_slice(src),
                 None => dst.fill(0),
             }
-            done += n;
             Ok(())
         })
     }
@@ -411,19 +433,9 @@ impl BlockBackend for MemoryBackend {
         offset: u64,
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], BackendError> {
-        let len = buf.len();
-        check_range(offset, len as u64, self.size)?;
-        let mut done = 0usize;
-        Self::pieces(offset, len as u64, |idx, within, n| {
-            let guard = self.chunk(idx)?.read().unwrap_or_else(|p| p.into_inner());
-            let dst = buf
-                .get_mut(done..done + n)
-                .ok_or(BackendError::OutOfRange {
-                    offset,
-                    len: n as u64,
-                    size: self.size,
-                })?;
-            match guard.as_ref().and_then(|c| c.get(within..within + n)) {
+        self.read_pieces(offset, buf.len(), |at, n, src| {
+            let dst = buf.get_mut(at..at + n).ok_or(BackendError::ForeignBuffer)?;
+            match src {
                 Some(src) => {
                     for (d, s) in dst.iter_mut().zip(src) {
                         d.write(*s);
@@ -433,18 +445,11 @@ impl BlockBackend for MemoryBackend {
                     zero_fill(dst);
                 }
             }
-            done += n;
             Ok(())
         })?;
-        if done != len {
-            return Err(BackendError::OutOfRange {
-                offset,
-                len: len as u64,
-                size: self.size,
-            });
-        }
-        // SAFETY: the pieces cover 0..len (checked), and each was written
-        // above.
+        // SAFETY: `read_pieces` handed out pieces covering exactly
+        // 0..buf.len(), and each was written above (a piece of `n` bytes
+        // comes with `n` bytes of data, or is zeroed).
         Ok(unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(buf) as *mut [u8]) })
     }
 

@@ -82,11 +82,11 @@ impl XdpMode {
     }
 
     /// The mode to attach with first, and whether generic may follow a
-    /// refused native attach.
-    fn resolve(self, interface: &str) -> (XdpMode, bool) {
+    /// refused native attach (`sys_class_net` as for [`XdpMode::auto_for`]).
+    fn resolve(self, sys_class_net: &std::path::Path, interface: &str) -> (XdpMode, bool) {
         match self {
             XdpMode::Auto => {
-                let first = XdpMode::auto_for(std::path::Path::new("/sys/class/net"), interface);
+                let first = XdpMode::auto_for(sys_class_net, interface);
                 (first, first == XdpMode::Native)
             }
             m => (m, false),
@@ -291,7 +291,9 @@ pub fn open(interface: &str, cfg: &XdpConfig) -> io::Result<EthLink> {
         .map(|m| MacAddr(m.octets()))
         .unwrap_or(MacAddr::ZERO);
     detach_any(ifindex);
-    let (mut mode, may_fall_back) = cfg.mode.resolve(interface);
+    let (mut mode, may_fall_back) = cfg
+        .mode
+        .resolve(std::path::Path::new("/sys/class/net"), interface);
     let program = match load_program(ifindex, mode) {
         Err(e) if may_fall_back && e.kind() == io::ErrorKind::Unsupported => {
             info!(interface, error = %e, "native XDP refused; using generic XDP");
@@ -688,12 +690,18 @@ mod tests {
 
     #[test]
     fn only_auto_falls_back_and_only_from_native() {
-        // A name sysfs has no directory for resolves as virtual.
-        assert_eq!(
-            XdpMode::Auto.resolve("unifab-no-such-if"),
-            (XdpMode::Generic, false)
-        );
-        assert_eq!(XdpMode::Native.resolve("lo"), (XdpMode::Native, false));
-        assert_eq!(XdpMode::Generic.resolve("lo"), (XdpMode::Generic, false));
+        let sys = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(sys.path().join("eth0/device")).unwrap();
+        std::fs::create_dir_all(sys.path().join("veth0")).unwrap();
+        let s = sys.path();
+        assert_eq!(XdpMode::Auto.resolve(s, "eth0"), (XdpMode::Native, true));
+        assert_eq!(XdpMode::Auto.resolve(s, "veth0"), (XdpMode::Generic, false));
+        for iface in ["eth0", "veth0"] {
+            assert_eq!(XdpMode::Native.resolve(s, iface), (XdpMode::Native, false));
+            assert_eq!(
+                XdpMode::Generic.resolve(s, iface),
+                (XdpMode::Generic, false)
+            );
+        }
     }
 }

@@ -352,6 +352,14 @@ impl MemoryBackend {
         Ok(())
     }
 
+    fn out_of_range(&self, offset: u64, len: usize) -> BackendError {
+        BackendError::OutOfRange {
+            offset,
+            len: len as u64,
+            size: self.size,
+        }
+    }
+
     /// Walks `offset..offset + len` chunk by chunk, calling
     /// `piece(at, n, bytes)` with `at` counting from `offset`: `bytes` are
     /// the `n` bytes of a written chunk, `None` a piece of a hole. The
@@ -375,11 +383,7 @@ impl MemoryBackend {
             Ok(())
         })?;
         if done != len {
-            return Err(BackendError::OutOfRange {
-                offset,
-                len: len as u64,
-                size: self.size,
-            });
+            return Err(self.out_of_range(offset, len));
         }
         Ok(())
     }
@@ -419,7 +423,9 @@ impl BlockBackend for MemoryBackend {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         self.read_pieces(offset, buf.len(), |at, n, src| {
-            let dst = buf.get_mut(at..at + n).ok_or(BackendError::ForeignBuffer)?;
+            let dst = buf
+                .get_mut(at..at + n)
+                .ok_or(self.out_of_range(offset, n))?;
             match src {
                 Some(src) => dst.copy_from_slice(src),
                 None => dst.fill(0),
@@ -434,7 +440,9 @@ impl BlockBackend for MemoryBackend {
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], BackendError> {
         self.read_pieces(offset, buf.len(), |at, n, src| {
-            let dst = buf.get_mut(at..at + n).ok_or(BackendError::ForeignBuffer)?;
+            let dst = buf
+                .get_mut(at..at + n)
+                .ok_or(self.out_of_range(offset, n))?;
             match src {
                 Some(src) => {
                     for (d, s) in dst.iter_mut().zip(src) {

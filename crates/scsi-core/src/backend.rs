@@ -799,6 +799,53 @@ impl FileBackend {
     }
 }
 
+impl FileBackend {
+    /// Reads into `buf` from `offset` with `preadv2(flags)` until it is
+    /// full. Returns the prefix of `buf` the kernel wrote, and why it
+    /// stopped short if it did (end of file: `UnexpectedEof`, as
+    /// `read_exact_at`).
+    fn pread_into<'a>(
+        &self,
+        offset: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+        flags: libc::c_int,
+    ) -> (&'a mut [u8], Option<io::Error>) {
+        let mut done = 0usize;
+        let stop = loop {
+            if done == buf.len() {
+                break None;
+            }
+            let rest = &mut buf[done..];
+            let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
+                break Some(io::ErrorKind::InvalidInput.into());
+            };
+            let iov = libc::iovec {
+                iov_base: rest.as_mut_ptr().cast(),
+                iov_len: rest.len(),
+            };
+            // SAFETY: `iov` points into `buf`, which outlives the call; the
+            // kernel writes at most `iov_len` bytes there.
+            let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, flags) };
+            if n > 0 {
+                done += n as usize;
+                continue;
+            }
+            if n == 0 {
+                break Some(io::ErrorKind::UnexpectedEof.into());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                break Some(e);
+            }
+        };
+        let head = &mut buf[..done];
+        // SAFETY: the kernel wrote bytes 0..done (each successful preadv2
+        // filled the next `n`).
+        let head = unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(head) as *mut [u8]) };
+        (head, stop)
+    }
+}
+
 impl BlockBackend for FileBackend {
     fn size(&self) -> u64 {
         self.size
@@ -837,44 +884,22 @@ impl BlockBackend for FileBackend {
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], BackendError> {
         check_range(offset, buf.len() as u64, self.size)?;
-        let mut done = 0usize;
-        if self.nowait_reads.load(Ordering::Relaxed) {
-            while done < buf.len() {
-                let rest = &mut buf[done..];
-                let iov = libc::iovec {
-                    iov_base: rest.as_mut_ptr().cast(),
-                    iov_len: rest.len(),
-                };
-                let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
-                    break;
-                };
-                // SAFETY: `iov` points into `buf`, which outlives the call;
-                // the kernel writes at most `iov_len` bytes there.
-                let n =
-                    unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
-                if n > 0 {
-                    done += n as usize;
-                    continue;
-                }
-                if n < 0 {
-                    let e = io::Error::last_os_error();
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
-                    ) {
-                        // Not on this file system: stop trying.
-                        self.nowait_reads.store(false, Ordering::Relaxed);
-                    }
-                }
-                // EAGAIN (not cached), EOF or an error: the blocking path
-                // finishes (and reports errors properly).
-                break;
-            }
+        if !self.nowait_reads.load(Ordering::Relaxed) {
+            return Ok(&mut []);
         }
-        let head = &mut buf[..done];
-        // SAFETY: the kernel wrote bytes 0..done (each successful preadv2
-        // filled the next `n`).
-        Ok(unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(head) as *mut [u8]) })
+        let (head, stop) = self.pread_into(offset, buf, libc::RWF_NOWAIT);
+        if let Some(e) = stop {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
+            ) {
+                // Not on this file system: stop trying.
+                self.nowait_reads.store(false, Ordering::Relaxed);
+            }
+            // EAGAIN (not cached), EOF or another error: the blocking path
+            // finishes (and reports errors properly).
+        }
+        Ok(head)
     }
 
     fn read_at_uninit<'a>(
@@ -883,41 +908,10 @@ impl BlockBackend for FileBackend {
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], BackendError> {
         check_range(offset, buf.len() as u64, self.size)?;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let rest = &mut buf[done..];
-            let at = libc::off_t::try_from(offset + done as u64).map_err(|_| {
-                BackendError::OutOfRange {
-                    offset,
-                    len: rest.len() as u64,
-                    size: self.size,
-                }
-            })?;
-            // SAFETY: the pointer and length are those of `rest`, inside
-            // `buf`, which outlives the call; the kernel writes at most
-            // `rest.len()` bytes there.
-            let n = unsafe {
-                libc::pread(
-                    self.file.as_raw_fd(),
-                    rest.as_mut_ptr().cast(),
-                    rest.len(),
-                    at,
-                )
-            };
-            if n > 0 {
-                done += n as usize;
-            } else if n == 0 {
-                // The file is shorter than the backend: as `read_exact_at`.
-                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
-            } else {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e.into());
-                }
-            }
+        match self.pread_into(offset, buf, 0) {
+            (all, None) => Ok(all),
+            (_, Some(e)) => Err(e.into()),
         }
-        // SAFETY: every byte of `buf` was written by the preads above.
-        Ok(unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(buf) as *mut [u8]) })
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {

@@ -45,6 +45,11 @@
 #   RUN_SECONDS  length of one throughput run (default 4)
 #   OUT_DIR      where results go (default target/bench-peers/bridge-<date-time>)
 #   BUSY_POLL_US busy-poll window of a third path (default 0: no third path)
+#   CPU_LATENCY_US  if set, the gateway holds a CPU wake-up latency request
+#                of this many µs (`[tuning] cpu_latency_us`; 0: idle cores
+#                poll instead of halting). The request is system-wide and
+#                lasts the whole run, so the direct path runs under it too.
+#                Unset (the default): no request.
 #
 # Needs: tgt, libiscsi-bin, qemu-utils, qemu-block-extra (scripts/setup.sh).
 set -euo pipefail
@@ -69,6 +74,10 @@ OUT_DIR=${OUT_DIR:-$ROOT/target/bench-peers/bridge-$(date +%Y%m%d-%H%M%S)}
 LU_SIZE=$((1 << 30))
 BUSY_POLL_US=${BUSY_POLL_US:-0}
 [[ "$BUSY_POLL_US" =~ ^[0-9]+$ ]] || die "BUSY_POLL_US must be a number of µs"
+CPU_LATENCY_US=${CPU_LATENCY_US:-}
+[[ -z "$CPU_LATENCY_US" || "$CPU_LATENCY_US" =~ ^[0-9]+$ ]] || die "CPU_LATENCY_US must be a number of µs"
+TUNING=""
+[[ -n "$CPU_LATENCY_US" ]] && TUNING=$'[tuning]\ncpu_latency_us = '"$CPU_LATENCY_US"
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
 [[ "$RUN_SECONDS" =~ ^[1-9][0-9]*$ ]] || die "RUN_SECONDS must be a positive integer"
 [[ -x "$UNIFAB_BIN" ]] || die "no unifab binary at $UNIFAB_BIN (cargo build --release -p unifab, or set UNIFAB_BIN)"
@@ -120,6 +129,8 @@ luns = ["bridged", "bridged-poll"]
 [admin]
 listen = "127.0.0.1:$ADMIN_PORT"
 data_dir = "$WORK/gw/state"
+
+$TUNING
 EOF
 (cd "$WORK/gw" && RUST_LOG=warn exec "$UNIFAB_BIN" run --config "$WORK/gw/unifab.toml") >"$WORK/gw/unifab.log" 2>&1 &
 GW_PID=$!
@@ -200,7 +211,7 @@ exec 4>"$OUT_DIR/results.md"
 {
     echo "## unifab → tgtd bridge vs tgtd direct (qemu-img bench, $REPEATS runs each, medians)"
     echo
-    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
+    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; CPU latency request: ${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (held by the gateway, system-wide: both paths)}"
     echo
     if ((BUSY_POLL_US > 0)); then
         echo "| workload | direct | through unifab | ratio | | busy poll ($BUSY_POLL_US µs) | ratio | | target |"

@@ -4,6 +4,9 @@
 #   bash benches/peers/fcip_wan.sh                 # latency, throughput, failover
 #   bash benches/peers/fcip_wan.sh latency         # one part (latency | throughput | failover)
 #   FCIP_WAN_WORKERS=1 bash benches/peers/fcip_wan.sh latency   # both sites on one thread
+#   FCIP_WAN_CPU_LATENCY_US=0 bash benches/peers/fcip_wan.sh latency
+#                       # hold a CPU wake-up latency request of 0 µs for the
+#                       # run (as `[tuning] cpu_latency_us`; needs root)
 #
 # Builds and runs benches/src/bin/fcip_wan.rs in release: site A's switch
 # with an FCP initiator, an FCIP tunnel of two circuits, each through its

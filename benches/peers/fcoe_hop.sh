@@ -28,6 +28,9 @@
 #   IOS="af_xdp af_packet" REPEATS=3 RUN_SECONDS=5 XDP_MODE=auto LU=memory
 # XDP_MODE is the ports' xdp_mode: auto (the default: generic on veth), native
 # or generic; the table's link column says which ran.
+# CPU_LATENCY_US, if set, makes gateway A hold a CPU wake-up latency request
+# of that many µs (`[tuning] cpu_latency_us`; system-wide, so it covers both
+# gateways and the host; 0: idle cores poll instead of halting). Unset: none.
 # Time: about 2 × (4 workloads × REPEATS × RUN_SECONDS + 10 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,6 +43,10 @@ REPEATS=${REPEATS:-3}
 RUN_SECONDS=${RUN_SECONDS:-5}
 XDP_MODE=${XDP_MODE:-auto}
 LU=${LU:-memory}
+CPU_LATENCY_US=${CPU_LATENCY_US:-}
+[[ -z "$CPU_LATENCY_US" || "$CPU_LATENCY_US" =~ ^[0-9]+$ ]] || die "CPU_LATENCY_US must be a number of µs"
+TUNING=""
+[[ -n "$CPU_LATENCY_US" ]] && TUNING=$'[tuning]\ncpu_latency_us = '"$CPU_LATENCY_US"
 UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
 OUT_DIR=${OUT_DIR:-$ROOT/target/bench-fcoe/$(date +%Y%m%d-%H%M%S)}
 [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, veth, AF_XDP)"
@@ -149,6 +156,7 @@ luns = ["via-fcoe"]
 [admin]
 listen = "127.0.0.1:$pa"
 data_dir = "$WORK/a"
+$TUNING
 EOF
     ip netns exec "$NS" "$UNIFAB_BIN" run --config "$WORK/b.toml" >"$WORK/b.out" 2>"$WORK/b-$io.log" &
     B_PID=$!
@@ -182,6 +190,8 @@ WORKLOADS=(
     "read-4k|4096|32|read|20000"
     "write-4k|4096|32|write|20000"
 )
+printf 'load average at start: %s; %s CPUs; CPU latency request: %s\n\n' \
+    "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)" "${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (gateway A, system-wide)}"
 printf '| io | link | workload | MB/s | IOPS | FCoE frames/s | CPU s per 10^6 frames |\n'
 printf '|---|---|---|---:|---:|---:|---:|\n'
 for io in $IOS; do

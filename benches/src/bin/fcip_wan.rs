@@ -588,6 +588,10 @@ async fn sites_ka(ka: u64) -> Setup {
 /// sites' tasks stays on one thread, so the latency part shows what the
 /// code costs without the wake-ups of a second, idle thread (see
 /// docs/fcip.md).
+///
+/// `FCIP_WAN_CPU_LATENCY_US=N` holds a CPU wake-up latency request of N µs
+/// for the whole run, as a gateway does with `[tuning] cpu_latency_us`
+/// (system-wide: the paths without FCIP run under it too). Unset: none.
 fn main() {
     let workers = match std::env::var("FCIP_WAN_WORKERS") {
         Ok(v) => match v.parse::<usize>() {
@@ -599,6 +603,32 @@ fn main() {
         },
         Err(_) => 2,
     };
+    let tuning = unifab::tuning::TuningSection {
+        cpu_latency_us: match std::env::var("FCIP_WAN_CPU_LATENCY_US") {
+            Ok(v) => match v.parse::<u32>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    eprintln!("FCIP_WAN_CPU_LATENCY_US must be a number of µs, not {v:?}");
+                    std::process::exit(2);
+                }
+            },
+            Err(_) => None,
+        },
+    };
+    let held = match tuning.apply() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    match &held {
+        Some(h) => println!(
+            "(CPU wake-up latency request: {} µs, system-wide, for the whole run)",
+            h.requested_us()
+        ),
+        None => println!("(no CPU wake-up latency request)"),
+    }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()

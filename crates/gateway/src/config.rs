@@ -41,6 +41,9 @@ pub struct Config {
     /// FCIP tunnels to other sites' fabrics.
     #[serde(default)]
     pub fcip: Option<crate::fcip::FcipSection>,
+    /// Host tuning held while the gateway runs.
+    #[serde(default)]
+    pub tuning: crate::tuning::TuningSection,
 }
 
 /// One logical unit.
@@ -447,6 +450,7 @@ impl Config {
             fabric: None,
             fcoe: None,
             fcip: None,
+            tuning: Default::default(),
         }
     }
 
@@ -476,6 +480,7 @@ impl Config {
 
     /// Cross-checks: unique names, LUN references, sizes, IQN syntax.
     pub fn validate(&self) -> Result<(), String> {
+        self.tuning.validate()?;
         let mut names = HashSet::new();
         for lu in &self.lu {
             if !names.insert(lu.name.as_str()) {
@@ -650,6 +655,36 @@ chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret =
         );
         assert_eq!(t.chap.as_ref().unwrap().mutual_user.as_deref(), Some("t"));
         assert!(!format!("{:?}", t.chap).contains("secretsecret"));
+    }
+
+    #[test]
+    fn tuning_is_off_unless_asked_for_and_checked_when_it_is() {
+        let c = Config::parse(EXAMPLE, "example.toml").unwrap();
+        assert_eq!(c.tuning.cpu_latency_us, None);
+        let c = Config::parse(
+            &format!("{EXAMPLE}[tuning]\ncpu_latency_us = 0\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.tuning.cpu_latency_us, Some(0));
+        let e = Config::parse(
+            &format!("{EXAMPLE}[tuning]\ncpu_latency_us = -1\n"),
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("t.toml:14:"), "{e}");
+        let e = Config::parse(
+            &format!("{EXAMPLE}[tuning]\ncpu_latency_us = 2147483648\n"),
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("above the kernel's limit"), "{e}");
+        let e = Config::parse(&format!("{EXAMPLE}[tuning]\ncpu_latency = 0\n"), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cpu_latency"), "{e}");
     }
 
     #[test]

@@ -15,3 +15,4 @@ pub mod pcap_check;
 pub mod remote;
 pub mod run;
 pub mod show;
+pub mod tuning;

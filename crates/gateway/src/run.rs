@@ -175,6 +175,15 @@ impl AdminView for View {
 
 /// Serves `cfg` until a termination signal.
 pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
+    // Held until `run` returns: the request lasts as long as the gateway.
+    let _cpu_latency = cfg.tuning.apply().map_err(anyhow::Error::msg)?;
+    if let Some(held) = &_cpu_latency {
+        info!(
+            requested_us = held.requested_us(),
+            device = %held.device().display(),
+            "holding a CPU wake-up latency request (system-wide)"
+        );
+    }
     let data_dir = cfg.admin.data_dir.clone();
     let mut lus: HashMap<String, GatewayLu> = HashMap::new();
     let mut lu_list = Vec::new();

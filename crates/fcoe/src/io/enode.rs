@@ -14,7 +14,7 @@ use unifab_fc::io::{Connect, Uplink};
 use unifab_fc::link::{FcLink, LinkError};
 use unifab_fc::wire::frame::Frame;
 
-use super::{BATCH, sleep_until};
+use super::{BATCH, Timer};
 use crate::enode::{Enode, EnodeConfig, EnodeCounters, EnodeEvent, EnodeVnPort, FcfInfo};
 use crate::link::{EthLink, send_out};
 
@@ -158,16 +158,18 @@ impl Driver {
         let mut batch: Vec<Bytes> = Vec::with_capacity(BATCH);
         let mut changed = true;
         let mut published = Instant::now();
+        let mut timer = Timer::new();
         let mut waiting_uplink = true;
         loop {
-            self.enode.handle_timeout(Instant::now());
+            let now = Instant::now();
+            self.enode.handle_timeout(now);
             changed |= self.pump();
-            if changed || published.elapsed() >= std::time::Duration::from_secs(1) {
+            if changed || now.duration_since(published) >= std::time::Duration::from_secs(1) {
                 self.publish();
                 changed = false;
-                published = Instant::now();
+                published = now;
             }
-            let deadline = self.enode.poll_timeout();
+            timer.arm(self.enode.poll_timeout());
             tokio::select! {
                 r = self.link.rx.recv(&mut batch) => {
                     if let Err(e) = r {
@@ -199,7 +201,7 @@ impl Driver {
                         self.uplink = Some(u);
                     }
                 }
-                () = sleep_until(deadline) => {}
+                () = timer.fired() => {}
                 _ = stop.changed() => break,
             }
         }

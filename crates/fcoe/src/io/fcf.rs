@@ -12,7 +12,7 @@ use unifab_fc::io::{FabricPort, MemoryLink, Switch};
 use unifab_fc::link::FcLink;
 use unifab_fc::wire::frame::Frame;
 
-use super::{BATCH, sleep_until};
+use super::{BATCH, Timer};
 use crate::fcf::{Fcf, FcfConfig, FcfCounters, FcfEvent, VfPortId, VnPortView};
 use crate::link::{EthLink, send_out};
 
@@ -125,15 +125,17 @@ impl Driver {
         let mut batch: Vec<Bytes> = Vec::with_capacity(BATCH);
         let mut changed = true;
         let mut published = Instant::now();
+        let mut timer = Timer::new();
         loop {
-            self.fcf.handle_timeout(Instant::now());
+            let now = Instant::now();
+            self.fcf.handle_timeout(now);
             changed |= self.pump();
-            if changed || published.elapsed() >= std::time::Duration::from_secs(1) {
+            if changed || now.duration_since(published) >= std::time::Duration::from_secs(1) {
                 self.publish();
                 changed = false;
-                published = Instant::now();
+                published = now;
             }
-            let deadline = self.fcf.poll_timeout();
+            timer.arm(self.fcf.poll_timeout());
             tokio::select! {
                 r = self.link.rx.recv(&mut batch) => {
                     if let Err(e) = r {
@@ -156,7 +158,7 @@ impl Driver {
                         }
                     }
                 }
-                () = sleep_until(deadline) => {}
+                () = timer.fired() => {}
                 _ = stop.changed() => break,
             }
         }

@@ -24,7 +24,7 @@ use std::io;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::io::unix::AsyncFd;
@@ -401,6 +401,7 @@ pub fn open(interface: &str, cfg: &XdpConfig) -> io::Result<EthLink> {
             max_lent: total_rx.saturating_sub(cfg.ring as usize / 2),
             copied: 0,
             since_stats: 0,
+            stats_at: Instant::now(),
             drops_seen: (0, 0, 0),
             _program: program.clone(),
         }),
@@ -421,6 +422,11 @@ pub fn open(interface: &str, cfg: &XdpConfig) -> io::Result<EthLink> {
     })
 }
 
+/// Frames between two reads of the kernel's drop counters under load.
+const STATS_EVERY_FRAMES: usize = 4096;
+/// The longest a waiting socket goes without reading them.
+const STATS_EVERY: Duration = Duration::from_millis(100);
+
 struct XdpRx {
     afd: Arc<AsyncFd<RawSock>>,
     rx: RxQueue,
@@ -433,6 +439,8 @@ struct XdpRx {
     copied: u64,
     /// Frames taken since the kernel's drop counters were last read.
     since_stats: usize,
+    /// When they were last read.
+    stats_at: Instant,
     /// The kernel's drop counters last seen.
     drops_seen: (u64, u64, u64),
     _program: Arc<Program>,
@@ -440,7 +448,15 @@ struct XdpRx {
 
 impl XdpRx {
     /// Reports frames the kernel could not deliver to the socket.
+    ///
+    /// The counters are read with a system call, so not on every wake-up:
+    /// every [`STATS_EVERY_FRAMES`] frames under load, and before the socket
+    /// waits when [`STATS_EVERY`] has passed. A drop just before the link
+    /// falls quiet is reported at the next wake-up (FIP keep-alives bound
+    /// that wait).
     fn check_drops(&mut self) {
+        self.since_stats = 0;
+        self.stats_at = Instant::now();
         let Ok(st) = self.rx.fd().xdp_statistics() else {
             return;
         };
@@ -493,8 +509,7 @@ impl XdpRx {
         let n = unsafe { self.rx.consume(&mut self.descs) };
         use std::sync::atomic::Ordering;
         self.since_stats += n;
-        if self.since_stats >= 4096 {
-            self.since_stats = 0;
+        if self.since_stats >= STATS_EVERY_FRAMES {
             self.check_drops();
         }
         for d in &self.descs[..n] {
@@ -532,7 +547,9 @@ impl EthRx for XdpRx {
                     self.take(out);
                     return Ok(());
                 }
-                self.check_drops();
+                if self.stats_at.elapsed() >= STATS_EVERY {
+                    self.check_drops();
+                }
                 let afd = self.afd.clone();
                 let mut guard = afd.readable().await?;
                 self.refill();

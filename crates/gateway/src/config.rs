@@ -661,29 +661,15 @@ chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret =
     fn tuning_is_off_unless_asked_for_and_checked_when_it_is() {
         let c = Config::parse(EXAMPLE, "example.toml").unwrap();
         assert_eq!(c.tuning.cpu_latency_us, None);
-        let c = Config::parse(
-            &format!("{EXAMPLE}[tuning]\ncpu_latency_us = 0\n"),
-            "t.toml",
-        )
-        .unwrap();
+        let tuned = |line: &str| Config::parse(&format!("{EXAMPLE}[tuning]\n{line}\n"), "t.toml");
+        let c = tuned("cpu_latency_us = 0").unwrap();
         assert_eq!(c.tuning.cpu_latency_us, Some(0));
-        let e = Config::parse(
-            &format!("{EXAMPLE}[tuning]\ncpu_latency_us = -1\n"),
-            "t.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let refused = |line: &str| tuned(line).unwrap_err().to_string();
+        let e = refused("cpu_latency_us = -1");
         assert!(e.starts_with("t.toml:14:"), "{e}");
-        let e = Config::parse(
-            &format!("{EXAMPLE}[tuning]\ncpu_latency_us = 2147483648\n"),
-            "t.toml",
-        )
-        .unwrap_err()
-        .to_string();
+        let e = refused("cpu_latency_us = 2147483648");
         assert!(e.contains("above the kernel's limit"), "{e}");
-        let e = Config::parse(&format!("{EXAMPLE}[tuning]\ncpu_latency = 0\n"), "t.toml")
-            .unwrap_err()
-            .to_string();
+        let e = refused("cpu_latency = 0");
         assert!(e.contains("cpu_latency"), "{e}");
     }
 

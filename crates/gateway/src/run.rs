@@ -176,8 +176,8 @@ impl AdminView for View {
 /// Serves `cfg` until a termination signal.
 pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     // Held until `run` returns: the request lasts as long as the gateway.
-    let _cpu_latency = cfg.tuning.apply().map_err(anyhow::Error::msg)?;
-    if let Some(held) = &_cpu_latency {
+    let cpu_latency = cfg.tuning.apply().map_err(anyhow::Error::msg)?;
+    if let Some(held) = &cpu_latency {
         info!(
             requested_us = held.requested_us(),
             device = %held.device().display(),

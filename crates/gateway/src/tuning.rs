@@ -103,12 +103,10 @@ impl CpuLatency {
         let mut file = OpenOptions::new()
             .write(true)
             .open(path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            .map_err(naming(path))?;
         // The device takes exactly four bytes as one binary value; a short
         // write would be read as a hex string, so write it whole or fail.
-        let n = file
-            .write(&value.to_ne_bytes())
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let n = file.write(&value.to_ne_bytes()).map_err(naming(path))?;
         if n != 4 {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
@@ -139,11 +137,16 @@ pub fn effective_cpu_latency_us() -> io::Result<u32> {
     effective_at(Path::new(CPU_LATENCY_DEVICE))
 }
 
+/// Prefixes an I/O error with the device it came from.
+fn naming(path: &Path) -> impl Fn(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
 fn effective_at(path: &Path) -> io::Result<u32> {
     let mut raw = [0u8; 4];
     File::open(path)
         .and_then(|mut f| f.read_exact(&mut raw))
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        .map_err(naming(path))?;
     u32::try_from(i32::from_ne_bytes(raw)).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -210,8 +213,12 @@ mod tests {
         let held = CpuLatency::hold(3).unwrap_or_else(|e| {
             panic!("holding a CPU latency request needs root (CI runs as root): {e}")
         });
-        let now = effective_cpu_latency_us().unwrap();
-        assert!(now <= 3, "effective latency {now} µs while 3 µs is held");
+        // A configured limit read back from the kernel, not a timing.
+        let in_force = effective_cpu_latency_us().unwrap();
+        assert!(
+            in_force <= 3,
+            "the kernel's CPU latency limit is {in_force} µs while a 3 µs request is held"
+        );
         drop(held);
     }
 }

@@ -422,16 +422,10 @@ impl BlockBackend for MemoryBackend {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        self.read_pieces(offset, buf.len(), |at, n, src| {
-            let dst = buf
-                .get_mut(at..at + n)
-                .ok_or(self.out_of_range(offset, n))?;
-            match src {
-                Some(src) => dst.copy_from_slice(src),
-                None => dst.fill(0),
-            }
-            Ok(())
-        })
+        // SAFETY: `read_at_uninit` below writes only initialised bytes, so
+        // `buf` stays initialised; `u8` and `MaybeUninit<u8>` share a layout.
+        let buf = unsafe { &mut *(std::ptr::from_mut::<[u8]>(buf) as *mut [MaybeUninit<u8>]) };
+        self.read_at_uninit(offset, buf).map(|_| ())
     }
 
     fn read_at_uninit<'a>(
@@ -439,16 +433,20 @@ impl BlockBackend for MemoryBackend {
         offset: u64,
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], BackendError> {
-        self.read_pieces(offset, buf.len(), |at, n, src| {
+        let len = buf.len();
+        self.read_pieces(offset, len, |at, n, src| {
             let dst = buf
                 .get_mut(at..at + n)
-                .ok_or(self.out_of_range(offset, n))?;
+                .ok_or_else(|| self.out_of_range(offset, len))?;
             match src {
-                Some(src) => {
-                    for (d, s) in dst.iter_mut().zip(src) {
-                        d.write(*s);
+                Some(src) if src.len() == n => {
+                    // SAFETY: both are `n` bytes long and cannot overlap
+                    // (`dst` is the caller's buffer, `src` a chunk's).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast(), n);
                     }
                 }
+                Some(_) => return Err(self.out_of_range(offset, len)),
                 None => {
                     zero_fill(dst);
                 }
@@ -457,7 +455,7 @@ impl BlockBackend for MemoryBackend {
         })?;
         // SAFETY: `read_pieces` handed out pieces covering exactly
         // 0..buf.len(), and each was written above (a piece of `n` bytes
-        // comes with `n` bytes of data, or is zeroed).
+        // is copied from `n` bytes of data, or zeroed).
         Ok(unsafe { &mut *(std::ptr::from_mut::<[MaybeUninit<u8>]>(buf) as *mut [u8]) })
     }
 

@@ -1,7 +1,8 @@
 //! Peers that misbehave are refused and the other tunnels are untouched:
 //! a special frame for another switch, a replayed nonce, a special frame
 //! from a switch no tunnel is for, garbage after the handshake, and TLS
-//! with the wrong pre-shared key.
+//! with the wrong pre-shared key; and a flood of connections that never
+//! send a special frame.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -276,4 +277,46 @@ async fn tls_with_mutual_certificates_and_a_foreign_certificate_refused() {
         st.state.starts_with("up") && st.circuits.iter().all(|c| c.failures == 0),
         "{st:?}"
     );
+}
+
+/// Connections that connect and say nothing may hold at most
+/// `MAX_HANDSHAKES` exchanges open; the next is closed at once and
+/// counted. The tunnel that was up stays up, and once the idle ones go a
+/// new connection is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_connections_is_bounded() {
+    use unifab_fcip::io::listener::MAX_HANDSHAKES;
+    let (l, ta, _tb_x) = setup(None, None).await;
+    assert!(wait_up(&ta).await, "{:?}", ta.stats());
+    let refused = l.stats().refused;
+    let mut idle = Vec::new();
+    for _ in 0..MAX_HANDSHAKES {
+        idle.push(TcpStream::connect(l.local_addr()).await.unwrap());
+    }
+    // The listener takes them in the order they came: wait until one more
+    // is refused at once (closed without a byte).
+    let mut extra = TcpStream::connect(l.local_addr()).await.unwrap();
+    let mut got = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), extra.read_to_end(&mut got))
+        .await
+        .expect("the connection beyond the limit was not closed");
+    assert!(n.is_ok() || got.is_empty(), "{n:?}");
+    assert!(got.is_empty());
+    let st = l.stats();
+    assert_eq!(st.refused, refused + 1, "{st:?}");
+    assert!(st.last_refusal.contains("in progress"), "{st:?}");
+    assert!(ta.stats().state.starts_with("up"), "{:?}", ta.stats());
+    // The idle ones go; the listener serves again (a special frame
+    // without a destination is answered with ours, then closed).
+    drop(idle);
+    let mut served = false;
+    for i in 0..100 {
+        let got = exchange(l.local_addr(), &fsf(1000 + i, Wwn(0), 0), &[]).await;
+        if !got.is_empty() {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(served, "{:?}", l.stats());
 }

@@ -3,7 +3,10 @@
 //! connection to the tunnel configured for the peer switch. A peer no
 //! tunnel is configured for, a replayed nonce, a special frame for
 //! another switch, or failed TLS gets the connection closed; other
-//! tunnels are untouched.
+//! tunnels are untouched. At most [`MAX_HANDSHAKES`] connections may be in
+//! the exchange at once (each may take up to 90 s to send its special
+//! frame): beyond that a new connection is closed at once and counted as
+//! refused, so a flood of idle connections holds bounded memory.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -31,11 +34,15 @@ pub struct ListenerStats {
     pub last_refusal: String,
 }
 
+/// Connections that may be in the special frame exchange at once.
+pub const MAX_HANDSHAKES: usize = 64;
+
 /// The listener. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Listener {
     addr: SocketAddr,
     stats: Arc<Mutex<ListenerStats>>,
+    task: tokio::task::AbortHandle,
 }
 
 impl Listener {
@@ -52,15 +59,33 @@ impl Listener {
         let stats = Arc::new(Mutex::new(ListenerStats::default()));
         let acceptor = Arc::new(Mutex::new(Acceptor::new(local_wwn)));
         let st = stats.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
+            // The exchanges in progress: aborted with the listener.
+            let mut handshakes = tokio::task::JoinSet::new();
             loop {
-                let Ok((tcp, peer)) = l.accept().await else {
+                let accepted = tokio::select! {
+                    a = l.accept() => a,
+                    Some(_) = handshakes.join_next(), if !handshakes.is_empty() => continue,
+                };
+                let Ok((tcp, peer)) = accepted else {
+                    // Out of descriptors, most likely: let some go.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
+                if handshakes.len() >= MAX_HANDSHAKES {
+                    drop(tcp);
+                    let why =
+                        format!("{MAX_HANDSHAKES} special frame exchanges already in progress");
+                    warn!(%peer, reason = %why, "FCIP connection refused");
+                    if let Ok(mut s) = st.lock() {
+                        s.refused += 1;
+                        s.last_refusal = format!("{peer}: {why}");
+                    }
+                    continue;
+                }
                 let (tunnels, acceptor, st, tls) =
                     (tunnels.clone(), acceptor.clone(), st.clone(), tls.clone());
-                tokio::spawn(async move {
+                handshakes.spawn(async move {
                     match handshake(tcp, peer, &tunnels, &acceptor, tls).await {
                         Ok(()) => {
                             if let Ok(mut s) = st.lock() {
@@ -77,14 +102,22 @@ impl Listener {
                     }
                 });
             }
-        });
+        })
+        .abort_handle();
         info!(%addr, "FCIP listener");
-        Ok(Listener { addr, stats })
+        Ok(Listener { addr, stats, task })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Stops listening: the socket is closed and exchanges in progress
+    /// are abandoned (their connections closed). Connections already
+    /// handed to tunnels are the tunnels' (see [`Tunnel::stop`]).
+    pub fn stop(&self) {
+        self.task.abort();
     }
 
     /// Counters.

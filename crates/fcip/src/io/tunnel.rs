@@ -141,6 +141,8 @@ enum Ev {
     Up(usize, Conn, Option<oneshot::Sender<()>>),
     Rx(usize, u64, Item),
     Closed(usize, u64, String),
+    /// `Tunnel::stop`: answered once the tunnel is down and closed.
+    Stop(oneshot::Sender<()>),
 }
 
 /// The VE_Port's link: frames the fabric sends out through the tunnel.
@@ -172,6 +174,8 @@ impl FcLink for TunnelLink {
 pub struct Tunnel {
     cfg: Arc<TunnelConfig>,
     ev: mpsc::Sender<Ev>,
+    /// True once the tunnel has stopped.
+    stopped: tokio::sync::watch::Receiver<bool>,
     stats: Arc<Mutex<TunnelStats>>,
     dropped: Arc<AtomicU64>,
 }
@@ -201,12 +205,6 @@ impl Tunnel {
             compression: format!("{:?}", cfg.compression).to_lowercase(),
             ..TunnelStats::default()
         }));
-        let t = Tunnel {
-            dropped: dropped.clone(),
-            cfg: cfg.clone(),
-            ev: ev_tx.clone(),
-            stats: stats.clone(),
-        };
         let t_local = ctl.switch().with_fabric(|f| f.switch_name());
         let mut actor = Actor::new(
             cfg.clone(),
@@ -214,9 +212,17 @@ impl Tunnel {
             ctl,
             ev_tx.clone(),
             ctl_tx,
-            stats,
-            dropped,
+            stats.clone(),
+            dropped.clone(),
         );
+        let stop_rx = actor.stop.subscribe();
+        let t = Tunnel {
+            dropped,
+            cfg: cfg.clone(),
+            ev: ev_tx.clone(),
+            stopped: stop_rx.clone(),
+            stats,
+        };
         actor.publish();
         tokio::spawn(actor.run(fab_rx, ev_rx, ctl_rx));
         if cfg.connects() {
@@ -228,6 +234,7 @@ impl Tunnel {
                     local,
                     ev_tx.clone(),
                     t.stats.clone(),
+                    stop_rx.clone(),
                 ));
             }
         }
@@ -242,9 +249,34 @@ impl Tunnel {
     /// A connection the listener accepted for this tunnel.
     pub fn accepted(&self, conn: Conn) {
         let slot = usize::from(conn.fsf.usage_code);
-        if self.ev.try_send(Ev::Up(slot, conn, None)).is_err() {
-            warn!(tunnel = %self.cfg.name, "tunnel busy: accepted connection dropped");
+        match self.ev.try_send(Ev::Up(slot, conn, None)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(tunnel = %self.cfg.name, "tunnel busy: accepted connection dropped");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                info!(tunnel = %self.cfg.name, "tunnel stopped: accepted connection closed");
+            }
         }
+    }
+
+    /// Stops the tunnel, and returns once it has stopped: the VE_Port goes
+    /// down (the fabric sees the inter-switch link go, exactly as when the
+    /// last circuit is lost: routes through it are withdrawn and exchanges
+    /// in flight across it fail), it is taken off the switch, every
+    /// circuit's connection is closed and no new one is made or accepted.
+    /// Frames still queued toward the peer are dropped. A stopped tunnel
+    /// stays stopped; stopping it again returns at once.
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.ev.send(Ev::Stop(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Whether the tunnel has stopped.
+    pub fn is_stopped(&self) -> bool {
+        *self.stopped.borrow() || self.ev.is_closed()
     }
 
     /// Counters.
@@ -446,23 +478,36 @@ async fn connect_once(cfg: &TunnelConfig, slot: usize, local_wwn: Wwn) -> Result
     })
 }
 
+/// Keeps one circuit connected: connects, hands the connection to the
+/// tunnel, waits for it to close, and connects again (with backoff after a
+/// failure), until the tunnel stops.
 async fn connect_loop(
     cfg: Arc<TunnelConfig>,
     slot: usize,
     local_wwn: Wwn,
     ev: mpsc::Sender<Ev>,
     stats: Arc<Mutex<TunnelStats>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match connect_once(&cfg, slot, local_wwn).await {
+        // A stopped tunnel (or one whose task has ended: the sender is
+        // gone) makes no more connections.
+        let attempt = tokio::select! {
+            r = connect_once(&cfg, slot, local_wwn) => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match attempt {
             Ok(conn) => {
                 backoff = Duration::from_millis(100);
                 let (done_tx, done_rx) = oneshot::channel();
                 if ev.send(Ev::Up(slot, conn, Some(done_tx))).await.is_err() {
                     return;
                 }
-                let _ = done_rx.await;
+                tokio::select! {
+                    _ = done_rx => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
             }
             Err(e) => {
                 debug!(tunnel = %cfg.name, slot, error = %e, "circuit connect failed");
@@ -472,7 +517,10 @@ async fn connect_loop(
                         s.state = format!("down: {e}");
                     }
                 }
-                tokio::time::sleep(backoff).await;
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
@@ -485,6 +533,11 @@ async fn connect_loop(
 struct Circuit {
     epoch: u64,
     writer: mpsc::Sender<Vec<Bytes>>,
+    /// The connection's reader and writer tasks, aborted when the circuit
+    /// goes: between them they hold the socket, which must not outlive the
+    /// circuit (a black-holed peer never closes it, and a writer stuck on
+    /// a full send buffer never finishes).
+    tasks: [tokio::task::AbortHandle; 2],
     done: Option<oneshot::Sender<()>>,
     fd: i32,
     last_rx: Instant,
@@ -507,6 +560,14 @@ struct Circuit {
 
 /// Bytes a circuit's backlog may hold (bounded memory per peer).
 const BACKLOG_MAX: usize = 8 << 20;
+
+impl Drop for Circuit {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
 
 impl Circuit {
     fn has_room(&self, headroom: usize) -> bool {
@@ -608,6 +669,8 @@ struct Actor {
     /// Enhanced mode: data batches in the send window that found no writer
     /// with room and wait to be sent.
     unsent: bool,
+    /// Set when the tunnel stops: the connector loops end.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 /// Writes a circuit writer must have room for before the tunnel takes
@@ -673,6 +736,7 @@ impl Actor {
             local_wwn,
             room: Arc::new(Notify::new()),
             unsent: false,
+            stop: tokio::sync::watch::channel(false).0,
         }
     }
 
@@ -698,6 +762,11 @@ impl Actor {
                     }
                 },
                 e = ev.recv() => match e {
+                    Some(Ev::Stop(done)) => {
+                        self.shut_down();
+                        let _ = done.send(());
+                        return;
+                    }
                     Some(e) => self.on_event(e),
                     None => return,
                 },
@@ -839,7 +908,32 @@ impl Actor {
                     self.circuit_down(slot, &why);
                 }
             }
+            // Handled by `run`, which ends after it.
+            Ev::Stop(done) => {
+                self.shut_down();
+                let _ = done.send(());
+            }
         }
+    }
+
+    /// `Tunnel::stop`: the link goes down first (so that losing the
+    /// circuits resends nothing), then the circuits close, the connectors
+    /// stop and the port leaves the switch.
+    fn shut_down(&mut self) {
+        self.link_down("stopped");
+        self.stop.send_replace(true);
+        let n = self.circuits.len();
+        // Dropping a circuit aborts its reader and writer, which closes
+        // the socket; its connector, told to stop, does not reconnect.
+        self.circuits.clear();
+        self.port.detach();
+        self.isolated = None;
+        self.set_state("stopped".into());
+        for c in self.counters.values_mut() {
+            c.state = "down".into();
+        }
+        self.publish();
+        info!(tunnel = %self.cfg.name, circuits = n, "tunnel stopped");
     }
 
     fn circuit_up(&mut self, slot: usize, conn: Conn, done: Option<oneshot::Sender<()>>) {
@@ -859,7 +953,7 @@ impl Actor {
         let (wtx, wrx) = mpsc::channel::<Vec<Bytes>>(self.writer_queue());
         let (rd, wr) = tokio::io::split(conn.stream);
         let queued = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(writer(
+        let w = tokio::spawn(writer(
             wr,
             wrx,
             self.ev.clone(),
@@ -868,13 +962,14 @@ impl Actor {
             self.room.clone(),
             queued.clone(),
         ));
-        tokio::spawn(reader(rd, conn.leftover, self.ev.clone(), slot, epoch));
+        let r = tokio::spawn(reader(rd, conn.leftover, self.ev.clone(), slot, epoch));
         let now = Instant::now();
         self.circuits.insert(
             slot,
             Circuit {
                 epoch,
                 writer: wtx,
+                tasks: [w.abort_handle(), r.abort_handle()],
                 done,
                 fd: conn.fd,
                 last_rx: now,
@@ -970,10 +1065,10 @@ impl Actor {
     }
 
     fn circuit_down(&mut self, slot: usize, why: &str) {
-        let Some(c) = self.circuits.remove(&slot) else {
+        let Some(mut c) = self.circuits.remove(&slot) else {
             return;
         };
-        if let Some(d) = c.done {
+        if let Some(d) = c.done.take() {
             let _ = d.send(());
         }
         if let Some(s) = self.counters.get_mut(&slot) {

@@ -59,6 +59,9 @@ pub struct Sites {
     pub a: Switch,
     pub b: Switch,
     pub ta: Tunnel,
+    /// Site B's tunnel and listener.
+    pub tb: Tunnel,
+    pub listener: Listener,
     pub remote: RemoteLu,
     pub links: Vec<WanLink>,
     _node_b: FcNode,
@@ -139,9 +142,14 @@ pub async fn build_with(
     tb.compression = compression;
     tweak(&mut tb);
     let tunnel_b = Tunnel::start(tb, cb);
-    let listener = Listener::start("127.0.0.1:0".parse().unwrap(), SW_B, vec![tunnel_b], None)
-        .await
-        .unwrap();
+    let listener = Listener::start(
+        "127.0.0.1:0".parse().unwrap(),
+        SW_B,
+        vec![tunnel_b.clone()],
+        None,
+    )
+    .await
+    .unwrap();
     let node_b = FcNode::spawn(&b, "site-b");
     let scsi = ScsiTarget::new();
     let lu = EmulatedLu::new(
@@ -206,6 +214,8 @@ pub async fn build_with(
         a,
         b,
         ta,
+        tb: tunnel_b,
+        listener,
         remote,
         links,
         _node_b: node_b,

@@ -73,8 +73,24 @@ fn cdb(write: bool, lba: u32, blocks: u16) -> Vec<u8> {
 struct Setup {
     remote: Arc<RemoteLu>,
     tunnel: Option<Tunnel>,
+    /// Site B's tunnel and listener.
+    far: Option<(Tunnel, Listener)>,
     links: Vec<WanLink>,
     _keep: Vec<FcNode>,
+}
+
+impl Setup {
+    /// Stops both sites' tunnels and the listener, so that nothing of this
+    /// setup runs during the next measurement.
+    async fn stop(self) {
+        if let Some(t) = &self.tunnel {
+            t.stop().await;
+        }
+        if let Some((t, l)) = &self.far {
+            t.stop().await;
+            l.stop();
+        }
+    }
 }
 
 fn target(switch: &Switch, name: &str) -> FcNode {
@@ -134,6 +150,7 @@ async fn local() -> Setup {
     Setup {
         remote,
         tunnel: None,
+        far: None,
         links: Vec::new(),
         _keep: vec![t, n],
     }
@@ -167,9 +184,14 @@ async fn sites(
     tb.fastwrite = fastwrite;
     tb.compression = comp;
     let tunnel_b = Tunnel::start(tb, cb);
-    let l = Listener::start("127.0.0.1:0".parse().unwrap(), SW_B, vec![tunnel_b], None)
-        .await
-        .unwrap();
+    let l = Listener::start(
+        "127.0.0.1:0".parse().unwrap(),
+        SW_B,
+        vec![tunnel_b.clone()],
+        None,
+    )
+    .await
+    .unwrap();
     let tnode = target(&b, "site-b");
     let links: Vec<WanLink> = match wan {
         Some(p) => (0..2)
@@ -191,6 +213,7 @@ async fn sites(
     Setup {
         remote,
         tunnel: Some(tunnel),
+        far: Some((tunnel_b, l)),
         links,
         _keep: vec![tnode, n],
     }
@@ -217,6 +240,50 @@ async fn qd1(s: &Setup, n: usize) -> (f64, f64) {
         }
     }
     median_p99(lat)
+}
+
+/// The tunnel's overhead at 0 ms: the path without FCIP, the RFC tunnel
+/// and the enhanced tunnel with FastWrite (both straight on loopback, no
+/// relay), built once and measured in turn, round after round, so that
+/// the machine's slow and fast spells fall on all three alike. Prints each
+/// round's medians and the median of the rounds.
+async fn overhead() {
+    let rounds = 7;
+    let n = 2000;
+    println!(
+        "## Tunnel overhead at 0 ms: 4 KiB writes, QD1, {rounds} interleaved rounds of {n} (median µs)\n"
+    );
+    let local = local().await;
+    let rfc = sites(LinkMode::Rfc, false, compress::Mode::None, None).await;
+    let fw = sites(LinkMode::Enhanced, true, compress::Mode::None, None).await;
+    println!("| round | without FCIP | RFC | FastWrite | RFC − without | FastWrite − without |");
+    println!("|---|---|---|---|---|---|");
+    let (mut d_rfc, mut d_fw) = (Vec::new(), Vec::new());
+    let (mut m_local, mut m_rfc, mut m_fw) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 1..=rounds {
+        let (l, _) = qd1(&local, n).await;
+        let (a, _) = qd1(&rfc, n).await;
+        let (f, _) = qd1(&fw, n).await;
+        println!(
+            "| {r} | {l:.1} | {a:.1} | {f:.1} | +{:.1} | +{:.1} |",
+            a - l,
+            f - l
+        );
+        d_rfc.push(a - l);
+        d_fw.push(f - l);
+        m_local.push(l);
+        m_rfc.push(a);
+        m_fw.push(f);
+    }
+    let med = |v: Vec<f64>| median_p99(v).0;
+    println!(
+        "| median | {:.1} | {:.1} | {:.1} | **+{:.1}** | **+{:.1}** |\n",
+        med(m_local),
+        med(m_rfc),
+        med(m_fw),
+        med(d_rfc),
+        med(d_fw)
+    );
 }
 
 /// Median and 99th percentile of latencies.
@@ -415,7 +482,7 @@ async fn failover(keepalive_ms: u64) {
         .await;
         if keepalive_ms != 20 {
             // Rebuild with other keep-alive settings.
-            drop(st);
+            st.stop().await;
             st = sites_ka(keepalive_ms).await;
         }
         st
@@ -550,9 +617,14 @@ async fn sites_ka(ka: u64) -> Setup {
     tb.keepalive = Duration::from_millis(ka);
     tb.dead_after = Duration::from_millis(4 * ka);
     let tunnel_b = Tunnel::start(tb, cb);
-    let l = Listener::start("127.0.0.1:0".parse().unwrap(), SW_B, vec![tunnel_b], None)
-        .await
-        .unwrap();
+    let l = Listener::start(
+        "127.0.0.1:0".parse().unwrap(),
+        SW_B,
+        vec![tunnel_b.clone()],
+        None,
+    )
+    .await
+    .unwrap();
     let tnode = target(&b, "site-b");
     let links: Vec<WanLink> = (0..2)
         .map(|_| {
@@ -578,6 +650,7 @@ async fn sites_ka(ka: u64) -> Setup {
     Setup {
         remote,
         tunnel: Some(tunnel),
+        far: Some((tunnel_b, l)),
         links,
         _keep: vec![tnode, n],
     }
@@ -648,7 +721,7 @@ async fn run(workers: usize) {
         let l = local().await;
         let (m, p) = qd1(&l, n).await;
         println!("path without FCIP (initiator and target on one switch): {m:.0} / {p:.0} µs");
-        drop(l);
+        l.stop().await;
         let lo = tokio::task::spawn_blocking(move || tcp_rtt(None, n))
             .await
             .unwrap();
@@ -658,17 +731,17 @@ async fn run(workers: usize) {
         let d = sites(LinkMode::Rfc, false, compress::Mode::None, None).await;
         let (m, p) = qd1(&d, n).await;
         println!("FCIP RFC mode, direct loopback (no relay): {m:.0} / {p:.0} µs");
-        drop(d);
+        d.stop().await;
         let d = sites(LinkMode::Enhanced, false, compress::Mode::None, None).await;
         let (m, p) = qd1(&d, n).await;
         println!("FCIP enhanced mode, direct loopback (no relay): {m:.0} / {p:.0} µs");
-        drop(d);
+        d.stop().await;
         let d = sites(LinkMode::Enhanced, true, compress::Mode::None, None).await;
         let (m, p) = qd1(&d, n).await;
         println!(
             "FCIP enhanced mode with FastWrite, direct loopback (no relay): {m:.0} / {p:.0} µs\n"
         );
-        drop(d);
+        d.stop().await;
         println!(
             "| emulated RTT | link round trip (plain TCP through the relay) | FastWrite off | FastWrite on | off − 2·RTT | on − 1·RTT | off − 2·link | on − 1·link |"
         );
@@ -687,7 +760,7 @@ async fn run(workers: usize) {
             )
             .await;
             let (m_off, p_off) = qd1(&off, n).await;
-            drop(off);
+            off.stop().await;
             let on = sites(
                 LinkMode::Enhanced,
                 true,
@@ -696,7 +769,7 @@ async fn run(workers: usize) {
             )
             .await;
             let (m_on, p_on) = qd1(&on, n).await;
-            drop(on);
+            on.stop().await;
             let r = rtt_us as f64;
             println!(
                 "| {:.2} ms | {link:.0} µs | {m_off:.0} µs (p99 {p_off:.0}) | {m_on:.0} µs (p99 {p_on:.0}) | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs |",
@@ -708,6 +781,9 @@ async fn run(workers: usize) {
             );
         }
         println!();
+    }
+    if what.iter().any(|x| x == "overhead") {
+        overhead().await;
     }
     if want("throughput") {
         let rate: u64 = 125_000_000 / 2; // 1 Gb/s shared by the two circuits
@@ -738,7 +814,7 @@ async fn run(workers: usize) {
                 let (mbs, ratio, cpu) = stream(&s, &data, 4.0).await;
                 let share = mbs / link * 100.0;
                 println!("| {kind} | {name} | {mbs:.1} | {share:.0} % | {ratio:.2} | {cpu:.2} |");
-                drop(s);
+                s.stop().await;
             }
         }
         let s = sites(
@@ -749,7 +825,7 @@ async fn run(workers: usize) {
         )
         .await;
         let (mbs, ratio, cpu) = stream(&s, &dataset("random"), 4.0).await;
-        drop(s);
+        s.stop().await;
         let share = mbs / link * 100.0;
         println!(
             "| random | none, FastWrite off | {mbs:.1} | {share:.0} % | {ratio:.2} | {cpu:.2} |"

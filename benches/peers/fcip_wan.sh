@@ -7,6 +7,8 @@
 #   FCIP_WAN_CPU_LATENCY_US=0 bash benches/peers/fcip_wan.sh latency
 #                       # hold a CPU wake-up latency request of 0 µs for the
 #                       # run (as `[tuning] cpu_latency_us`; needs root)
+#   bash benches/peers/fcip_wan.sh overhead      # only the 0 ms tunnel overhead, in
+#                       # seven interleaved rounds (not part of the default run)
 #
 # Builds and runs benches/src/bin/fcip_wan.rs in release: site A's switch
 # with an FCP initiator, an FCIP tunnel of two circuits, each through its

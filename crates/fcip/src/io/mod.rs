@@ -25,6 +25,11 @@
 //!
 //! Nagle is off on every connection. Connectors retry with exponential
 //! backoff (100 ms doubling to 5 s).
+//!
+//! Lifetime: a [`Tunnel`] runs until [`Tunnel::stop`] (the link goes
+//! down as on the loss of its last circuit, the port leaves the switch,
+//! the connections close and the connectors stop), a [`Listener`] until
+//! [`Listener::stop`]. Dropping the handles does not stop them.
 
 pub mod controller;
 pub mod listener;

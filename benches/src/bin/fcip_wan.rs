@@ -665,28 +665,30 @@ async fn sites_ka(ka: u64) -> Setup {
 /// `FCIP_WAN_CPU_LATENCY_US=N` holds a CPU wake-up latency request of N µs
 /// for the whole run, as a gateway does with `[tuning] cpu_latency_us`
 /// (system-wide: the paths without FCIP run under it too). Unset: none.
+/// The number in environment variable `name`, if set; exits with `what`
+/// it must be when it is set to anything else.
+fn env_number(name: &str, what: &str) -> Option<u32> {
+    let v = std::env::var(name).ok()?;
+    match v.parse::<u32>() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            eprintln!("{name} must be {what}, not {v:?}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
-    let workers = match std::env::var("FCIP_WAN_WORKERS") {
-        Ok(v) => match v.parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => {
-                eprintln!("FCIP_WAN_WORKERS must be a positive number, not {v:?}");
-                std::process::exit(2);
-            }
-        },
-        Err(_) => 2,
+    let workers = match env_number("FCIP_WAN_WORKERS", "a positive number") {
+        Some(0) => {
+            eprintln!("FCIP_WAN_WORKERS must be a positive number, not 0");
+            std::process::exit(2);
+        }
+        Some(n) => n as usize,
+        None => 2,
     };
     let tuning = unifab::tuning::TuningSection {
-        cpu_latency_us: match std::env::var("FCIP_WAN_CPU_LATENCY_US") {
-            Ok(v) => match v.parse::<u32>() {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    eprintln!("FCIP_WAN_CPU_LATENCY_US must be a number of µs, not {v:?}");
-                    std::process::exit(2);
-                }
-            },
-            Err(_) => None,
-        },
+        cpu_latency_us: env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs"),
     };
     let held = match tuning.apply() {
         Ok(h) => h,

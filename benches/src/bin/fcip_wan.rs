@@ -183,16 +183,7 @@ async fn sites(
     tb.mode = mode;
     tb.fastwrite = fastwrite;
     tb.compression = comp;
-    let tunnel_b = Tunnel::start(tb, cb);
-    let l = Listener::start(
-        "127.0.0.1:0".parse().unwrap(),
-        SW_B,
-        vec![tunnel_b.clone()],
-        None,
-    )
-    .await
-    .unwrap();
-    let tnode = target(&b, "site-b");
+    let (tunnel_b, l, tnode) = site_b(tb, cb, &b).await;
     let links: Vec<WanLink> = match wan {
         Some(p) => (0..2)
             .map(|_| WanLink::start("127.0.0.1:0".parse().unwrap(), l.local_addr(), p).unwrap())
@@ -217,6 +208,20 @@ async fn sites(
         links,
         _keep: vec![tnode, n],
     }
+}
+
+/// Site B: its tunnel (accepting), the listener, and the target node.
+async fn site_b(tb: TunnelConfig, cb: InterSwitch, b: &Switch) -> (Tunnel, Listener, FcNode) {
+    let tunnel = Tunnel::start(tb, cb);
+    let l = Listener::start(
+        "127.0.0.1:0".parse().unwrap(),
+        SW_B,
+        vec![tunnel.clone()],
+        None,
+    )
+    .await
+    .unwrap();
+    (tunnel, l, target(b, "site-b"))
 }
 
 /// 4 KiB writes at QD1: median and 99th percentile in µs.
@@ -616,16 +621,7 @@ async fn sites_ka(ka: u64) -> Setup {
     tb.mode = LinkMode::Enhanced;
     tb.keepalive = Duration::from_millis(ka);
     tb.dead_after = Duration::from_millis(4 * ka);
-    let tunnel_b = Tunnel::start(tb, cb);
-    let l = Listener::start(
-        "127.0.0.1:0".parse().unwrap(),
-        SW_B,
-        vec![tunnel_b.clone()],
-        None,
-    )
-    .await
-    .unwrap();
-    let tnode = target(&b, "site-b");
+    let (tunnel_b, l, tnode) = site_b(tb, cb, &b).await;
     let links: Vec<WanLink> = (0..2)
         .map(|_| {
             WanLink::start(

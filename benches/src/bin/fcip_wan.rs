@@ -652,6 +652,19 @@ async fn sites_ka(ka: u64) -> Setup {
     }
 }
 
+/// The number in environment variable `name`, if set; exits saying it
+/// must be `what` when it is anything else or below `min`.
+fn env_number(name: &str, what: &str, min: u32) -> Option<u32> {
+    let v = std::env::var(name).ok()?;
+    match v.parse::<u32>() {
+        Ok(n) if n >= min => Some(n),
+        _ => {
+            eprintln!("{name} must be {what}, not {v:?}");
+            std::process::exit(2);
+        }
+    }
+}
+
 /// Both sites share one runtime: `FCIP_WAN_WORKERS` worker threads
 /// (default 2, the machine's cores). With one, every hop between the
 /// sites' tasks stays on one thread, so the latency part shows what the
@@ -661,30 +674,10 @@ async fn sites_ka(ka: u64) -> Setup {
 /// `FCIP_WAN_CPU_LATENCY_US=N` holds a CPU wake-up latency request of N µs
 /// for the whole run, as a gateway does with `[tuning] cpu_latency_us`
 /// (system-wide: the paths without FCIP run under it too). Unset: none.
-/// The number in environment variable `name`, if set; exits with `what`
-/// it must be when it is set to anything else.
-fn env_number(name: &str, what: &str) -> Option<u32> {
-    let v = std::env::var(name).ok()?;
-    match v.parse::<u32>() {
-        Ok(n) => Some(n),
-        Err(_) => {
-            eprintln!("{name} must be {what}, not {v:?}");
-            std::process::exit(2);
-        }
-    }
-}
-
 fn main() {
-    let workers = match env_number("FCIP_WAN_WORKERS", "a positive number") {
-        Some(0) => {
-            eprintln!("FCIP_WAN_WORKERS must be a positive number, not 0");
-            std::process::exit(2);
-        }
-        Some(n) => n as usize,
-        None => 2,
-    };
+    let workers = env_number("FCIP_WAN_WORKERS", "a positive number", 1).map_or(2, |n| n as usize);
     let tuning = unifab::tuning::TuningSection {
-        cpu_latency_us: env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs"),
+        cpu_latency_us: env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs", 0),
     };
     let held = match tuning.apply() {
         Ok(h) => h,

@@ -74,13 +74,11 @@ impl Listener {
                 };
                 if handshakes.len() >= MAX_HANDSHAKES {
                     drop(tcp);
-                    let why =
-                        format!("{MAX_HANDSHAKES} special frame exchanges already in progress");
-                    warn!(%peer, reason = %why, "FCIP connection refused");
-                    if let Ok(mut s) = st.lock() {
-                        s.refused += 1;
-                        s.last_refusal = format!("{peer}: {why}");
-                    }
+                    refused(
+                        &st,
+                        peer,
+                        &format!("{MAX_HANDSHAKES} special frame exchanges already in progress"),
+                    );
                     continue;
                 }
                 let (tunnels, acceptor, st, tls) =
@@ -92,13 +90,7 @@ impl Listener {
                                 s.accepted += 1;
                             }
                         }
-                        Err(why) => {
-                            warn!(%peer, reason = %why, "FCIP connection refused");
-                            if let Ok(mut s) = st.lock() {
-                                s.refused += 1;
-                                s.last_refusal = format!("{peer}: {why}");
-                            }
-                        }
+                        Err(why) => refused(&st, peer, &why),
                     }
                 });
             }
@@ -123,6 +115,15 @@ impl Listener {
     /// Counters.
     pub fn stats(&self) -> ListenerStats {
         self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Logs and counts a refused connection.
+fn refused(stats: &Mutex<ListenerStats>, peer: SocketAddr, why: &str) {
+    warn!(%peer, reason = %why, "FCIP connection refused");
+    if let Ok(mut s) = stats.lock() {
+        s.refused += 1;
+        s.last_refusal = format!("{peer}: {why}");
     }
 }
 

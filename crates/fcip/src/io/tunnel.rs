@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -762,12 +763,9 @@ impl Actor {
                     }
                 },
                 e = ev.recv() => match e {
-                    Some(Ev::Stop(done)) => {
-                        self.shut_down();
-                        let _ = done.send(());
+                    Some(e) => if self.on_event(e).is_break() {
                         return;
-                    }
-                    Some(e) => self.on_event(e),
+                    },
                     None => return,
                 },
                 () = room.notified(), if self.waiting_for_room() => {
@@ -895,7 +893,8 @@ impl Actor {
         }
     }
 
-    fn on_event(&mut self, e: Ev) {
+    /// Break: the tunnel has stopped.
+    fn on_event(&mut self, e: Ev) -> ControlFlow<()> {
         match e {
             Ev::Up(slot, conn, done) => self.circuit_up(slot, conn, done),
             Ev::Rx(slot, epoch, item) => {
@@ -908,12 +907,13 @@ impl Actor {
                     self.circuit_down(slot, &why);
                 }
             }
-            // Handled by `run`, which ends after it.
             Ev::Stop(done) => {
                 self.shut_down();
                 let _ = done.send(());
+                return ControlFlow::Break(());
             }
         }
+        ControlFlow::Continue(())
     }
 
     /// `Tunnel::stop`: the link goes down first (so that losing the

@@ -33,7 +33,7 @@ set -euo pipefail
 APT_PACKAGES=(
     libiscsi-bin tgt qemu-utils qemu-block-extra tshark fcoe-utils iperf3
     clang m4 libelf-dev pkg-config libpcap-dev shellcheck
-    zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping
+    zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping ethtool
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }

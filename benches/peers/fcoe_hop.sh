@@ -31,6 +31,11 @@
 # CPU_LATENCY_US, if set, makes gateway A hold a CPU wake-up latency request
 # of that many µs (`[tuning] cpu_latency_us`; system-wide, so it covers both
 # gateways and the host; 0: idle cores poll instead of halting). Unset: none.
+# VETH_NAPI=threaded turns on GRO and threaded NAPI on both veth ends, so the
+# receiving side's work (XDP, the copy into its UMEM) runs in a kernel thread
+# instead of inside the sender's transmit call; the CPU column then counts
+# those threads too. Unset: the veth default (receive inline in the sender).
+# WORKLOADS_ONLY, if set, is a space-separated subset of the workload names.
 # Time: about 2 × (4 workloads × REPEATS × RUN_SECONDS + 10 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,6 +49,9 @@ RUN_SECONDS=${RUN_SECONDS:-5}
 XDP_MODE=${XDP_MODE:-auto}
 LU=${LU:-memory}
 CPU_LATENCY_US=${CPU_LATENCY_US:-}
+VETH_NAPI=${VETH_NAPI:-}
+[[ -z "$VETH_NAPI" || "$VETH_NAPI" == threaded ]] || die "VETH_NAPI must be empty or threaded"
+WORKLOADS_ONLY=${WORKLOADS_ONLY:-}
 [[ -z "$CPU_LATENCY_US" || "$CPU_LATENCY_US" =~ ^[0-9]+$ ]] || die "CPU_LATENCY_US must be a number of µs"
 TUNING=""
 [[ -n "$CPU_LATENCY_US" ]] && TUNING=$'[tuning]\ncpu_latency_us = '"$CPU_LATENCY_US"
@@ -108,6 +116,18 @@ start_hop() { # start_hop IO
     ip link set "$VA" mtu 2500 up
     ip -n "$NS" link set "$VB" mtu 2500 up
     ip -n "$NS" link set lo up
+    NAPI_PIDS=()
+    if [[ "$VETH_NAPI" == threaded ]]; then
+        command -v ethtool >/dev/null || die "VETH_NAPI=threaded needs ethtool (scripts/setup.sh installs it)"
+        ethtool -K "$VA" gro on
+        ip netns exec "$NS" ethtool -K "$VB" gro on
+        echo 1 >"/sys/class/net/$VA/threaded"
+        ip netns exec "$NS" sh -c "echo 1 >/sys/class/net/$VB/threaded"
+        # A thread's name is "napi/<dev>-<id>", cut to 15 characters.
+        mapfile -t NAPI_PIDS < <(ps -e -o pid=,comm= | awk -v a="napi/$VA" -v b="napi/$VB" \
+            'index($2, substr(a, 1, 15)) == 1 || index($2, substr(b, 1, 15)) == 1 { print $1 }')
+        [[ ${#NAPI_PIDS[@]} -ge 2 ]] || die "no NAPI threads for $VA/$VB"
+    fi
     pa=$(free_port)
     pb=$(free_port)
     if [[ "$LU" == file ]]; then
@@ -190,8 +210,9 @@ WORKLOADS=(
     "read-4k|4096|32|read|20000"
     "write-4k|4096|32|write|20000"
 )
-printf 'load average at start: %s; %s CPUs; CPU latency request: %s\n\n' \
-    "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)" "${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (gateway A, system-wide)}"
+printf 'load average at start: %s; %s CPUs; CPU latency request: %s; veth NAPI: %s\n\n' \
+    "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)" "${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (gateway A, system-wide)}" \
+    "${VETH_NAPI:-inline}"
 printf '| io | link | workload | MB/s | IOPS | FCoE frames/s | CPU s per 10^6 frames |\n'
 printf '|---|---|---|---:|---:|---:|---:|\n'
 for io in $IOS; do
@@ -199,15 +220,16 @@ for io in $IOS; do
     note "$io: $LINK, $URL"
     for w in "${WORKLOADS[@]}"; do
         IFS='|' read -r name size depth mode probe <<<"$w"
+        [[ -z "$WORKLOADS_ONLY" || " $WORKLOADS_ONLY " == *" $name "* ]] || continue
         # A probe run sizes the request count to about RUN_SECONDS.
         secs=$(qemu_bench "$URL" "$size" "$depth" "$probe" "$mode")
         count=$(python3 -c "print(max($probe, int($probe * $RUN_SECONDS / max($secs, 0.001))))")
         mbs=() iops=() fps=() cpm=()
         for r in $(seq 1 "$REPEATS"); do
             f0=$(frames "$A_ADMIN")
-            c0=$(cpu_ticks "$A_PID" "$B_PID")
+            c0=$(cpu_ticks "$A_PID" "$B_PID" "${NAPI_PIDS[@]}")
             secs=$(qemu_bench "$URL" "$size" "$depth" "$count" "$mode")
-            c1=$(cpu_ticks "$A_PID" "$B_PID")
+            c1=$(cpu_ticks "$A_PID" "$B_PID" "${NAPI_PIDS[@]}")
             f1=$(frames "$A_ADMIN")
             read -r mb io_s fs cm < <(python3 -c "
 s=$secs; n=$count; b=$size; fr=$f1-$f0; cpu=($c1-$c0)/$TICKS

@@ -674,8 +674,15 @@ fn env_number(name: &str, what: &str, min: u32) -> Option<u32> {
 /// `FCIP_WAN_CPU_LATENCY_US=N` holds a CPU wake-up latency request of N µs
 /// for the whole run, as a gateway does with `[tuning] cpu_latency_us`
 /// (system-wide: the paths without FCIP run under it too). Unset: none.
+///
+/// `FCIP_WAN_SPIN=N` spawns N tasks that do nothing but yield, so that
+/// (with N ≥ workers) no worker thread ever parks: a stand-in for a
+/// busy-polling data plane, where a socket's readiness is found by the
+/// next `epoll_wait(0)` instead of a wake-up. It slows every path,
+/// the one without FCIP included (see docs/fcip.md). Unset: none.
 fn main() {
     let workers = env_number("FCIP_WAN_WORKERS", "a positive number", 1).map_or(2, |n| n as usize);
+    let spinners = env_number("FCIP_WAN_SPIN", "a number of tasks", 0).unwrap_or(0) as usize;
     let tuning = unifab::tuning::TuningSection {
         cpu_latency_us: env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs", 0),
     };
@@ -698,11 +705,20 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime")
-        .block_on(run(workers));
+        .block_on(run(workers, spinners));
 }
 
-async fn run(workers: usize) {
-    println!("(both sites on one runtime of {workers} worker threads)\n");
+async fn run(workers: usize, spinners: usize) {
+    for _ in 0..spinners {
+        tokio::spawn(async {
+            loop {
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    println!(
+        "(both sites on one runtime of {workers} worker threads; {spinners} spinning tasks)\n"
+    );
     let what: Vec<String> = std::env::args().skip(1).collect();
     let all = what.is_empty();
     let want = |w: &str| all || what.iter().any(|x| x == w);

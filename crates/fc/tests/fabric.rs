@@ -105,9 +105,14 @@ impl Sim {
     }
 
     fn initiator(&mut self, wwpn: Wwn) -> usize {
+        self.initiator_with(wwpn, None)
+    }
+
+    fn initiator_with(&mut self, wwpn: Wwn, fast_io_fail: Option<Duration>) -> usize {
         let mut cfg = NPortConfig::new(wwpn, Wwn(wwpn.0 ^ 0x0100_0000_0000_0000));
         cfg.initiator = true;
         cfg.discover = true;
+        cfg.fast_io_fail = fast_io_fail;
         self.add(cfg, None)
     }
 
@@ -281,10 +286,15 @@ fn joined(r: &TaskResult) -> Vec<u8> {
 
 /// Target and initiator logged in, the initiator's view of the target up.
 fn pair(max_burst: u32) -> (Sim, usize, usize) {
+    pair_with(max_burst, None)
+}
+
+/// [`pair`] with the initiator's `fast_io_fail`.
+fn pair_with(max_burst: u32, fast_io_fail: Option<Duration>) -> (Sim, usize, usize) {
     let mut s = Sim::new();
     let t = s.target(T_WWPN, 8, max_burst);
     s.run();
-    let i = s.initiator(I_WWPN);
+    let i = s.initiator_with(I_WWPN, fast_io_fail);
     s.run();
     // The new nexus starts with a unit attention: consume it.
     let id = s.submit(
@@ -551,6 +561,99 @@ fn logo_ends_the_nexus() {
         s.result(i, id),
         Err(InitiatorError::Unreachable { .. })
     ));
+}
+
+/// The target leaves the fabric; the initiator learns it by RSCN.
+fn target_leaves(s: &mut Sim, t: usize, i: usize) {
+    let now = s.now;
+    s.nodes[t].port.logout(now);
+    s.run();
+    assert!(s.nodes[i].port.ready_port_by_name(T_WWPN).is_none());
+}
+
+fn unreachable_reason(r: Result<TaskResult, InitiatorError>) -> String {
+    match r {
+        Err(InitiatorError::Unreachable { reason }) => reason,
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+}
+
+#[test]
+fn fast_io_fail_bounds_the_wait_for_a_lost_target_port() {
+    let (mut s, t, i) = pair_with(64 * 1024, Some(Duration::from_secs(5)));
+    target_leaves(&mut s, t, i);
+    let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    s.advance(Duration::from_secs(3));
+    assert!(
+        !s.nodes[i].results.contains_key(&a),
+        "within fast_io_fail a command waits for the port"
+    );
+    let b = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    // 5.5 s after the loss: both end, the later one too (its wait counts
+    // from the loss, not from its submission).
+    s.advance(Duration::from_millis(2500));
+    for id in [a, b] {
+        let reason = unreachable_reason(s.result(i, id));
+        assert!(
+            reason.contains("lost") && reason.contains("fast_io_fail"),
+            "{reason}"
+        );
+    }
+    // Lost for longer than fast_io_fail: a new command fails at once.
+    let c = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let reason = unreachable_reason(s.result(i, c));
+    assert!(reason.contains(&T_WWPN.to_string()), "{reason}");
+    // The port comes back: commands reach it again.
+    let now = s.now;
+    s.nodes[t].port.link_up(now);
+    s.run();
+    assert!(s.nodes[i].port.ready_port_by_name(T_WWPN).is_some());
+    let d = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    assert!(s.result(i, d).is_ok(), "the returned port answers");
+}
+
+#[test]
+fn without_fast_io_fail_a_command_waits_its_whole_timeout() {
+    let (mut s, t, i) = pair(64 * 1024);
+    target_leaves(&mut s, t, i);
+    let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    s.advance(Duration::from_secs(29));
+    assert!(
+        !s.nodes[i].results.contains_key(&a),
+        "still waiting at 29 s"
+    );
+    s.advance(Duration::from_secs(2));
+    let reason = unreachable_reason(s.result(i, a));
+    assert!(!reason.contains("fast_io_fail"), "{reason}");
+}
+
+#[test]
+fn fast_io_fail_waits_for_a_port_not_yet_seen_and_sends_when_it_comes() {
+    let mut s = Sim::new();
+    let i = s.initiator_with(I_WWPN, Some(Duration::from_secs(5)));
+    s.run();
+    let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    s.advance(Duration::from_secs(4));
+    assert!(!s.nodes[i].results.contains_key(&a));
+    s.target(T_WWPN, 8, 64 * 1024);
+    s.run();
+    let r = s.result(i, a).expect("sent once the port logged in");
+    assert_eq!(
+        r.status,
+        Status::CHECK_CONDITION,
+        "the new nexus's unit attention"
+    );
+    // A port never seen: the wait counts from the command.
+    let b = s.submit(
+        i,
+        Wwn(0x2100_0000_0000_00c1),
+        Request::new(Lun(0), read10(0, 1), 512),
+    );
+    s.advance(Duration::from_secs(4));
+    assert!(!s.nodes[i].results.contains_key(&b));
+    s.advance(Duration::from_millis(1500));
+    let reason = unreachable_reason(s.result(i, b));
+    assert!(reason.contains("within fast_io_fail"), "{reason}");
 }
 
 #[test]

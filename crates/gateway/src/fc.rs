@@ -25,6 +25,9 @@
 //! [fabric.initiator]                          # for fc:// backends
 //! wwpn = "21:00:00:00:c9:00:00:0b"
 //! nexus = "per-initiator"                     # or "shared"
+//! command_timeout = 30                        # seconds; every command ends within it
+//! fast_io_fail = 5                            # seconds a command waits for a lost
+//!                                             # target port (default: command_timeout)
 //!
 //! [[lu]]
 //! name = "via-fc"
@@ -39,6 +42,14 @@
 //!   unit attentions stay per host.
 //! - A remote LU's identity (VPD 0x80/0x83) is derived from its URL, as
 //!   for `iscsi://` LUs; `identity = "passthrough"` is not offered yet.
+//! - A command whose target port is not logged in waits for it. Without
+//!   `fast_io_fail` it waits up to `command_timeout` (30 s by default, as
+//!   long as a host's own SCSI timeout). With it, the wait ends
+//!   `fast_io_fail` seconds after the port was lost, and a command for a
+//!   port lost longer ago fails at once, with ABORTED COMMAND, LOGICAL
+//!   UNIT COMMUNICATION FAILURE (0B/08/00): a multipath host retries on
+//!   another path within seconds, as Linux's `fast_io_fail_tmo` does.
+//!   Commands in flight when the port goes fail at once either way.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -136,6 +147,9 @@ pub struct FcTargetSection {
     pub luns: Vec<String>,
 }
 
+/// Longest `command_timeout` or `fast_io_fail` accepted, in seconds (a day).
+pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
 /// `[fabric.initiator]`: the gateway's FCP initiator N_Port.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -152,6 +166,10 @@ pub struct FcInitiatorSection {
     /// Seconds within which every command ends (default 30).
     #[serde(default)]
     pub command_timeout: Option<f64>,
+    /// Seconds a command waits for a target port that was lost (or not
+    /// yet seen) before it fails (default: up to `command_timeout`).
+    #[serde(default)]
+    pub fast_io_fail: Option<f64>,
 }
 
 /// An `fc://WWPN/LUN` backend.
@@ -201,6 +219,28 @@ fn node_name_for(port: Wwn) -> Wwn {
 impl FabricSection {
     fn switch(&self) -> Result<Wwn, String> {
         wwn("fabric.switch_wwn", &self.switch_wwn)
+    }
+
+    /// The FCP initiator N_Port's configuration from `[fabric.initiator]`
+    /// (names, command timeout, `fast_io_fail`; default E_D_TOV/R_A_TOV).
+    fn initiator_port_config(&self) -> Result<NPortConfig, String> {
+        let initiator = self.initiator_wwpn()?;
+        let section = self.initiator.as_ref();
+        let wwnn = match section.and_then(|i| i.wwnn.as_ref()) {
+            Some(n) => wwn("fabric.initiator.wwnn", n)?,
+            None => node_name_for(initiator),
+        };
+        let mut cfg = NPortConfig::new(initiator, wwnn);
+        cfg.initiator = true;
+        cfg.discover = true;
+        cfg.symbolic_name = format!("unifab FCP initiator {initiator}");
+        if let Some(t) = section.and_then(|i| i.command_timeout) {
+            cfg.command_timeout = Duration::from_secs_f64(t);
+        }
+        cfg.fast_io_fail = section
+            .and_then(|i| i.fast_io_fail)
+            .map(Duration::from_secs_f64);
+        Ok(cfg)
     }
 
     fn initiator_wwpn(&self) -> Result<Wwn, String> {
@@ -328,9 +368,16 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
                 ));
             }
         }
-        if let Some(t) = i.command_timeout {
-            if !(t.is_finite() && t > 0.0) {
-                return Err("fabric.initiator.command_timeout must be positive".into());
+        for (key, v) in [
+            ("command_timeout", i.command_timeout),
+            ("fast_io_fail", i.fast_io_fail),
+        ] {
+            if let Some(t) = v {
+                if !(t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_SECS) {
+                    return Err(format!(
+                        "fabric.initiator.{key} {t} must be positive and at most {MAX_TIMEOUT_SECS} s"
+                    ));
+                }
             }
         }
     }
@@ -433,19 +480,9 @@ impl FcPlane {
             names.push((wwpn, iface));
             println!("FC target {wwpn} with {} LUN(s)", t.luns.len());
         }
-        let initiator = f.initiator_wwpn().map_err(anyhow::Error::msg)?;
-        let wwnn = match f.initiator.as_ref().and_then(|i| i.wwnn.as_ref()) {
-            Some(n) => wwn("fabric.initiator.wwnn", n).map_err(anyhow::Error::msg)?,
-            None => node_name_for(initiator),
-        };
-        let mut cfg = NPortConfig::new(initiator, wwnn);
-        cfg.initiator = true;
-        cfg.discover = true;
+        let mut cfg = f.initiator_port_config().map_err(anyhow::Error::msg)?;
         cfg.timeouts = timeouts;
-        cfg.symbolic_name = format!("unifab FCP initiator {initiator}");
-        if let Some(t) = f.initiator.as_ref().and_then(|i| i.command_timeout) {
-            cfg.command_timeout = Duration::from_secs_f64(t);
-        }
+        let initiator = cfg.port_name;
         let iface = format!("fc1/{}", f.target.len() + 1);
         match initiator_via {
             Some(via) => node.add_port_via(&iface, cfg, None, via),
@@ -680,6 +717,39 @@ wwpn = "21:00:00:00:c9:00:00:0b"
         );
         let e = bad("[fabric]\ndomain = 7", "[fabric]\ndomain = 7\nbogus = 1");
         assert!(e.starts_with("fc.toml:") && e.contains("bogus"), "{e}");
+        // The initiator's timeouts: positive, finite, at most a day.
+        // CFG ends inside [fabric.initiator].
+        let timed = |line: &str| format!("{CFG}{line}\n");
+        let c = Config::parse(
+            &timed("fast_io_fail = 2.5\ncommand_timeout = 20"),
+            "fc.toml",
+        )
+        .unwrap();
+        let i = c.fabric.as_ref().unwrap().initiator.as_ref().unwrap();
+        assert_eq!((i.fast_io_fail, i.command_timeout), (Some(2.5), Some(20.0)));
+        let port = c.fabric.as_ref().unwrap().initiator_port_config().unwrap();
+        assert_eq!(port.fast_io_fail, Some(Duration::from_millis(2500)));
+        assert_eq!(port.command_timeout, Duration::from_secs(20));
+        assert!(port.initiator && port.discover);
+        let f = Config::parse(CFG, "fc.toml").unwrap().fabric.unwrap();
+        let port = f.initiator_port_config().unwrap();
+        assert_eq!(port.fast_io_fail, None, "off unless configured");
+        assert_eq!(port.command_timeout, Duration::from_secs(30));
+        for (line, key) in [
+            ("fast_io_fail = 0", "fast_io_fail"),
+            ("fast_io_fail = -1", "fast_io_fail"),
+            ("fast_io_fail = 1e30", "fast_io_fail"),
+            ("fast_io_fail = nan", "fast_io_fail"),
+            ("command_timeout = 1e30", "command_timeout"),
+        ] {
+            let e = Config::parse(&timed(line), "fc.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(key) && e.contains("at most 86400"),
+                "{line}: {e}"
+            );
+        }
         // An fc:// LU without a fabric.
         let no_fabric = CFG.split("[fabric]").next().unwrap();
         assert!(

@@ -4,7 +4,8 @@
 //!
 //! - Commands go out in the order they were submitted. A command for a
 //!   target port that is not (yet) logged in waits for it, within the
-//!   command timeout.
+//!   command timeout, or within `fast_io_fail` of the port's loss when
+//!   that is set (a port lost longer ago fails its commands at once).
 //! - Data-out is sent from the request's buffers by relative offset, as
 //!   each FCP_XFER_RDY asks, in frames no larger than the target receives
 //!   and never straddling two buffers (no copy).
@@ -53,8 +54,17 @@ struct Queued {
     id: u64,
     target: Wwn,
     work: Work,
+    /// The command's own deadline (it keeps it once started).
     deadline: Instant,
+    /// When it stops waiting for its port: `deadline`, or earlier under
+    /// `fast_io_fail`.
+    wait_until: Instant,
 }
+
+/// Most lost target ports remembered for `fast_io_fail`; beyond it the
+/// longest-lost is forgotten (a command for it then waits `fast_io_fail`
+/// from its own submission instead of failing at once).
+pub const MAX_LOST_PORTS: usize = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AbortReason {
@@ -99,15 +109,21 @@ struct Cmd {
 #[derive(Debug)]
 pub struct InitiatorEngine {
     timeout: Duration,
+    fast_io_fail: Option<Duration>,
+    /// Target ports lost while logged in, and when (kept only with
+    /// `fast_io_fail`, at most [`MAX_LOST_PORTS`]).
+    lost: FastMap<Wwn, Instant>,
     queued: VecDeque<Queued>,
     cmds: FastMap<OxId, Cmd>,
     by_id: FastMap<u64, OxId>,
 }
 
 impl InitiatorEngine {
-    pub(crate) fn new(timeout: Duration) -> InitiatorEngine {
+    pub(crate) fn new(timeout: Duration, fast_io_fail: Option<Duration>) -> InitiatorEngine {
         InitiatorEngine {
             timeout,
+            fast_io_fail,
+            lost: FastMap::default(),
             queued: VecDeque::new(),
             cmds: FastMap::default(),
             by_id: FastMap::default(),
@@ -130,7 +146,7 @@ impl InitiatorEngine {
             .values()
             .map(|c| c.aborting.map_or(c.deadline, |(_, d)| d))
             .min();
-        let b = self.queued.iter().map(|q| q.deadline).min();
+        let b = self.queued.iter().map(|q| q.wait_until).min();
         match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -291,13 +307,72 @@ impl NPort {
         let behind = self.initiator.queued.iter().any(|q| q.target == target);
         match self.ready_port_by_name(target) {
             Some(peer) if !behind => self.start(now, id, peer, work, deadline),
-            _ => self.initiator.queued.push_back(Queued {
-                id,
-                target,
-                work,
-                deadline,
-            }),
+            _ => {
+                let wait_until = match self.initiator.fast_io_fail {
+                    None => deadline,
+                    Some(ff) => {
+                        let since = self.initiator.lost.get(&target).copied().unwrap_or(now);
+                        (since + ff).min(deadline)
+                    }
+                };
+                if wait_until <= now {
+                    let e = self.not_logged_in(now, target);
+                    self.fail(id, &work, e);
+                    return;
+                }
+                self.initiator.queued.push_back(Queued {
+                    id,
+                    target,
+                    work,
+                    deadline,
+                    wait_until,
+                });
+            }
         }
+    }
+
+    /// A target port that was logged in is gone: remember when, for
+    /// `fast_io_fail`.
+    pub(super) fn initiator_port_lost(&mut self, now: Instant, name: Wwn) {
+        let Some(ff) = self.initiator.fast_io_fail else {
+            return;
+        };
+        let lost = &mut self.initiator.lost;
+        if lost.len() >= MAX_LOST_PORTS && !lost.contains_key(&name) {
+            if let Some(oldest) = lost.iter().min_by_key(|(_, t)| **t).map(|(w, _)| *w) {
+                lost.remove(&oldest);
+            }
+        }
+        lost.insert(name, now);
+        // Commands already waiting for it wait no longer than that.
+        for q in self
+            .initiator
+            .queued
+            .iter_mut()
+            .filter(|q| q.target == name)
+        {
+            q.wait_until = q.wait_until.min(now + ff);
+        }
+    }
+
+    /// Why a command stopped waiting for `target`.
+    fn not_logged_in(&self, now: Instant, target: Wwn) -> InitiatorError {
+        let reason = match (
+            self.initiator.fast_io_fail,
+            self.initiator.lost.get(&target),
+        ) {
+            (Some(ff), Some(t)) => format!(
+                "FC target port {target} lost {:.1} s ago (fast_io_fail {:.1} s)",
+                now.saturating_duration_since(*t).as_secs_f64(),
+                ff.as_secs_f64()
+            ),
+            (Some(ff), None) => format!(
+                "FC target port {target} not logged in within fast_io_fail ({:.1} s)",
+                ff.as_secs_f64()
+            ),
+            (None, _) => format!("FC target port {target} not logged in"),
+        };
+        InitiatorError::Unreachable { reason }
     }
 
     fn start(&mut self, _now: Instant, id: u64, peer: FcId, work: Work, deadline: Instant) {
@@ -827,6 +902,7 @@ impl NPort {
             }
         }
         self.initiator.queued = keep;
+        self.initiator.lost.remove(&name);
         for q in go {
             self.start(now, q.id, peer, q.work, q.deadline);
         }
@@ -873,7 +949,7 @@ impl NPort {
         let mut keep = VecDeque::new();
         let mut late = Vec::new();
         for q in self.initiator.queued.drain(..) {
-            if q.deadline <= now {
+            if q.wait_until <= now {
                 late.push(q);
             } else {
                 keep.push_back(q);
@@ -881,9 +957,7 @@ impl NPort {
         }
         self.initiator.queued = keep;
         for q in late {
-            let e = InitiatorError::Unreachable {
-                reason: format!("FC target port {} not logged in", q.target),
-            };
+            let e = self.not_logged_in(now, q.target);
             self.fail(q.id, &q.work, e);
         }
         // Commands past their timeout, and aborts without an answer.
@@ -913,6 +987,36 @@ impl NPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lost-port memory is bounded: beyond the limit the longest-lost
+    /// port is forgotten, and a port that is lost again moves up.
+    #[test]
+    fn lost_ports_are_bounded_and_the_oldest_goes_first() {
+        let mut cfg = super::super::NPortConfig::new(Wwn(0x2100_0000_0000_0001), Wwn(1));
+        cfg.initiator = true;
+        cfg.fast_io_fail = Some(Duration::from_secs(5));
+        let mut p = NPort::new(cfg);
+        let t0 = Instant::now();
+        let name = |k: u64| Wwn(0x2200_0000_0000_0000 + k);
+        for k in 0..MAX_LOST_PORTS as u64 {
+            p.initiator_port_lost(t0 + Duration::from_millis(k), name(k));
+        }
+        // Port 0 is lost again: it is now the newest.
+        p.initiator_port_lost(t0 + Duration::from_secs(10), name(0));
+        assert_eq!(p.initiator.lost.len(), MAX_LOST_PORTS);
+        p.initiator_port_lost(t0 + Duration::from_secs(11), name(9999));
+        assert_eq!(p.initiator.lost.len(), MAX_LOST_PORTS);
+        assert!(
+            !p.initiator.lost.contains_key(&name(1)),
+            "the longest-lost goes"
+        );
+        assert!(p.initiator.lost.contains_key(&name(0)));
+        assert!(p.initiator.lost.contains_key(&name(9999)));
+        // Without fast_io_fail nothing is kept.
+        let mut q = NPort::new(super::super::NPortConfig::new(Wwn(2), Wwn(3)));
+        q.initiator_port_lost(t0, name(1));
+        assert!(q.initiator.lost.is_empty());
+    }
 
     #[test]
     fn slicing_never_copies_and_covers_the_range() {

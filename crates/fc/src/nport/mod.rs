@@ -78,6 +78,14 @@ pub struct NPortConfig {
     pub timeouts: Timeouts,
     /// How long an initiator command may take before it is aborted.
     pub command_timeout: Duration,
+    /// How long an initiator command waits for its target port to be
+    /// logged in, counted from the moment the port was lost (or from the
+    /// command, for a port not seen since this port came up). A command
+    /// for a port lost longer ago fails at once. Linux calls this
+    /// `fast_io_fail_tmo`: a multipath host gets a retryable error in
+    /// seconds and moves to another path. `None`: a command waits up to
+    /// `command_timeout`.
+    pub fast_io_fail: Option<Duration>,
     /// Largest burst a target asks for with one FCP_XFER_RDY.
     pub max_burst: u32,
     /// Most open exchanges in each role.
@@ -100,6 +108,7 @@ impl NPortConfig {
             rx_data_field_size: 2048,
             timeouts: Timeouts::default(),
             command_timeout: Duration::from_secs(30),
+            fast_io_fail: None,
             max_burst: 256 * 1024,
             max_exchanges: 4096,
             relative_port_id: 1,
@@ -279,7 +288,7 @@ impl NPort {
         let xm = ExchangeManager::new(cfg.timeouts, cfg.max_exchanges);
         NPort {
             target: TargetEngine::new(cfg.max_burst),
-            initiator: InitiatorEngine::new(cfg.command_timeout),
+            initiator: InitiatorEngine::new(cfg.command_timeout, cfg.fast_io_fail),
             cfg,
             login: LoginState::Offline,
             fc_id: FcId::UNIDENTIFIED,
@@ -855,6 +864,7 @@ impl NPort {
         }
         self.initiator_port_gone(now, peer);
         if was_ready {
+            self.initiator_port_lost(now, port_name);
             self.event(NPortEvent::PortDown {
                 fc_id: peer,
                 port_name,

@@ -72,6 +72,17 @@ fn parse_size(s: &str) -> Result<u64, String> {
     crate::config::parse_size(s)
 }
 
+/// A command-line number of seconds: finite, 0 to a year (a Duration
+/// cannot hold every f64, and NaN or infinity would not mean anything).
+pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=31_536_000.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds from 0 to 31536000"
+        )),
+    }
+}
+
 /// Options of `unifab bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -96,7 +107,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub offset: u64,
     /// Seconds to run (write, read, rw; default 10).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_seconds)]
     pub time: Option<f64>,
     /// Commands to run (write, read, rw), instead of --time.
     #[arg(long)]
@@ -117,11 +128,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub digests: bool,
     /// Seconds a command may take (the initiator's command timeout).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = parse_seconds)]
     pub command_timeout: f64,
     /// Seconds to keep retrying a command that fails with a retryable
     /// error.
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, value_parser = parse_seconds)]
     pub retry_time: f64,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
@@ -1026,6 +1037,33 @@ fn print_summary(s: &Summary) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seconds on the command line: what a Duration can hold, or a clear
+    /// refusal (before, `--time inf` or `--command-timeout nan` panicked).
+    #[test]
+    fn seconds_arguments_are_checked() {
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        for bad in ["nan", "inf", "-1", "1e30", "x", ""] {
+            let e = parse_seconds(bad).unwrap_err();
+            assert!(e.contains("seconds"), "{bad}: {e}");
+        }
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        use clap::Parser as _;
+        let url = "iscsi://h/iqn.x/0";
+        for flag in ["--time", "--command-timeout", "--retry-time"] {
+            for v in ["nan", "inf", "1e30"] {
+                let r = Line::try_parse_from(["bench", url, flag, v]);
+                assert!(r.is_err(), "{flag} {v} refused");
+            }
+            let ok = Line::try_parse_from(["bench", url, flag, "3"]);
+            assert!(ok.is_ok(), "{flag} 3 taken");
+        }
+    }
 
     #[test]
     fn sectors_describe_themselves() {

@@ -37,7 +37,7 @@ pub struct DiscoverArgs {
     #[arg(long)]
     pub no_luns: bool,
     /// Seconds for each login and command.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = crate::bench::parse_seconds)]
     pub timeout: f64,
     /// Print JSON.
     #[arg(long)]

@@ -571,6 +571,16 @@ fn target_leaves(s: &mut Sim, t: usize, i: usize) {
     assert!(s.nodes[i].port.ready_port_by_name(T_WWPN).is_none());
 }
 
+/// A one-block READ(10) for `target`.
+fn read_one(s: &mut Sim, i: usize, target: Wwn) -> CommandId {
+    s.submit(i, target, Request::new(Lun(0), read10(0, 1), 512))
+}
+
+/// The command has no answer yet.
+fn unanswered(s: &Sim, i: usize, id: CommandId) -> bool {
+    !s.nodes[i].results.contains_key(&id)
+}
+
 fn unreachable_reason(r: Result<TaskResult, InitiatorError>) -> String {
     match r {
         Err(InitiatorError::Unreachable { reason }) => reason,
@@ -582,13 +592,13 @@ fn unreachable_reason(r: Result<TaskResult, InitiatorError>) -> String {
 fn fast_io_fail_bounds_the_wait_for_a_lost_target_port() {
     let (mut s, t, i) = pair_with(64 * 1024, Some(Duration::from_secs(5)));
     target_leaves(&mut s, t, i);
-    let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let a = read_one(&mut s, i, T_WWPN);
     s.advance(Duration::from_secs(3));
     assert!(
-        !s.nodes[i].results.contains_key(&a),
+        unanswered(&s, i, a),
         "within fast_io_fail a command waits for the port"
     );
-    let b = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let b = read_one(&mut s, i, T_WWPN);
     // 5.5 s after the loss: both end, the later one too (its wait counts
     // from the loss, not from its submission).
     s.advance(Duration::from_millis(2500));
@@ -600,7 +610,7 @@ fn fast_io_fail_bounds_the_wait_for_a_lost_target_port() {
         );
     }
     // Lost for longer than fast_io_fail: a new command fails at once.
-    let c = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let c = read_one(&mut s, i, T_WWPN);
     let reason = unreachable_reason(s.result(i, c));
     assert!(reason.contains(&T_WWPN.to_string()), "{reason}");
     // The port comes back: commands reach it again.
@@ -608,7 +618,7 @@ fn fast_io_fail_bounds_the_wait_for_a_lost_target_port() {
     s.nodes[t].port.link_up(now);
     s.run();
     assert!(s.nodes[i].port.ready_port_by_name(T_WWPN).is_some());
-    let d = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let d = read_one(&mut s, i, T_WWPN);
     assert!(s.result(i, d).is_ok(), "the returned port answers");
 }
 
@@ -616,12 +626,9 @@ fn fast_io_fail_bounds_the_wait_for_a_lost_target_port() {
 fn without_fast_io_fail_a_command_waits_its_whole_timeout() {
     let (mut s, t, i) = pair(64 * 1024);
     target_leaves(&mut s, t, i);
-    let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let a = read_one(&mut s, i, T_WWPN);
     s.advance(Duration::from_secs(29));
-    assert!(
-        !s.nodes[i].results.contains_key(&a),
-        "still waiting at 29 s"
-    );
+    assert!(unanswered(&s, i, a), "still waiting at 29 s");
     s.advance(Duration::from_secs(2));
     let reason = unreachable_reason(s.result(i, a));
     assert!(!reason.contains("fast_io_fail"), "{reason}");
@@ -632,9 +639,9 @@ fn fast_io_fail_waits_for_a_port_not_yet_seen_and_sends_when_it_comes() {
     let mut s = Sim::new();
     let i = s.initiator_with(I_WWPN, Some(Duration::from_secs(5)));
     s.run();
-    let a = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    let a = read_one(&mut s, i, T_WWPN);
     s.advance(Duration::from_secs(4));
-    assert!(!s.nodes[i].results.contains_key(&a));
+    assert!(unanswered(&s, i, a));
     s.target(T_WWPN, 8, 64 * 1024);
     s.run();
     let r = s.result(i, a).expect("sent once the port logged in");
@@ -644,13 +651,9 @@ fn fast_io_fail_waits_for_a_port_not_yet_seen_and_sends_when_it_comes() {
         "the new nexus's unit attention"
     );
     // A port never seen: the wait counts from the command.
-    let b = s.submit(
-        i,
-        Wwn(0x2100_0000_0000_00c1),
-        Request::new(Lun(0), read10(0, 1), 512),
-    );
+    let b = read_one(&mut s, i, Wwn(0x2100_0000_0000_00c1));
     s.advance(Duration::from_secs(4));
-    assert!(!s.nodes[i].results.contains_key(&b));
+    assert!(unanswered(&s, i, b));
     s.advance(Duration::from_millis(1500));
     let reason = unreachable_reason(s.result(i, b));
     assert!(reason.contains("within fast_io_fail"), "{reason}");

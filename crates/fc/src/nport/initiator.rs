@@ -316,7 +316,7 @@ impl NPort {
                     }
                 };
                 if wait_until <= now {
-                    let e = self.not_logged_in(now, target);
+                    let e = self.not_logged_in(now, target, true);
                     self.fail(id, &work, e);
                     return;
                 }
@@ -355,12 +355,11 @@ impl NPort {
         }
     }
 
-    /// Why a command stopped waiting for `target`.
-    fn not_logged_in(&self, now: Instant, target: Wwn) -> InitiatorError {
-        let reason = match (
-            self.initiator.fast_io_fail,
-            self.initiator.lost.get(&target),
-        ) {
+    /// Why a command stopped waiting for `target`: `fast_io_fail` ended
+    /// the wait, or else the command's own timeout did.
+    fn not_logged_in(&self, now: Instant, target: Wwn, fast_fail: bool) -> InitiatorError {
+        let ff = self.initiator.fast_io_fail.filter(|_| fast_fail);
+        let reason = match (ff, self.initiator.lost.get(&target)) {
             (Some(ff), Some(t)) => format!(
                 "FC target port {target} lost {:.1} s ago (fast_io_fail {:.1} s)",
                 now.saturating_duration_since(*t).as_secs_f64(),
@@ -957,7 +956,7 @@ impl NPort {
         }
         self.initiator.queued = keep;
         for q in late {
-            let e = self.not_logged_in(now, q.target);
+            let e = self.not_logged_in(now, q.target, q.wait_until < q.deadline);
             self.fail(q.id, &q.work, e);
         }
         // Commands past their timeout, and aborts without an answer.

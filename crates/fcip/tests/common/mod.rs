@@ -107,6 +107,18 @@ pub async fn build_with(
     wan: Option<WanProfile>,
     tweak: impl Fn(&mut TunnelConfig),
 ) -> Sites {
+    build_full(mode, fastwrite, compression, wan, tweak, |_| {}).await
+}
+
+/// As [`build_with`], with `initiator` applied to site A's initiator port.
+pub async fn build_full(
+    mode: LinkMode,
+    fastwrite: (bool, bool),
+    compression: compress::Mode,
+    wan: Option<WanProfile>,
+    tweak: impl Fn(&mut TunnelConfig),
+    initiator: impl Fn(&mut NPortConfig),
+) -> Sites {
     let a = Switch::new(FabricConfig {
         domain: 1,
         switch_name: SW_A,
@@ -185,6 +197,7 @@ pub async fn build_with(
     let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0a0b));
     i.initiator = true;
     i.discover = true;
+    initiator(&mut i);
     node_a.add_port("fc1/1", i, None).unwrap();
     assert!(
         node_a

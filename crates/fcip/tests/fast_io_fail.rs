@@ -8,14 +8,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TARGET, build_full, task};
+use common::{TARGET, build_with, task};
 use unifab_fcip::io::LinkMode;
 use unifab_fcip::proto::compress;
 use unifab_scsi_core::{LogicalUnit, Status};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_behind_a_stopped_tunnel_fails_its_commands_after_fast_io_fail() {
-    let s = build_full(
+    let s = build_with(
         LinkMode::Rfc,
         (false, false),
         compress::Mode::None,

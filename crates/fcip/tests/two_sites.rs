@@ -177,6 +177,7 @@ async fn full_writers_hold_frames_back_and_lose_none() {
             |c| {
                 c.writer_queue = 1;
             },
+            |_| {},
         )
         .await;
         let done = tokio::time::timeout(Duration::from_secs(60), io(&s)).await;

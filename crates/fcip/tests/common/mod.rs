@@ -96,22 +96,12 @@ pub async fn build(
     compression: compress::Mode,
     wan: Option<WanProfile>,
 ) -> Sites {
-    build_with(mode, fastwrite, compression, wan, |_| {}).await
+    build_with(mode, fastwrite, compression, wan, |_| {}, |_| {}).await
 }
 
-/// As [`build`], with `tweak` applied to both tunnels' configurations.
+/// As [`build`], with `tweak` applied to both tunnels' configurations and
+/// `initiator` to site A's initiator port.
 pub async fn build_with(
-    mode: LinkMode,
-    fastwrite: (bool, bool),
-    compression: compress::Mode,
-    wan: Option<WanProfile>,
-    tweak: impl Fn(&mut TunnelConfig),
-) -> Sites {
-    build_full(mode, fastwrite, compression, wan, tweak, |_| {}).await
-}
-
-/// As [`build_with`], with `initiator` applied to site A's initiator port.
-pub async fn build_full(
     mode: LinkMode,
     fastwrite: (bool, bool),
     compression: compress::Mode,

@@ -75,12 +75,11 @@ fn parse_size(s: &str) -> Result<u64, String> {
 /// A command-line number of seconds: finite, 0 to a year (a Duration
 /// cannot hold every f64, and NaN or infinity would not mean anything).
 pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && (0.0..=31_536_000.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "{s:?} is not a number of seconds from 0 to 31536000"
-        )),
-    }
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| crate::config::seconds_in(*v, 0.0..=31_536_000.0).is_some())
+        .ok_or_else(|| format!("{s:?} is not a number of seconds from 0 to 31536000"))
 }
 
 /// Options of `unifab bench`.

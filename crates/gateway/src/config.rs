@@ -194,6 +194,16 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// `v` seconds as a [`Duration`](std::time::Duration) when it lies in
+/// `range` (a finite range: NaN, the infinities and what a `Duration`
+/// cannot hold all fall outside it). Every number of seconds the gateway
+/// takes, from a config file or the command line, goes through here.
+pub fn seconds_in(v: f64, range: std::ops::RangeInclusive<f64>) -> Option<std::time::Duration> {
+    range
+        .contains(&v)
+        .then(|| std::time::Duration::from_secs_f64(v))
+}
+
 /// Parses `"1GiB"`, `"512 MiB"`, `"4k"`, `"1048576"`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();

@@ -70,7 +70,7 @@ use unifab_fc::wire::header::FcType;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget};
 
-use crate::config::{Backend, Config, LuConfig};
+use crate::config::{Backend, Config, LuConfig, seconds_in};
 
 /// The default switch name.
 pub const DEFAULT_SWITCH_WWN: &str = "10:00:00:00:00:00:00:01";
@@ -149,6 +149,10 @@ pub struct FcTargetSection {
 
 /// Longest `command_timeout` or `fast_io_fail` accepted, in seconds (a day).
 pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
+/// The range of `command_timeout` and `fast_io_fail`: positive, at most a
+/// day.
+const TIMEOUT_SECS: std::ops::RangeInclusive<f64> = f64::MIN_POSITIVE..=MAX_TIMEOUT_SECS;
 
 /// `[fabric.initiator]`: the gateway's FCP initiator N_Port.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -234,12 +238,11 @@ impl FabricSection {
         cfg.initiator = true;
         cfg.discover = true;
         cfg.symbolic_name = format!("unifab FCP initiator {initiator}");
-        if let Some(t) = section.and_then(|i| i.command_timeout) {
-            cfg.command_timeout = Duration::from_secs_f64(t);
+        let secs = |v: Option<f64>| v.and_then(|t| seconds_in(t, TIMEOUT_SECS));
+        if let Some(d) = secs(section.and_then(|i| i.command_timeout)) {
+            cfg.command_timeout = d;
         }
-        cfg.fast_io_fail = section
-            .and_then(|i| i.fast_io_fail)
-            .map(Duration::from_secs_f64);
+        cfg.fast_io_fail = secs(section.and_then(|i| i.fast_io_fail));
         Ok(cfg)
     }
 
@@ -373,7 +376,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             ("fast_io_fail", i.fast_io_fail),
         ] {
             if let Some(t) = v {
-                if !(t.is_finite() && t > 0.0 && t <= MAX_TIMEOUT_SECS) {
+                if seconds_in(t, TIMEOUT_SECS).is_none() {
                     return Err(format!(
                         "fabric.initiator.{key} {t} must be positive and at most {MAX_TIMEOUT_SECS} s"
                     ));

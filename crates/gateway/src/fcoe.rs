@@ -37,7 +37,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde::Deserialize;
@@ -52,6 +51,9 @@ use unifab_fcoe::link::EthLink;
 use unifab_fcoe::wire::MacAddr;
 
 use crate::config::Config;
+
+/// The range of `fka_adv_period`, in seconds.
+const FKA_ADV_PERIOD_SECS: std::ops::RangeInclusive<f64> = 0.25..=3600.0;
 
 /// `[fcoe]`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -136,7 +138,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             }
         }
         if let Some(t) = p.fka_adv_period {
-            if !(t.is_finite() && (0.25..=3600.0).contains(&t)) {
+            if crate::config::seconds_in(t, FKA_ADV_PERIOD_SECS).is_none() {
                 return Err(format!("{at}: fka_adv_period must be 0.25–3600 seconds"));
             }
         }
@@ -266,8 +268,11 @@ impl Opened {
             if let Some(pr) = p.fcf_priority {
                 c.priority = pr;
             }
-            if let Some(t) = p.fka_adv_period {
-                c.fka_adv_period = Duration::from_secs_f64(t);
+            if let Some(d) = p
+                .fka_adv_period
+                .and_then(|t| crate::config::seconds_in(t, FKA_ADV_PERIOD_SECS))
+            {
+                c.fka_adv_period = d;
             }
             println!(
                 "FCoE FCF on {} ({mac}, VLAN {})",

@@ -93,11 +93,8 @@ impl GatewayLu {
 }
 
 fn secs(name: &str, v: Option<f64>, default: f64) -> Result<Duration, String> {
-    let v = v.unwrap_or(default);
-    if !(0.0..=86_400.0).contains(&v) || v.is_nan() {
-        return Err(format!("{name} must be between 0 and 86400 seconds"));
-    }
-    Ok(Duration::from_secs_f64(v))
+    crate::config::seconds_in(v.unwrap_or(default), 0.0..=86_400.0)
+        .ok_or_else(|| format!("{name} must be between 0 and 86400 seconds"))
 }
 
 /// Checks what only an `iscsi://` LU may or must have.

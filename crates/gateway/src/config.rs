@@ -140,6 +140,12 @@ pub struct RemoteIscsiConfig {
     /// Seconds a TCP connect plus login may take (default 10).
     #[serde(default)]
     pub login_timeout: Option<f64>,
+    /// Seconds commands wait for the session to reconnect before they fail
+    /// with LOGICAL UNIT COMMUNICATION FAILURE, and new ones fail at once
+    /// until it is back (open-iscsi's `replacement_timeout`; default: none,
+    /// each command waits up to `command_timeout`).
+    #[serde(default)]
+    pub replacement_timeout: Option<f64>,
     /// Digests offered, in preference order (default `["None", "CRC32C"]`).
     #[serde(default)]
     pub digests: Option<Vec<String>>,
@@ -171,6 +177,7 @@ impl fmt::Debug for RemoteIscsiConfig {
             .field("fixed_name", &self.fixed_name)
             .field("identity", &self.identity)
             .field("command_timeout", &self.command_timeout)
+            .field("replacement_timeout", &self.replacement_timeout)
             .finish_non_exhaustive()
     }
 }

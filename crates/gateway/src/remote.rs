@@ -13,6 +13,9 @@
 //! nexus = "per-initiator"         # or "shared"
 //! identity = "derived"            # or "passthrough"
 //! command_timeout = 20            # seconds; every command ends within it
+//! replacement_timeout = 5         # seconds without a connection before the
+//!                                 # commands waiting for one fail (default:
+//!                                 # they wait up to command_timeout)
 //! nop_interval = 5
 //! nop_timeout = 5
 //! digests = ["None", "CRC32C"]
@@ -198,6 +201,7 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
     secs("nop_interval", r.nop_interval, 5.0).map_err(|e| format!("lu {n:?}: {e}"))?;
     secs("nop_timeout", r.nop_timeout, 5.0).map_err(|e| format!("lu {n:?}: {e}"))?;
     secs("login_timeout", r.login_timeout, 10.0).map_err(|e| format!("lu {n:?}: {e}"))?;
+    replacement_timeout(r).map_err(|e| format!("lu {n:?}: {e}"))?;
     if r.queue_depth
         .is_some_and(|q| q == 0 || q > unifab_iscsi::initiator::session::MAX_COMMANDS)
     {
@@ -215,6 +219,16 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
         return Err(format!("lu {n:?}: busy_poll_depth must be at least 1"));
     }
     Ok(())
+}
+
+/// `replacement_timeout`, if set: positive, at most a day.
+fn replacement_timeout(r: &RemoteIscsiConfig) -> Result<Option<Duration>, String> {
+    r.replacement_timeout
+        .map(|v| {
+            crate::config::seconds_in(v, f64::MIN_POSITIVE..=86_400.0)
+                .ok_or_else(|| "replacement_timeout must be positive, at most 86400 seconds".into())
+        })
+        .transpose()
 }
 
 /// The longest busy-poll window a remote LU may ask for.
@@ -237,6 +251,7 @@ pub fn initiator_config(
         nop_interval: None,
         nop_timeout: None,
         login_timeout: None,
+        replacement_timeout: None,
         digests: None,
         queue_depth: None,
         busy_poll_us: None,
@@ -264,6 +279,7 @@ pub fn initiator_config(
     cfg.session.nop_timeout = secs("nop_timeout", r.nop_timeout, 5.0).map_err(e)?;
     cfg.session.tmf_timeout = cfg.session.nop_timeout.max(Duration::from_secs(1));
     cfg.login_timeout = secs("login_timeout", r.login_timeout, 10.0).map_err(e)?;
+    cfg.session.replacement_timeout = replacement_timeout(r).map_err(e)?;
     if let Some(q) = r.queue_depth {
         cfg.session.max_commands = q;
     }
@@ -361,7 +377,7 @@ mod tests {
     #[test]
     fn a_remote_lu_parses_with_its_settings() {
         let c = cfg(
-            "[lu.iscsi]\nmutual_user = \"t\"\nmutual_secret = \"target-secret-1\"\nnexus = \"shared\"\nidentity = \"passthrough\"\ncommand_timeout = 2.5\nnop_interval = 0\ndigests = [\"CRC32C\"]\n",
+            "[lu.iscsi]\nmutual_user = \"t\"\nmutual_secret = \"target-secret-1\"\nnexus = \"shared\"\nidentity = \"passthrough\"\ncommand_timeout = 2.5\nreplacement_timeout = 0.75\nnop_interval = 0\ndigests = [\"CRC32C\"]\n",
             URL,
         )
         .unwrap();
@@ -371,12 +387,19 @@ mod tests {
         };
         let ic = initiator_config(&url, lu.iscsi.as_ref()).unwrap();
         assert_eq!(ic.session.command_timeout, Duration::from_millis(2500));
+        assert_eq!(
+            ic.session.replacement_timeout,
+            Some(Duration::from_millis(750))
+        );
         assert_eq!(ic.session.nop_interval, None);
         assert_eq!(ic.limits.header_digests, vec![Digest::Crc32c]);
         assert_eq!(ic.chap.as_ref().unwrap().name, "gw");
         assert_eq!(ic.mutual_chap.as_ref().unwrap().name, "t");
         assert_eq!(ic.initiator_name, GATEWAY_INITIATOR_NAME);
         assert!(!format!("{:?}", lu.iscsi).contains("target-secret-1"));
+        // Without the setting, commands wait up to command_timeout.
+        let plain = initiator_config(&url, None).unwrap();
+        assert_eq!(plain.session.replacement_timeout, None);
     }
 
     #[test]
@@ -392,6 +415,21 @@ mod tests {
             ),
             ("[lu.iscsi]\ndigests = [\"MD5\"]\n", URL, "unknown digest"),
             ("[lu.iscsi]\ncommand_timeout = 0\n", URL, "command_timeout"),
+            (
+                "[lu.iscsi]\nreplacement_timeout = 0\n",
+                URL,
+                "replacement_timeout",
+            ),
+            (
+                "[lu.iscsi]\nreplacement_timeout = nan\n",
+                URL,
+                "replacement_timeout",
+            ),
+            (
+                "[lu.iscsi]\nreplacement_timeout = 1e9\n",
+                URL,
+                "replacement_timeout",
+            ),
             ("[lu.iscsi]\nbogus = 1\n", URL, "bogus"),
             ("", "iscsi://h/iqn.2026-11.x:y", "names a target and a LUN"),
             ("", "iscsi://u%short@h/iqn.2026-11.x:y/0", "12 bytes"),

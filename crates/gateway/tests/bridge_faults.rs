@@ -19,6 +19,12 @@
 //!
 //! The gateway runs with a 5 s command timeout, a 1 s NOP interval and a
 //! 2 s NOP timeout; the host's own command timeout is 60 s.
+//!
+//! A fourth scenario kills tgtd for good, with the gateway's
+//! `replacement_timeout` at 1 s and its command timeout at 30 s: the host
+//! (command timeout 20 s) must hear LOGICAL UNIT COMMUNICATION FAILURE from
+//! the gateway, not time its commands out itself, and I/O must work again
+//! once tgtd is back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bridge_support;
@@ -45,12 +51,16 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with(REMOTE)
+}
+
+fn rig_with(remote: &str) -> Rig {
     let dir = scratch();
     let file = lu_file(dir.path(), "lu.img", 128 << 20);
     let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
     let relay = TcpRelay::start(tgtd.addr()).unwrap();
     let backend = format!("iscsi://{}/{}/1", relay.addr(), tgtd.iqn());
-    let gw = Gateway::start(dir.path(), &bridge_config(dir.path(), &backend, REMOTE));
+    let gw = Gateway::start(dir.path(), &bridge_config(dir.path(), &backend, remote));
     Rig {
         dir,
         file,
@@ -204,4 +214,97 @@ fn tgtd_killed_and_started_again_under_load() {
         "the kill was felt:\n{}",
         rig.gw.log()
     );
+}
+
+#[test]
+fn tgtd_gone_for_good_fails_fast_with_replacement_timeout() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut rig = rig_with(
+        "command_timeout = 30\nreplacement_timeout = 1\nnop_interval = 1\nnop_timeout = 2\nlogin_timeout = 2\n",
+    );
+    let host = bench_spawn(
+        &rig.gw.url(0),
+        &[
+            "--rw",
+            "rw",
+            "--time",
+            "12",
+            "--size",
+            "64MiB",
+            "--bs",
+            "16KiB",
+            "--qd",
+            "8",
+            // Shorter than the gateway's command timeout: without
+            // replacement_timeout the host would give up on the gateway.
+            "--command-timeout",
+            "20",
+            "--retry-time",
+            "3",
+        ],
+    );
+    sleep(Duration::from_secs(4));
+    drop(rig.tgtd.take());
+    let r = bench_wait(host);
+    println!("host's view: {}", r.json);
+    let reasons = r.retry_reasons();
+    assert_eq!(r.u64("miscompares"), 0, "wrong data reached the host");
+    assert!(
+        r.u64("errors") > 0,
+        "with tgtd gone, commands must fail once their retries run out: {}",
+        r.report()
+    );
+    for (reason, n) in &reasons {
+        assert!(
+            !reason.starts_with("transport"),
+            "the host had to give up on the gateway itself ({n}x {reason}): replacement_timeout did not end the wait\n{}",
+            r.report()
+        );
+    }
+    // Each command that finally failed did so with the gateway's sense.
+    let problems = r.json["problems"].as_array().cloned().unwrap_or_default();
+    assert!(!problems.is_empty(), "{}", r.report());
+    for p in &problems {
+        let p = p.as_str().unwrap_or_default();
+        assert!(
+            p.contains("CHECK CONDITION sense Some((SenseKey(11), Asc(8, 0)))"),
+            "a command failed otherwise than with ABORTED COMMAND 08/00: {p}\n{}",
+            r.report()
+        );
+    }
+    assert!(
+        reasons
+            .iter()
+            .any(|(reason, _)| reason == "aborted command 08/00"),
+        "commands for the lost remote end with ABORTED COMMAND, LOGICAL UNIT COMMUNICATION FAILURE: {reasons:?}\ngateway log:\n{}",
+        tail(&rig.gw.log(), 40)
+    );
+    // tgtd back: the session reconnects and I/O works again.
+    let t = Tgtd::start(&rig.file).unwrap_or_else(|e| panic!("{e}"));
+    rig.relay.set_upstream(t.addr());
+    rig.tgtd = Some(t);
+    let again = bench(
+        &rig.gw.url(0),
+        &[
+            "--rw",
+            "rw",
+            "--ops",
+            "200",
+            "--size",
+            "8MiB",
+            "--bs",
+            "16KiB",
+            "--qd",
+            "4",
+            "--retry-time",
+            "30",
+        ],
+    );
+    assert!(
+        again.ok,
+        "{}\ngateway log:\n{}",
+        again.report(),
+        tail(&rig.gw.log(), 40)
+    );
+    assert_eq!(again.u64("miscompares"), 0);
 }

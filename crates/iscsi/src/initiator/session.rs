@@ -38,6 +38,10 @@
 //!   idempotent ([`is_idempotent`]) and have attempts left, else they fail
 //!   with [`InitiatorError::Disconnected`]; they go out again before any
 //!   newer command and in their original order;
+//! - with [`SessionConfig::replacement_timeout`], commands stop waiting for
+//!   a connection that long after the last one was lost, and fail with
+//!   [`InitiatorError::Unreachable`] (so do new ones until the session is
+//!   up again);
 //! - a data digest error on Data-In or a SCSI Response fails only that
 //!   command, which is sent again when idempotent;
 //! - the target's asynchronous logout requests and drop notices.
@@ -83,6 +87,16 @@ pub struct SessionConfig {
     /// How many times an idempotent command may be sent in all (1: it is
     /// never sent again after a connection loss).
     pub max_attempts: u8,
+    /// How long commands wait for a connection to replace a lost one
+    /// (`None`, the default: each waits out its `command_timeout`). Once the
+    /// session has been without a connection this long, the commands
+    /// waiting fail with [`InitiatorError::Unreachable`], and so does every
+    /// command submitted until a connection is up again. The clock starts
+    /// when a connection is lost, or when the session is created for its
+    /// first one. This is open-iscsi's `replacement_timeout` (and the FC
+    /// initiator's `fast_io_fail`): a multipath host hears of a dead path
+    /// in seconds rather than after its own SCSI timeout.
+    pub replacement_timeout: Option<Duration>,
 }
 
 impl Default for SessionConfig {
@@ -94,6 +108,7 @@ impl Default for SessionConfig {
             nop_timeout: Duration::from_secs(5),
             max_commands: 1024,
             max_attempts: 3,
+            replacement_timeout: None,
         }
     }
 }
@@ -320,6 +335,8 @@ pub struct Session<T> {
     ping: Option<u32>,
     /// No command deadline is earlier than this.
     scan_at: Option<Instant>,
+    /// Since when the session has had no connection (`None` while up).
+    down_since: Option<Instant>,
 }
 
 fn attr_code(a: TaskAttr) -> TaskAttrCode {
@@ -448,7 +465,31 @@ impl<T> Session<T> {
             last_rx: now,
             ping: None,
             scan_at: None,
+            down_since: Some(now),
         }
+    }
+
+    /// When commands stop waiting for a connection: `replacement_timeout`
+    /// after the session lost its last one (`None`: up, or no such limit).
+    fn replacement_deadline(&self) -> Option<Instant> {
+        if self.state != State::Down {
+            return None;
+        }
+        Some(self.down_since? + self.cfg.replacement_timeout?)
+    }
+
+    fn replacement_failure(&self) -> InitiatorError {
+        InitiatorError::Unreachable {
+            reason: format!(
+                "no connection to the target for {:?} (replacement_timeout)",
+                self.cfg.replacement_timeout.unwrap_or_default()
+            ),
+        }
+    }
+
+    /// Runs [`Session::handle_timeout`]'s command scan no later than `t`.
+    fn scan_by(&mut self, t: Instant) {
+        self.scan_at = Some(self.scan_at.map_or(t, |s| s.min(t)));
     }
 
     /// The configuration.
@@ -537,6 +578,10 @@ impl<T> Session<T> {
         if self.live >= self.cfg.max_commands {
             return Err((InitiatorError::QueueFull, token));
         }
+        let replaced_by = self.replacement_deadline();
+        if replaced_by.is_some_and(|t| t <= now) {
+            return Err((self.replacement_failure(), token));
+        }
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -577,6 +622,9 @@ impl<T> Session<T> {
         self.live += 1;
         if self.scan_at.is_none() {
             self.scan_at = Some(deadline);
+        }
+        if let Some(t) = replaced_by {
+            self.scan_by(t);
         }
         self.queue.push_back(slot);
         self.pump();
@@ -683,8 +731,16 @@ impl<T> Session<T> {
             }
             _ => {}
         }
-        let itt = self.control_itt();
         let up = self.is_connected();
+        if let Some(t) = self.replacement_deadline() {
+            if t <= now {
+                let result = Err(self.replacement_failure());
+                self.events.push_back(Event::Tmf { token, result });
+                return;
+            }
+            self.scan_by(t);
+        }
+        let itt = self.control_itt();
         self.control.insert(
             itt,
             Control::Tmf {
@@ -747,6 +803,7 @@ impl<T> Session<T> {
         self.ping = None;
         self.tx.clear();
         self.state = State::Up;
+        self.down_since = None;
         // Functions that waited for a connection: the reinstatement ended
         // every task of the old session, which is what they asked for.
         let waiting: Vec<u32> = self
@@ -783,12 +840,15 @@ impl<T> Session<T> {
     /// [`Session::connected`]). Outstanding commands are sent again later
     /// where that is safe; the rest fail.
     pub fn connection_lost(&mut self, now: Instant) {
-        let _ = now;
         if matches!(self.state, State::Down | State::Closed) {
             return;
         }
         let was_logging_out = self.state == State::LoggingOut;
         self.state = State::Down;
+        self.down_since = Some(now);
+        if let Some(t) = self.replacement_deadline() {
+            self.scan_by(t);
+        }
         self.tx.clear();
         self.ping = None;
         let mut resend: Vec<(u32, u16)> = Vec::new();
@@ -1182,7 +1242,18 @@ impl<T> Session<T> {
     /// Commands whose deadline passed fail with Timeout; outstanding ones
     /// are aborted at the target.
     fn scan_commands(&mut self, now: Instant) {
-        let mut next: Option<Instant> = None;
+        let replaced_by = self.replacement_deadline();
+        if replaced_by.is_some_and(|t| t <= now) {
+            // Without a connection for replacement_timeout: everything that
+            // waits for one fails (all commands wait while down).
+            let e = self.replacement_failure();
+            while let Some(slot) = self.queue.pop_front() {
+                self.finish(slot, Err(e.clone()));
+            }
+            self.fail_controls(e);
+        }
+        let waiting = self.live > 0 || !self.control.is_empty();
+        let mut next: Option<Instant> = replaced_by.filter(|&t| t > now && waiting);
         let mut expired: Vec<u16> = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
             if let Some(c) = s {

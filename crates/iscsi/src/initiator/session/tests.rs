@@ -1111,3 +1111,118 @@ fn slicing_data_out_across_buffers() {
     );
     assert_eq!(slice_data(&v, 10, 4), DataSegment::None);
 }
+
+fn unreachable(p: &mut Pair, token: u32) -> bool {
+    matches!(
+        p.outcomes.remove(&token),
+        Some(Err(InitiatorError::Unreachable { .. }))
+    )
+}
+
+#[test]
+fn replacement_timeout_bounds_the_wait_for_a_lost_connection() {
+    let cfg = SessionConfig {
+        command_timeout: Duration::from_secs(30),
+        replacement_timeout: Some(Duration::from_secs(2)),
+        ..SessionConfig::default()
+    };
+    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    p.hold = true;
+    let sent = p.submit(read16(0, 1));
+    p.run();
+    assert_eq!(p.ini.outstanding(), 1);
+    p.ini.connection_lost(p.now);
+    p.run();
+    // Sent but unanswered: queued again for the next connection.
+    assert!(p.outcomes.is_empty());
+    p.advance(Duration::from_secs(1));
+    let queued = p.submit(read16(0, 1));
+    let tmf = p.next_token;
+    p.next_token += 1;
+    p.ini
+        .task_management(p.now, Lun(1), TmfFunction::LogicalUnitReset, tmf);
+    p.advance(Duration::from_millis(999));
+    assert!(p.outcomes.is_empty() && p.tmf_results.is_empty());
+    // Two seconds without a connection: everything waiting fails, well
+    // before the command timeout.
+    p.advance(Duration::from_millis(1));
+    assert!(unreachable(&mut p, sent));
+    assert!(unreachable(&mut p, queued));
+    assert!(matches!(
+        p.tmf_results.remove(&tmf),
+        Some(Err(InitiatorError::Unreachable { .. }))
+    ));
+    assert_eq!(p.ini.command_count(), 0);
+    // Later commands fail at once while the session stays down.
+    let late = p.next_token;
+    let e = p
+        .ini
+        .submit(p.now, read16(0, 1), late)
+        .map(|_| ())
+        .unwrap_err()
+        .0;
+    assert!(matches!(e, InitiatorError::Unreachable { .. }), "{e:?}");
+    // A new connection ends it: commands go out again.
+    p.hold = false;
+    p.connect(40, 40);
+    let after = p.submit(read16(0, 1));
+    p.run();
+    assert!(p.outcomes.remove(&after).unwrap().is_ok());
+    // The clock starts again at the next loss.
+    p.ini.connection_lost(p.now);
+    let again = p.submit(read16(0, 1));
+    p.advance(Duration::from_millis(1999));
+    assert!(!p.outcomes.contains_key(&again));
+    p.connect(60, 60);
+    p.run();
+    assert!(p.outcomes.remove(&again).is_some_and(|o| o.is_ok()));
+}
+
+#[test]
+fn without_replacement_timeout_commands_wait_their_whole_timeout() {
+    let cfg = SessionConfig {
+        command_timeout: Duration::from_secs(30),
+        ..SessionConfig::default()
+    };
+    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    p.ini.connection_lost(p.now);
+    let a = p.submit(read16(0, 1));
+    p.advance(Duration::from_secs(29));
+    assert!(!p.outcomes.contains_key(&a));
+    p.advance(Duration::from_secs(1));
+    assert!(matches!(
+        p.outcomes.remove(&a),
+        Some(Err(InitiatorError::Timeout { .. }))
+    ));
+}
+
+#[test]
+fn replacement_timeout_counts_from_the_start_for_the_first_connection() {
+    let cfg = SessionConfig {
+        replacement_timeout: Some(Duration::from_secs(3)),
+        ..SessionConfig::default()
+    };
+    let mut now = Instant::now();
+    let mut s: Session<u32> = Session::new(cfg, now);
+    s.submit(now, read16(0, 1), 1).map_err(|(e, _)| e).unwrap();
+    now += Duration::from_secs(2);
+    s.handle_timeout(now).unwrap();
+    assert!(s.poll_event().is_none());
+    s.submit(now, read16(0, 1), 2).map_err(|(e, _)| e).unwrap();
+    let due = s.poll_timeout().unwrap();
+    assert!(due <= now + Duration::from_secs(1), "{due:?}");
+    now += Duration::from_secs(1);
+    s.handle_timeout(now).unwrap();
+    let mut failed = Vec::new();
+    while let Some(e) = s.poll_event() {
+        if let Event::Command {
+            token,
+            outcome: Err(InitiatorError::Unreachable { reason }),
+        } = e
+        {
+            assert!(reason.contains("replacement_timeout"), "{reason}");
+            failed.push(token);
+        }
+    }
+    assert_eq!(failed, vec![1, 2]);
+}

@@ -38,7 +38,7 @@ enum Command {
     },
     /// Show the state of a running gateway.
     Show {
-        /// sessions | luns | metrics | flogi | fcns | zones | fcip
+        /// sessions | luns | remotes | metrics | flogi | fcns | zones | fcip
         what: String,
         /// The running gateway's admin endpoint.
         #[arg(long, default_value = config::DEFAULT_ADMIN)]
@@ -75,9 +75,13 @@ enum IscsiCommand {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: a log file or journald gets plain
+    // `key=value` text that grep and log shippers can read.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
 }
 

@@ -296,6 +296,12 @@ pub fn initiator_config(
 /// Builds the remote LU of an `iscsi://` `[[lu]]`. Nothing connects yet:
 /// the first command (or [`RemoteLu::probe`]) logs in.
 pub fn build_remote_lu(lu: &LuConfig) -> anyhow::Result<Arc<RemoteLu>> {
+    build_remote(lu).map(|(lu, _)| lu)
+}
+
+/// [`build_remote_lu`], with the factory of its sessions (for `unifab
+/// show remotes`).
+pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiInitiatorFactory>)> {
     let Backend::Iscsi(url) = lu.parsed_backend().map_err(anyhow::Error::msg)? else {
         anyhow::bail!("lu {:?} is not an iscsi:// LU", lu.name);
     };
@@ -304,8 +310,10 @@ pub fn build_remote_lu(lu: &LuConfig) -> anyhow::Result<Arc<RemoteLu>> {
     let target = url.target.clone().context("no target in the URL")?;
     let lun = url.lun().context("no LUN in the URL")?;
     let per_nexus = r.and_then(|r| r.nexus.as_deref()) != Some("shared");
-    let factory = IscsiInitiatorFactory::new(cfg, &url.portal(), &target, &lu.name, per_nexus)
-        .fixed_name(r.is_some_and(|r| r.fixed_name));
+    let factory = Arc::new(
+        IscsiInitiatorFactory::new(cfg, &url.portal(), &target, &lu.name, per_nexus)
+            .fixed_name(r.is_some_and(|r| r.fixed_name)),
+    );
     let identity = match r.and_then(|r| r.identity.as_deref()) {
         Some("passthrough") => Identity::Passthrough,
         _ => Identity::Derived {
@@ -314,7 +322,7 @@ pub fn build_remote_lu(lu: &LuConfig) -> anyhow::Result<Arc<RemoteLu>> {
                 .unwrap_or_else(|| format!("{target}/{}", url.lun.unwrap_or(0))),
         },
     };
-    Ok(Arc::new(RemoteLu::new(
+    let remote = Arc::new(RemoteLu::new(
         RemoteLuConfig {
             name: lu.name.clone(),
             backend: url.redacted(),
@@ -322,8 +330,35 @@ pub fn build_remote_lu(lu: &LuConfig) -> anyhow::Result<Arc<RemoteLu>> {
             identity,
             task_set_depth: 4096,
         },
-        Arc::new(factory),
-    )))
+        factory.clone(),
+    ));
+    Ok((remote, factory))
+}
+
+/// The rows of `unifab show remotes`: every session to the remote of each
+/// `iscsi://` LU (the shared one that probes it, and one per host
+/// initiator with `nexus = "per-initiator"`).
+pub fn show_remotes(remotes: &[(String, String, Arc<IscsiInitiatorFactory>)]) -> String {
+    let mut rows = Vec::new();
+    for (name, backend, factory) in remotes {
+        for s in factory.sessions() {
+            let secs = s.for_how_long.as_secs_f64();
+            rows.push(serde_json::json!({
+                "lu": name,
+                "remote": backend,
+                "initiator": s.initiator_name,
+                "isid": s.isid.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                "state": if s.connected { "up" } else { "down" },
+                "for": format!("{secs:.1} s"),
+                "seconds": secs,
+                "logins": s.logins,
+                "digests": s.digests.map(|d| d.to_string()),
+                "commands": s.commands,
+                "last error": s.last_error,
+            }));
+        }
+    }
+    serde_json::Value::Array(rows).to_string()
 }
 
 /// Asks the remote for the LU's capacity in the background until it

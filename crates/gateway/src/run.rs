@@ -116,6 +116,12 @@ struct View {
     fcoe: Option<Arc<crate::fcoe::FcoePorts>>,
     fcip: Option<Arc<crate::fcip::FcipPlane>>,
     luns: Vec<(String, GatewayLu)>,
+    /// Each `iscsi://` LU: name, redacted backend, its sessions' factory.
+    remotes: Vec<(
+        String,
+        String,
+        Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
+    )>,
     metrics: Arc<Metrics>,
 }
 
@@ -152,6 +158,7 @@ impl AdminView for View {
                     .collect();
                 Some(serde_json::Value::Array(v).to_string())
             }
+            "remotes" => Some(crate::remote::show_remotes(&self.remotes)),
             "flogi" | "fcoe" => crate::fcoe::show(self.fc.as_deref(), self.fcoe.as_ref(), what),
             "fcip" => Some(
                 self.fcip
@@ -188,13 +195,15 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     let mut lus: HashMap<String, GatewayLu> = HashMap::new();
     let mut lu_list = Vec::new();
     let mut backends = Vec::new();
+    let mut remotes = Vec::new();
     for lu in &cfg.lu {
         if let Ok(Backend::Fc(_)) = lu.parsed_backend() {
             continue;
         }
         if let Ok(Backend::Iscsi(_)) = lu.parsed_backend() {
-            let remote = crate::remote::build_remote_lu(lu)?;
+            let (remote, sessions) = crate::remote::build_remote(lu)?;
             info!(lu = %lu.name, remote = %remote.config().backend, "remote logical unit configured");
+            remotes.push((lu.name.clone(), remote.config().backend.clone(), sessions));
             crate::remote::spawn_probe(lu.name.clone(), remote.clone());
             lus.insert(lu.name.clone(), GatewayLu::Remote(remote.clone()));
             lu_list.push((lu.name.clone(), GatewayLu::Remote(remote)));
@@ -347,6 +356,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
                 fcoe: fcoe.clone(),
                 fcip: fcip.clone(),
                 luns: lu_list,
+                remotes,
                 metrics,
             });
             let rx = stop_rx.clone();

@@ -38,6 +38,18 @@ pub async fn show(what: &str, admin_addr: SocketAddr, json: bool) -> anyhow::Res
             "commands",
         ],
         "luns" => &["name", "backend", "block_size", "blocks", "bytes", "naa"],
+        "remotes" => &[
+            "lu",
+            "remote",
+            "initiator",
+            "isid",
+            "state",
+            "for",
+            "logins",
+            "digests",
+            "commands",
+            "last error",
+        ],
         "flogi" => &["interface", "vlan", "fcid", "port name", "node name", "mac"],
         "fcoe" => &[
             "interface",

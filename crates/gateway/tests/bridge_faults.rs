@@ -279,6 +279,16 @@ fn tgtd_gone_for_good_fails_fast_with_replacement_timeout() {
         "commands for the lost remote end with ABORTED COMMAND, LOGICAL UNIT COMMUNICATION FAILURE: {reasons:?}\ngateway log:\n{}",
         tail(&rig.gw.log(), 40)
     );
+    // The operator sees the sessions to the remote down, and why.
+    let remotes = rig.gw.show("remotes");
+    let rows = remotes.as_array().unwrap();
+    assert!(!rows.is_empty(), "{remotes}");
+    for row in rows {
+        assert_eq!(row["lu"], "bridged", "{row}");
+        assert_eq!(row["state"], "down", "{row}");
+        assert!(row["last error"].is_string(), "{row}");
+        assert!(row["seconds"].as_f64().unwrap() > 0.0, "{row}");
+    }
     // tgtd back: the session reconnects and I/O works again.
     let t = Tgtd::start(&rig.file).unwrap_or_else(|e| panic!("{e}"));
     rig.relay.set_upstream(t.addr());
@@ -307,4 +317,18 @@ fn tgtd_gone_for_good_fails_fast_with_replacement_timeout() {
         tail(&rig.gw.log(), 40)
     );
     assert_eq!(again.u64("miscompares"), 0);
+    // Back up: the control session logs in again (its backoff is at most
+    // 2 s; the 30 s bound only keeps a broken build from hanging).
+    let mut remotes = rig.gw.show("remotes");
+    for _ in 0..300 {
+        let relogged = remotes.as_array().unwrap().iter().any(|r| {
+            r["state"] == "up" && r["logins"].as_u64().unwrap() >= 2 && r["last error"].is_string()
+        });
+        if relogged {
+            return;
+        }
+        sleep(Duration::from_millis(100));
+        remotes = rig.gw.show("remotes");
+    }
+    panic!("no session to the remote logged in again: {remotes}");
 }

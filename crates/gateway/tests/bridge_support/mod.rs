@@ -94,6 +94,42 @@ impl Gateway {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The admin endpoint's address, from the gateway's log.
+    pub fn admin(&self) -> SocketAddr {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = self.log();
+            let found = log
+                .lines()
+                .filter(|l| l.contains("admin endpoint listening"))
+                .find_map(|l| {
+                    let rest = &l[l.find("addr=")? + 5..];
+                    let end = rest
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == ':'))
+                        .unwrap_or(rest.len());
+                    rest[..end].parse().ok()
+                });
+            if let Some(a) = found {
+                return a;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no admin endpoint in the log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `unifab show WHAT --json` against this gateway.
+    pub fn show(&self, what: &str) -> serde_json::Value {
+        let out = Command::new(unifab())
+            .args(["show", what, "--json", "--admin", &self.admin().to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "unifab show {what}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
 }
 
 impl Drop for Gateway {

@@ -295,9 +295,20 @@ struct Shared {
     /// call or PDU received (for busy polling).
     active_at: AtomicU64,
     born: Instant,
+    /// Nanoseconds from `born` to the last change of `connected`.
+    changed_at: AtomicU64,
+    /// InitiatorName and ISID the session logs in with.
+    initiator_name: String,
+    isid: [u8; 6],
 }
 
 impl Shared {
+    fn set_connected(&self, up: bool) {
+        let ns = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.changed_at.store(ns, Ordering::Relaxed);
+        self.connected.store(up, Ordering::Release);
+    }
+
     fn touch(&self) {
         if !self.busy_poll.is_zero() {
             let ns = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -408,6 +419,9 @@ impl IscsiInitiator {
             busy_poll_depth: cfg.busy_poll_depth,
             active_at: AtomicU64::new(0),
             born: now,
+            changed_at: AtomicU64::new(0),
+            initiator_name: cfg.initiator_name.clone(),
+            isid: cfg.isid,
         });
         tokio::spawn(drive(
             shared.clone(),
@@ -473,6 +487,63 @@ impl IscsiInitiator {
     /// Commands queued or outstanding.
     pub fn commands(&self) -> usize {
         self.shared.lock().command_count()
+    }
+
+    /// A snapshot of the session for an operator (`unifab show remotes`).
+    pub fn status(&self) -> SessionStatus {
+        SessionStatus::of(&self.shared)
+    }
+}
+
+/// What an operator sees of one initiator session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionStatus {
+    /// `iscsi://PORTAL/TARGET`.
+    pub remote: String,
+    /// The InitiatorName it logs in with.
+    pub initiator_name: String,
+    /// Its ISID.
+    pub isid: [u8; 6],
+    /// In full feature phase now.
+    pub connected: bool,
+    /// How long it has been in that state (since it was started, if it
+    /// never logged in).
+    pub for_how_long: Duration,
+    /// Logins so far (1 + reconnections).
+    pub logins: u64,
+    /// The digests the last login negotiated.
+    pub digests: Option<Digests>,
+    /// Commands queued or outstanding.
+    pub commands: usize,
+    /// Why the last connection or login attempt failed, if one did.
+    pub last_error: Option<String>,
+    /// Closed for good.
+    pub closed: bool,
+}
+
+impl SessionStatus {
+    fn of(shared: &Shared) -> SessionStatus {
+        let changed = Duration::from_nanos(shared.changed_at.load(Ordering::Relaxed));
+        let (commands, closed) = {
+            let core = shared.lock();
+            (core.command_count(), core.is_closed())
+        };
+        SessionStatus {
+            remote: shared.remote.clone(),
+            initiator_name: shared.initiator_name.clone(),
+            isid: shared.isid,
+            connected: shared.connected.load(Ordering::Acquire),
+            for_how_long: shared.born.elapsed().saturating_sub(changed),
+            logins: shared.logins.load(Ordering::Relaxed),
+            digests: *shared.digests.lock().unwrap_or_else(|p| p.into_inner()),
+            commands,
+            last_error: shared
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            closed,
+        }
     }
 }
 
@@ -848,7 +919,7 @@ async fn drive(shared: Arc<Shared>, cfg: Arc<InitiatorConfig>, portal: String, t
             Ok(c) => {
                 backoff = cfg.reconnect_min;
                 let n = shared.logins.fetch_add(1, Ordering::Relaxed) + 1;
-                info!(remote = %shared.remote, logins = n, digests = ?c.outcome.digests, "iSCSI session in full feature phase");
+                info!(remote = %shared.remote, logins = n, digests = %c.outcome.digests, "iSCSI session in full feature phase");
                 *shared.digests.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.outcome.digests);
                 let now = Instant::now();
                 let params = FfpParams::from_login(&c.outcome);
@@ -858,10 +929,10 @@ async fn drive(shared: Arc<Shared>, cfg: Arc<InitiatorConfig>, portal: String, t
                     exp_stat_sn: c.outcome.next_stat_sn,
                 };
                 shared.with(|s| s.connected(now, params, sn));
-                shared.connected.store(true, Ordering::Release);
+                shared.set_connected(true);
                 shared.connected_notify.notify_waiters();
                 let end = run_connection(&shared, c).await;
-                shared.connected.store(false, Ordering::Release);
+                shared.set_connected(false);
                 let now = Instant::now();
                 shared.with(|s| s.connection_lost(now));
                 match end {
@@ -905,7 +976,7 @@ async fn drive(shared: Arc<Shared>, cfg: Arc<InitiatorConfig>, portal: String, t
             }
         }
     }
-    shared.connected.store(false, Ordering::Release);
+    shared.set_connected(false);
     shared.connected_notify.notify_waiters();
     debug!(remote = %shared.remote, "initiator session ended");
 }
@@ -1477,6 +1548,9 @@ pub struct IscsiInitiatorFactory {
     per_nexus: bool,
     fixed_name: bool,
     shared: Mutex<Option<IscsiInitiator>>,
+    /// Every session it opened that someone still holds (for
+    /// [`IscsiInitiatorFactory::sessions`]); pruned at each open.
+    opened: Mutex<Vec<std::sync::Weak<DropGuard>>>,
 }
 
 impl IscsiInitiatorFactory {
@@ -1502,7 +1576,26 @@ impl IscsiInitiatorFactory {
             per_nexus,
             fixed_name: false,
             shared: Mutex::new(None),
+            opened: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The sessions it opened that are still in use, oldest first.
+    pub fn sessions(&self) -> Vec<SessionStatus> {
+        let live: Vec<Arc<DropGuard>> = {
+            let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+            opened.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        live.iter()
+            .map(|g| SessionStatus::of(&g.0))
+            .filter(|s| !s.closed)
+            .collect()
+    }
+
+    fn remember(&self, i: &IscsiInitiator) {
+        let mut opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+        opened.retain(|w| w.strong_count() > 0);
+        opened.push(Arc::downgrade(&i._guard));
     }
 
     /// Per-nexus sessions all log in under the configured name (ACLs that
@@ -1522,16 +1615,16 @@ impl InitiatorFactory for IscsiInitiatorFactory {
                     cfg.initiator_name = upstream_name(n.initiator());
                 }
                 cfg.isid = upstream_isid(n.initiator(), &self.salt);
-                Ok(Arc::new(IscsiInitiator::start(
-                    cfg,
-                    &self.portal,
-                    &self.target,
-                )))
+                let i = IscsiInitiator::start(cfg, &self.portal, &self.target);
+                self.remember(&i);
+                Ok(Arc::new(i))
             }
             _ => {
                 let mut s = self.shared.lock().unwrap_or_else(|p| p.into_inner());
                 let i = s.get_or_insert_with(|| {
-                    IscsiInitiator::start(self.base.clone(), &self.portal, &self.target)
+                    let i = IscsiInitiator::start(self.base.clone(), &self.portal, &self.target);
+                    self.remember(&i);
+                    i
                 });
                 Ok(Arc::new(i.clone()))
             }

@@ -604,8 +604,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn digest_name(d: Digests) -> String {
-    let n = |b: bool| if b { "CRC32C" } else { "None" };
-    format!("header={},data={}", n(d.header), n(d.data))
+    d.to_string()
 }
 
 fn rand_u32() -> u32 {

@@ -47,6 +47,14 @@ pub struct Digests {
     pub data: bool,
 }
 
+impl core::fmt::Display for Digests {
+    /// `header=CRC32C,data=None`: the negotiated keys' values.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let n = |b: bool| if b { "CRC32C" } else { "None" };
+        write!(f, "header={},data={}", n(self.header), n(self.data))
+    }
+}
+
 /// Splits PDUs off a receive buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Framer {

@@ -500,3 +500,61 @@ async fn busy_polling_reads_exactly_what_was_sent() {
     }
     ini.close();
 }
+
+/// What `unifab show remotes` lists: every session a factory opened that
+/// is still in use, up or down, with its name, ISID and last error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_factory_lists_its_sessions_up_and_down() {
+    let t = target(None, None).await;
+    let relay = TcpRelay::start(t.addr).unwrap();
+    let factory = IscsiInitiatorFactory::new(cfg(), &relay.addr().to_string(), IQN, "lu", true);
+    assert!(factory.sessions().is_empty());
+    let host = ItNexus::new(
+        TransportId::Iscsi {
+            name: "iqn.2026-11.io.example:host".into(),
+            isid: Some([0x80, 0, 0, 0, 0, 9]),
+        },
+        unifab_scsi_core::TargetPort {
+            id: TransportId::Iscsi {
+                name: "iqn.2026-11.io.unifab:gw,t,0x0001".into(),
+                isid: None,
+            },
+            relative_port_id: 1,
+            port_group: 1,
+        },
+    );
+    let per_host = factory.open(Some(&host)).unwrap();
+    let control = factory.open(None).unwrap();
+    let _ = outcome(per_host.submit(read16(0, 1))).await;
+    let _ = outcome(control.submit(read16(0, 1))).await;
+    let s = factory.sessions();
+    assert_eq!(s.len(), 2, "{s:?}");
+    assert_eq!(s[0].initiator_name, "iqn.2026-11.io.example:host");
+    assert_eq!(s[0].isid, upstream_isid(host.initiator(), "lu"));
+    assert_eq!(s[1].initiator_name, "iqn.2026-11.io.unifab:unit-initiator");
+    assert!(
+        s.iter()
+            .all(|s| s.connected && s.logins == 1 && s.last_error.is_none())
+    );
+    assert!(s[0].remote.ends_with(IQN));
+    // The remote goes away: both are listed down, with the reason.
+    relay.set_upstream("127.0.0.1:1".parse().unwrap());
+    relay.cut();
+    let mut s = factory.sessions();
+    for _ in 0..500 {
+        if s.iter().all(|s| !s.connected && s.last_error.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        s = factory.sessions();
+    }
+    assert!(
+        s.iter().all(|s| !s.connected && s.last_error.is_some()),
+        "{s:?}"
+    );
+    // A session nobody holds any more is no longer listed.
+    drop(per_host);
+    let s = factory.sessions();
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0].initiator_name, "iqn.2026-11.io.unifab:unit-initiator");
+}

@@ -1240,7 +1240,8 @@ impl<T> Session<T> {
     }
 
     /// Commands whose deadline passed fail with Timeout; outstanding ones
-    /// are aborted at the target.
+    /// are aborted at the target. Down for `replacement_timeout`: every
+    /// command and function waiting for a connection fails.
     fn scan_commands(&mut self, now: Instant) {
         let replaced_by = self.replacement_deadline();
         if replaced_by.is_some_and(|t| t <= now) {

@@ -201,6 +201,14 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// Longest timeout accepted, in seconds (a day).
+pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
+/// The range of a timeout that must be set to something: positive, at
+/// most a day (`[fabric.initiator]`'s timeouts, `replacement_timeout`).
+pub const POSITIVE_TIMEOUT_SECS: std::ops::RangeInclusive<f64> =
+    f64::MIN_POSITIVE..=MAX_TIMEOUT_SECS;
+
 /// `v` seconds as a [`Duration`](std::time::Duration) when it lies in
 /// `range` (a finite range: NaN, the infinities and what a `Duration`
 /// cannot hold all fall outside it). Every number of seconds the gateway

@@ -147,12 +147,11 @@ pub struct FcTargetSection {
     pub luns: Vec<String>,
 }
 
-/// Longest `command_timeout` or `fast_io_fail` accepted, in seconds (a day).
-pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+pub use crate::config::MAX_TIMEOUT_SECS;
 
 /// The range of `command_timeout` and `fast_io_fail`: positive, at most a
 /// day.
-const TIMEOUT_SECS: std::ops::RangeInclusive<f64> = f64::MIN_POSITIVE..=MAX_TIMEOUT_SECS;
+const TIMEOUT_SECS: std::ops::RangeInclusive<f64> = crate::config::POSITIVE_TIMEOUT_SECS;
 
 /// `[fabric.initiator]`: the gateway's FCP initiator N_Port.
 #[derive(Debug, Clone, Deserialize, PartialEq)]

@@ -225,8 +225,12 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
 fn replacement_timeout(r: &RemoteIscsiConfig) -> Result<Option<Duration>, String> {
     r.replacement_timeout
         .map(|v| {
-            crate::config::seconds_in(v, f64::MIN_POSITIVE..=86_400.0)
-                .ok_or_else(|| "replacement_timeout must be positive, at most 86400 seconds".into())
+            crate::config::seconds_in(v, crate::config::POSITIVE_TIMEOUT_SECS).ok_or_else(|| {
+                format!(
+                    "replacement_timeout must be positive, at most {} seconds",
+                    crate::config::MAX_TIMEOUT_SECS
+                )
+            })
         })
         .transpose()
 }

@@ -358,7 +358,10 @@ pub fn show_remotes(remotes: &[(String, String, Arc<IscsiInitiatorFactory>)]) ->
                 "logins": s.logins,
                 "digests": s.digests.map(|d| d.to_string()),
                 "commands": s.commands,
-                "last error": s.last_error,
+                "last error": s.last_error.as_ref().zip(s.last_error_age).map(|(e, age)| {
+                    format!("{e} ({:.1} s ago)", age.as_secs_f64())
+                }),
+                "last error seconds": s.last_error_age.map(|a| a.as_secs_f64()),
             }));
         }
     }

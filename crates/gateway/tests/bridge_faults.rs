@@ -286,7 +286,11 @@ fn tgtd_gone_for_good_fails_fast_with_replacement_timeout() {
     for row in rows {
         assert_eq!(row["lu"], "bridged", "{row}");
         assert_eq!(row["state"], "down", "{row}");
-        assert!(row["last error"].is_string(), "{row}");
+        assert!(
+            row["last error"].as_str().unwrap().ends_with(" s ago)"),
+            "{row}"
+        );
+        assert!(row["last error seconds"].as_f64().unwrap() >= 0.0, "{row}");
         assert!(row["seconds"].as_f64().unwrap() > 0.0, "{row}");
     }
     // tgtd back: the session reconnects and I/O works again.

@@ -286,7 +286,8 @@ struct Shared {
     connected: AtomicBool,
     logins: AtomicU64,
     connected_notify: Notify,
-    last_error: Mutex<Option<String>>,
+    /// The last failure, and when it happened.
+    last_error: Mutex<Option<(String, Instant)>>,
     digests: Mutex<Option<Digests>>,
     /// `InitiatorConfig::busy_poll` and `busy_poll_depth`.
     busy_poll: Duration,
@@ -351,7 +352,7 @@ impl Shared {
     }
 
     fn set_error(&self, e: String) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some((e, Instant::now()));
     }
 }
 
@@ -472,7 +473,8 @@ impl IscsiInitiator {
             .last_error
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(e, _)| e.clone())
     }
 
     /// The digests the last login negotiated (`None` before the first).
@@ -515,8 +517,11 @@ pub struct SessionStatus {
     pub digests: Option<Digests>,
     /// Commands queued or outstanding.
     pub commands: usize,
-    /// Why the last connection or login attempt failed, if one did.
+    /// Why the last connection or login attempt failed, if one did. It is
+    /// kept after a later login succeeds.
     pub last_error: Option<String>,
+    /// How long ago that failure was.
+    pub last_error_age: Option<Duration>,
     /// Closed for good.
     pub closed: bool,
 }
@@ -528,6 +533,13 @@ impl SessionStatus {
             let core = shared.lock();
             (core.command_count(), core.is_closed())
         };
+        let (last_error, last_error_age) = shared
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(e, at)| (e.clone(), at.elapsed()))
+            .unzip();
         SessionStatus {
             remote: shared.remote.clone(),
             initiator_name: shared.initiator_name.clone(),
@@ -537,11 +549,8 @@ impl SessionStatus {
             logins: shared.logins.load(Ordering::Relaxed),
             digests: *shared.digests.lock().unwrap_or_else(|p| p.into_inner()),
             commands,
-            last_error: shared
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            last_error,
+            last_error_age,
             closed,
         }
     }

@@ -536,9 +536,11 @@ async fn a_factory_lists_its_sessions_up_and_down() {
         s.iter()
             .all(|s| s.connected && s.logins == 1 && s.last_error.is_none())
     );
+    assert!(s.iter().all(|s| s.last_error_age.is_none()), "{s:?}");
     assert!(s[0].remote.ends_with(IQN));
     // The remote goes away: both are listed down, with the reason.
     relay.set_upstream("127.0.0.1:1".parse().unwrap());
+    let cut_at = std::time::Instant::now();
     relay.cut();
     let mut s = factory.sessions();
     for _ in 0..500 {
@@ -551,6 +553,14 @@ async fn a_factory_lists_its_sessions_up_and_down() {
     assert!(
         s.iter().all(|s| !s.connected && s.last_error.is_some()),
         "{s:?}"
+    );
+    // The failure is dated: it happened after the cut (each failed retry
+    // dates it anew).
+    let cut_ago = cut_at.elapsed();
+    let ages: Vec<Duration> = s.iter().map(|s| s.last_error_age.unwrap()).collect();
+    assert!(
+        ages.iter().all(|a| *a <= cut_ago),
+        "{ages:?} vs {cut_ago:?}"
     );
     // A session nobody holds any more is no longer listed.
     drop(per_host);

@@ -542,6 +542,58 @@ impl FcPlane {
         remote
     }
 
+    /// Rows of `unifab show remotes` for the `fc://` LUs `lus`: for each,
+    /// the session of every initiator N_Port of this gateway (the
+    /// configured one and, with one remote nexus per host, each host's NPIV
+    /// port) with the LU's target port.
+    pub fn remote_rows(&self, lus: &[(String, FcUrl)]) -> Vec<serde_json::Value> {
+        let ports: Vec<_> = self
+            .node
+            .ports()
+            .into_iter()
+            .filter(|p| p.initiator && (p.port_name == self.initiator || p.virtual_port))
+            .collect();
+        let mut rows = Vec::new();
+        for (name, url) in lus {
+            for p in &ports {
+                let record = p.sessions.iter().find(|r| r.port_name == url.wwpn);
+                let up = p.online && record.is_some_and(|r| r.up);
+                // Since when it has been so: the session's last change, or
+                // the port's if it never had one.
+                let since = record.map_or(p.since, |r| r.since);
+                // The latest of the session's end and the port's going offline.
+                let last = [
+                    record.and_then(|r| r.last_down.clone()),
+                    p.last_offline.clone(),
+                ]
+                .into_iter()
+                .flatten()
+                .max_by_key(|(_, at)| *at);
+                let secs = since.elapsed().as_secs_f64();
+                let iface = if p.virtual_port {
+                    format!("{} (npiv)", p.port_name)
+                } else {
+                    p.port_name.to_string()
+                };
+                rows.push(serde_json::json!({
+                    "lu": name,
+                    "remote": url.to_string(),
+                    "initiator": iface,
+                    "fcid": p.fc_id.to_string(),
+                    "state": if up { "up" } else { "down" },
+                    "for": format!("{secs:.1} s"),
+                    "seconds": secs,
+                    "logins": record.map_or(0, |r| r.logins),
+                    "last error": last.as_ref().map(|(e, at)| {
+                        format!("{e} ({:.1} s ago)", at.elapsed().as_secs_f64())
+                    }),
+                    "last error seconds": last.map(|(_, at)| at.elapsed().as_secs_f64()),
+                }));
+            }
+        }
+        rows
+    }
+
     /// The switch (zoning changes, counters).
     pub fn switch(&self) -> &Switch {
         &self.switch

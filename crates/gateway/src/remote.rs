@@ -339,10 +339,12 @@ pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiIn
     Ok((remote, factory))
 }
 
-/// The rows of `unifab show remotes`: every session to the remote of each
+/// Rows of `unifab show remotes`: every session to the remote of each
 /// `iscsi://` LU (the shared one that probes it, and one per host
 /// initiator with `nexus = "per-initiator"`).
-pub fn show_remotes(remotes: &[(String, String, Arc<IscsiInitiatorFactory>)]) -> String {
+pub fn iscsi_remote_rows(
+    remotes: &[(String, String, Arc<IscsiInitiatorFactory>)],
+) -> Vec<serde_json::Value> {
     let mut rows = Vec::new();
     for (name, backend, factory) in remotes {
         for s in factory.sessions() {
@@ -365,7 +367,7 @@ pub fn show_remotes(remotes: &[(String, String, Arc<IscsiInitiatorFactory>)]) ->
             }));
         }
     }
-    serde_json::Value::Array(rows).to_string()
+    rows
 }
 
 /// Asks the remote for the LU's capacity in the background until it

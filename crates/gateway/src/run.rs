@@ -122,6 +122,8 @@ struct View {
         String,
         Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
     )>,
+    /// Each `fc://` LU: name and remote.
+    fc_remotes: Vec<(String, crate::fc::FcUrl)>,
     metrics: Arc<Metrics>,
 }
 
@@ -158,7 +160,13 @@ impl AdminView for View {
                     .collect();
                 Some(serde_json::Value::Array(v).to_string())
             }
-            "remotes" => Some(crate::remote::show_remotes(&self.remotes)),
+            "remotes" => {
+                let mut rows = crate::remote::iscsi_remote_rows(&self.remotes);
+                if let Some(fc) = &self.fc {
+                    rows.extend(fc.remote_rows(&self.fc_remotes));
+                }
+                Some(serde_json::Value::Array(rows).to_string())
+            }
             "flogi" | "fcoe" => crate::fcoe::show(self.fc.as_deref(), self.fcoe.as_ref(), what),
             "fcip" => Some(
                 self.fcip
@@ -254,11 +262,13 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         )),
         _ => None,
     };
+    let mut fc_remotes = Vec::new();
     if let Some(plane) = &fc {
         for lu in &cfg.lu {
             if let Ok(Backend::Fc(url)) = lu.parsed_backend() {
                 let remote = plane.remote_lu(lu, url);
                 info!(lu = %lu.name, remote = %url, "remote logical unit configured");
+                fc_remotes.push((lu.name.clone(), url));
                 lus.insert(lu.name.clone(), GatewayLu::Remote(remote.clone()));
                 lu_list.push((lu.name.clone(), GatewayLu::Remote(remote)));
             }
@@ -357,6 +367,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
                 fcip: fcip.clone(),
                 luns: lu_list,
                 remotes,
+                fc_remotes,
                 metrics,
             });
             let rx = stop_rx.clone();

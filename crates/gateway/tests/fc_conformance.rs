@@ -247,3 +247,62 @@ fn conformance_through_fc_equals_the_direct_export() {
 fn conformance_through_fc_equals_the_direct_export_with_two_sessions() {
     run_pair(true);
 }
+
+/// `unifab show remotes` lists an `fc://` LU's session: the configured
+/// initiator N_Port, logged in with the LU's target port, up since the
+/// start with one login and no error. The rows of sessions that end are
+/// the FC node's unit test's (`the_view_records_sessions_and_why_they_ended`).
+#[test]
+fn show_remotes_lists_the_fc_session() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let mut gw = start_fc_gateway(dir.path());
+    let remotes = || -> Vec<serde_json::Value> {
+        let out = Command::new(unifab_bin().unwrap())
+            .args([
+                "show",
+                "remotes",
+                "--json",
+                "--admin",
+                &gw.admin.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON rows")
+    };
+    // The session comes up as soon as both ports are logged into the
+    // fabric; the bound only keeps a broken build from hanging.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut rows = remotes();
+    while !rows.iter().any(|r| r["state"] == "up") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        rows = remotes();
+    }
+    gw.check_alive();
+    let row = rows
+        .iter()
+        .find(|r| r["initiator"] == INITIATOR_WWPN)
+        .unwrap_or_else(|| panic!("no row for the initiator port: {rows:?}"));
+    assert_eq!(row["lu"], "via-fc", "{row}");
+    assert_eq!(row["remote"], format!("fc://{TARGET_WWPN}/0"), "{row}");
+    assert_eq!(row["state"], "up", "{row}");
+    assert_eq!(row["logins"], 1, "{row}");
+    assert!(row["last error"].is_null(), "{row}");
+    assert!(
+        row["fcid"]
+            .as_str()
+            .is_some_and(|f| f.len() == 8 && f != "0x000000"),
+        "{row}"
+    );
+    assert!(row["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{row}");
+    // The table shows it too.
+    let table = show("remotes", gw.admin);
+    assert!(
+        table.contains("via-fc") && table.contains(" up "),
+        "{table}"
+    );
+}

@@ -62,6 +62,74 @@ pub struct NodePortView {
     pub virtual_port: bool,
     /// Peers with process login: (address, name, target?, initiator?).
     pub peers: Vec<(FcId, Wwn, bool, bool)>,
+    /// When `online` last changed (or the port was added).
+    pub since: Instant,
+    /// Why the port last went offline, and when.
+    pub last_offline: Option<(String, Instant)>,
+    /// The remote ports it has had a process login with, up or down (at
+    /// most [`SESSION_RECORDS`]; the one down longest is forgotten first).
+    pub sessions: Vec<SessionRecord>,
+}
+
+/// A port's sessions (process logins) with one remote port, over time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The remote port.
+    pub port_name: Wwn,
+    /// In session now.
+    pub up: bool,
+    /// When `up` last changed.
+    pub since: Instant,
+    /// Process logins so far.
+    pub logins: u64,
+    /// Why the session last ended, and when.
+    pub last_down: Option<(String, Instant)>,
+}
+
+/// Remote ports a node port keeps [`SessionRecord`]s for.
+pub const SESSION_RECORDS: usize = 256;
+
+/// What a slot remembers of its port for the view.
+#[derive(Debug, Clone)]
+struct PortHistory {
+    since: Instant,
+    last_offline: Option<(String, Instant)>,
+    sessions: Vec<SessionRecord>,
+}
+
+impl PortHistory {
+    fn new(now: Instant) -> PortHistory {
+        PortHistory {
+            since: now,
+            last_offline: None,
+            sessions: Vec::new(),
+        }
+    }
+
+    fn session(&mut self, now: Instant, port_name: Wwn) -> &mut SessionRecord {
+        if let Some(i) = self.sessions.iter().position(|r| r.port_name == port_name) {
+            return &mut self.sessions[i];
+        }
+        if self.sessions.len() >= SESSION_RECORDS {
+            // Forget the session down longest (all up: the oldest).
+            let i = self
+                .sessions
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, r)| (r.up, r.since))
+                .map_or(0, |(i, _)| i);
+            self.sessions.swap_remove(i);
+        }
+        self.sessions.push(SessionRecord {
+            port_name,
+            up: false,
+            since: now,
+            logins: 0,
+            last_down: None,
+        });
+        let last = self.sessions.len() - 1;
+        &mut self.sessions[last]
+    }
 }
 
 type TmfOutcome = Result<TmfResponse, InitiatorError>;
@@ -540,6 +608,7 @@ struct Slot {
     /// An NPIV port nobody uses any more, kept until the fabric answers
     /// its FDISC so that it can log out of the address it is given.
     closing: bool,
+    history: PortHistory,
 }
 
 /// Notes where a scan found a port. The map is bounded: past twice the
@@ -758,6 +827,7 @@ impl Driver {
                     virtual_users: 0,
                     waiting_login: false,
                     closing: false,
+                    history: PortHistory::new(Instant::now()),
                 })));
             }
             Control::AddPortVia {
@@ -784,6 +854,7 @@ impl Driver {
                     virtual_users: 0,
                     waiting_login: false,
                     closing: false,
+                    history: PortHistory::new(Instant::now()),
                 })));
             }
             Control::Link { att, up } => {
@@ -834,6 +905,7 @@ impl Driver {
                     virtual_users: 1,
                     waiting_login: true,
                     closing: false,
+                    history: PortHistory::new(Instant::now()),
                 }));
                 // A released NPIV port's place is taken again: one slot per
                 // session ever opened would make every lookup by name
@@ -936,6 +1008,7 @@ impl Driver {
             i,
             &mut slot.port,
             None,
+            &mut slot.history,
         );
         self.view_changed = true;
     }
@@ -953,8 +1026,13 @@ impl Driver {
             };
             // The slot is out of `self.slots`: its port and LU map can be
             // borrowed beside `self` (no refcount traffic per round).
-            let Slot { port, scsi, .. } = &mut *slot;
-            any |= self.drain_events(cx, now, i, port, scsi.as_ref());
+            let Slot {
+                port,
+                scsi,
+                history,
+                ..
+            } = &mut *slot;
+            any |= self.drain_events(cx, now, i, port, scsi.as_ref(), history);
             let mut out = std::mem::take(&mut self.out);
             while let Some(f) = slot.port.poll_transmit() {
                 out.push(f);
@@ -1007,6 +1085,7 @@ impl Driver {
         slot: usize,
         port: &mut NPort,
         scsi: Option<&ScsiTarget>,
+        history: &mut PortHistory,
     ) -> bool {
         let mut changed = false;
         let mut any = false;
@@ -1049,20 +1128,35 @@ impl Driver {
                 }
                 NPortEvent::Online { fc_id } => {
                     info!(node = %self.name, wwpn = %port.config().port_name, %fc_id, "N_Port logged into the fabric");
+                    history.since = now;
                     changed = true;
                 }
                 NPortEvent::Offline { reason } => {
                     warn!(node = %self.name, wwpn = %port.config().port_name, %reason, "N_Port offline");
+                    history.since = now;
+                    history.last_offline = Some((reason, now));
                     changed = true;
                 }
                 NPortEvent::PortUp {
                     fc_id, port_name, ..
                 } => {
                     debug!(node = %self.name, wwpn = %port.config().port_name, %fc_id, %port_name, "FCP session up");
+                    let r = history.session(now, port_name);
+                    r.up = true;
+                    r.since = now;
+                    r.logins += 1;
                     changed = true;
                 }
-                NPortEvent::PortDown { fc_id, port_name } => {
-                    debug!(node = %self.name, wwpn = %port.config().port_name, %fc_id, %port_name, "FCP session down");
+                NPortEvent::PortDown {
+                    fc_id,
+                    port_name,
+                    reason,
+                } => {
+                    info!(node = %self.name, wwpn = %port.config().port_name, %fc_id, %port_name, %reason, "FCP session down");
+                    let r = history.session(now, port_name);
+                    r.up = false;
+                    r.since = now;
+                    r.last_down = Some((reason, now));
                     changed = true;
                 }
             }
@@ -1086,6 +1180,9 @@ impl Driver {
                     initiator: c.initiator,
                     virtual_port: c.virtual_port,
                     peers: s.port.ready_ports(),
+                    since: s.history.since,
+                    last_offline: s.history.last_offline.clone(),
+                    sessions: s.history.sessions.clone(),
                 }
             })
             .collect();
@@ -1196,6 +1293,88 @@ mod tests {
             Poll::Pending => {}
             Poll::Ready(r) => panic!("the command ended before its port existed: {r:?}"),
         }
+    }
+
+    /// The view keeps each session with a remote port: up, how many
+    /// logins, and why and when it last ended (`unifab show remotes`).
+    #[tokio::test]
+    async fn the_view_records_sessions_and_why_they_ended() {
+        // Both ports are on this node: logins may finish inside `add_port`.
+        let started = Instant::now();
+        let switch = Switch::new(FabricConfig::default());
+        let node = FcNode::spawn(&switch, "gateway");
+        let mut cfg = NPortConfig::new(PARENT, Wwn(0x2000_0000_0000_0b01));
+        cfg.initiator = true;
+        cfg.discover = true;
+        node.add_port("fc-initiator", cfg, None).unwrap();
+        let mut cfg = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
+        cfg.target = true;
+        node.add_port("fc-target", cfg, Some(ScsiTarget::new()))
+            .unwrap();
+        let record = || {
+            node.ports()
+                .into_iter()
+                .find(|p| p.port_name == PARENT)
+                .and_then(|p| p.sessions.into_iter().find(|r| r.port_name == TARGET))
+        };
+        assert!(
+            eventually(|| record().is_some_and(|r| r.up)).await,
+            "{:?}",
+            node.ports()
+        );
+        let up = record().unwrap();
+        assert_eq!((up.logins, &up.last_down), (1, &None), "{up:?}");
+        assert!(up.since >= started, "{up:?}");
+        let parent = node
+            .ports()
+            .into_iter()
+            .find(|p| p.port_name == PARENT)
+            .unwrap();
+        assert!(parent.online && parent.since >= started && parent.last_offline.is_none());
+
+        let before_logout = Instant::now();
+        node.logout_peer(PARENT, TARGET);
+        assert!(
+            eventually(|| record().is_some_and(|r| !r.up)).await,
+            "{:?}",
+            record()
+        );
+        let down = record().unwrap();
+        let (why, at) = down.last_down.clone().expect("a reason");
+        assert_eq!(why, "we logged out of the port");
+        assert!(at >= before_logout && down.since == at, "{down:?}");
+        assert_eq!(down.logins, 1);
+    }
+
+    /// A port remembers at most `SESSION_RECORDS` remote ports; the one
+    /// down longest goes first, and sessions that are up stay.
+    #[test]
+    fn session_records_are_bounded() {
+        let t0 = Instant::now();
+        let mut h = PortHistory::new(t0);
+        for i in 0..SESSION_RECORDS as u64 {
+            let r = h.session(t0 + Duration::from_secs(i), Wwn(i));
+            r.since = t0 + Duration::from_secs(i);
+            r.up = i % 2 == 0;
+        }
+        assert_eq!(h.sessions.len(), SESSION_RECORDS);
+        // Port 1 is the one down longest.
+        h.session(t0 + Duration::from_secs(1000), Wwn(9999)).up = true;
+        assert_eq!(h.sessions.len(), SESSION_RECORDS);
+        let names: Vec<u64> = h.sessions.iter().map(|r| r.port_name.0).collect();
+        assert!(!names.contains(&1) && names.contains(&3) && names.contains(&0));
+        assert!(names.contains(&9999));
+        // An existing record is found, not added.
+        h.session(t0, Wwn(0)).logins = 7;
+        assert_eq!(h.sessions.len(), SESSION_RECORDS);
+        assert_eq!(
+            h.sessions
+                .iter()
+                .find(|r| r.port_name == Wwn(0))
+                .unwrap()
+                .logins,
+            7
+        );
     }
 
     /// Sessions come and go (libiscsi's suite opens two per suite, a

@@ -146,6 +146,8 @@ pub enum NPortEvent {
         fc_id: FcId,
         /// Its name.
         port_name: Wwn,
+        /// Why, for the log and the operator.
+        reason: String,
     },
     /// Target role: run this task and call [`NPort::complete_task`].
     Execute {
@@ -445,8 +447,9 @@ impl NPort {
     /// The link went down: every login ends.
     pub fn link_down(&mut self, now: Instant, reason: &str) {
         let ids: Vec<FcId> = self.remotes.keys().copied().collect();
+        let why = format!("link down: {reason}");
         for id in ids {
-            self.drop_remote(now, id);
+            self.drop_remote(now, id, &why);
         }
         self.pending.clear();
         self.steps.clear();
@@ -467,7 +470,7 @@ impl NPort {
         let ids: Vec<FcId> = self.remotes.keys().copied().collect();
         for id in ids {
             self.send_logo(id);
-            self.drop_remote(now, id);
+            self.drop_remote(now, id, "we logged out of the fabric");
         }
         if let Ok(ox) = self.xm.alloc_ox() {
             let els = ElsRepr::Logo(crate::wire::els::Logo {
@@ -490,7 +493,7 @@ impl NPort {
     pub fn logout_peer(&mut self, now: Instant, peer: FcId) {
         if self.remotes.contains_key(&peer) {
             self.send_logo(peer);
-            self.drop_remote(now, peer);
+            self.drop_remote(now, peer, "we logged out of the port");
         }
     }
 
@@ -647,7 +650,7 @@ impl NPort {
                 // A new PLOGI ends any earlier session with this port.
                 if let Some(old) = self.remotes.get(&h.s_id) {
                     if old.nexus.is_some() || old.port_name != p.port_name {
-                        self.drop_remote(now, h.s_id);
+                        self.drop_remote(now, h.s_id, "new PLOGI from the port");
                     }
                 }
                 let rx_size = p
@@ -712,7 +715,7 @@ impl NPort {
             }
             ElsRepr::Logo(_) => {
                 self.answer_els(&h, &ElsRepr::LsAcc(LsAcc::Plain));
-                self.drop_remote(now, h.s_id);
+                self.drop_remote(now, h.s_id, "LOGO from the port");
             }
             ElsRepr::Prlo(pl) => {
                 let pages = pl
@@ -728,7 +731,7 @@ impl NPort {
                     &h,
                     &ElsRepr::LsAcc(LsAcc::ProcessLogin(ProcessLogin { pages })),
                 );
-                self.end_process_login(now, h.s_id);
+                self.end_process_login(now, h.s_id, "PRLO from the port");
             }
             ElsRepr::Adisc(_) => {
                 let acc = ElsRepr::LsAcc(LsAcc::Adisc(Adisc {
@@ -851,7 +854,7 @@ impl NPort {
         self.initiator_port_ready(now, peer);
     }
 
-    fn end_process_login(&mut self, now: Instant, peer: FcId) {
+    fn end_process_login(&mut self, now: Instant, peer: FcId, reason: &str) {
         let Some(r) = self.remotes.get_mut(&peer) else {
             return;
         };
@@ -868,13 +871,14 @@ impl NPort {
             self.event(NPortEvent::PortDown {
                 fc_id: peer,
                 port_name,
+                reason: reason.to_string(),
             });
         }
     }
 
     /// The peer is gone: its sessions end.
-    fn drop_remote(&mut self, now: Instant, peer: FcId) {
-        self.end_process_login(now, peer);
+    fn drop_remote(&mut self, now: Instant, peer: FcId, reason: &str) {
+        self.end_process_login(now, peer, reason);
         self.remotes.remove(&peer);
         self.xm.close_peer(peer);
     }
@@ -1152,7 +1156,7 @@ impl NPort {
                     .filter(|id| !found.contains(id))
                     .collect();
                 for id in gone {
-                    self.drop_remote(now, id);
+                    self.drop_remote(now, id, "no longer in the name server (GID_FT)");
                 }
                 for id in found {
                     if id != self.fc_id && !self.remotes.contains_key(&id) {
@@ -1169,7 +1173,7 @@ impl NPort {
                     })
                 );
                 if !still {
-                    self.drop_remote(now, id);
+                    self.drop_remote(now, id, "no longer in the name server (GPN_ID)");
                 }
             }
             // Registrations: accepted or not, login goes on.

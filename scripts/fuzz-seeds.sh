@@ -3,8 +3,8 @@
 # captures in ../shared/captures: every iSCSI PDU of iscsi-tapel.pcap and
 # scsi-osd-example-001.pcap for iscsi_pdu, and their Login/Text data
 # segments for iscsi_text; the FCIP frames of fcip_trace.cap (TCP
-# reassembled) for fcip_encap, fcip_fsf and fcip_sw_ils (see
-# fuzz/README.md).
+# reassembled) for fcip_encap, fcip_fsf and fcip_sw_ils; whole capture
+# files for pcap_check (see fuzz/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test -p unifab --test captures -- --ignored write_fuzz_seeds
@@ -13,3 +13,11 @@ ls fuzz/corpus/iscsi_pdu | wc -l
 ls fuzz/corpus/iscsi_text | wc -l
 ls fuzz/corpus/cdb | wc -l
 for d in fcip_encap fcip_fsf fcip_sw_ils; do ls "fuzz/corpus/$d" | wc -l; done
+# pcap_check takes whole capture files: every capture up to 256 KiB.
+mkdir -p fuzz/corpus/pcap_check
+for f in ../shared/captures/*.cap ../shared/captures/*.pcap; do
+    if [ "$(stat -c %s "$f")" -le 262144 ]; then
+        cp "$f" fuzz/corpus/pcap_check/
+    fi
+done
+ls fuzz/corpus/pcap_check | wc -l

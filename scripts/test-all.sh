@@ -6,7 +6,8 @@
 # CI runs exactly this (.ci/run). Steps, each fatal on failure:
 #   1. scripts/setup.sh            Debian peers, cargo-deny; versions; peers run
 #   2. cargo fmt --all --check
-#   3. cargo clippy --workspace --all-targets -- -D warnings
+#   3. cargo clippy --workspace --all-targets -- -D warnings; the fuzz
+#      targets (fuzz/, outside the workspace) formatted and type-checked
 #   4. cargo deny check bans licenses sources   (+ advisories when the RustSec
 #      database can be fetched: it lives on GitHub, which these machines do
 #      not reach; the step then says so loudly — see deny.toml)
@@ -99,6 +100,13 @@ cargo fmt --all --check
 # 3 ---------------------------------------------------------------------------
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+# 3b --------------------------------------------------------------------------
+# The fuzz crate is outside the workspace (cargo-fuzz, nightly): check that it
+# is formatted and still compiles against the crates' APIs, on stable.
+step "fuzz targets: cargo fmt --check, cargo check"
+cargo fmt --manifest-path fuzz/Cargo.toml --check
+cargo check --manifest-path fuzz/Cargo.toml --bins
 
 # 4 ---------------------------------------------------------------------------
 step "cargo deny check"

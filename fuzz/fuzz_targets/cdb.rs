@@ -15,8 +15,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use unifab_scsi_core::{
     Command, EmulatedLu, EmulatedLuConfig, IoMode, ItNexus, LogicalUnit, Lun, MemoryBackend,
-    ScsiTarget, TargetPort, Task, TaskAttr, TransportId,
-    task::Cdb,
+    ScsiTarget, TargetPort, Task, TaskAttr, TransportId, task::Cdb,
 };
 
 struct World {

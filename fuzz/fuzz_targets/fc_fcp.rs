@@ -45,7 +45,12 @@ fn logged_in(now: Instant) -> NPort {
     let mut p = NPort::new(cfg);
     p.link_up(now);
     let flogi = p.poll_transmit().expect("FLOGI");
-    let params = LoginParams::n_port(Wwn(0x1000_0000_0000_0001), Wwn(0x1000_0000_0000_0001), 2048, 2000);
+    let params = LoginParams::n_port(
+        Wwn(0x1000_0000_0000_0001),
+        Wwn(0x1000_0000_0000_0001),
+        2048,
+        2000,
+    );
     let acc = compose::els(
         Route {
             s_id: FcId::LOGIN_SERVER,
@@ -58,10 +63,19 @@ fn logged_in(now: Instant) -> NPort {
     .expect("ACC");
     p.handle_frame(now, acc);
     drain(&mut p);
-    let peer = LoginParams::n_port(Wwn(0x2100_0000_0000_0002), Wwn(0x2000_0000_0000_0002), 1024, 2000);
+    let peer = LoginParams::n_port(
+        Wwn(0x2100_0000_0000_0002),
+        Wwn(0x2000_0000_0000_0002),
+        1024,
+        2000,
+    );
     p.handle_frame(
         now,
-        compose::els(Route::request(PEER, ME, OxId(0x7000)), &ElsRepr::Plogi(peer)).expect("PLOGI"),
+        compose::els(
+            Route::request(PEER, ME, OxId(0x7000)),
+            &ElsRepr::Plogi(peer),
+        )
+        .expect("PLOGI"),
     );
     let prli = ProcessLogin {
         pages: vec![ServiceParamPage::fcp(
@@ -149,7 +163,9 @@ fuzz_target!(|data: &[u8]| {
         while let Some(ev) = p.poll_event() {
             match ev {
                 NPortEvent::Execute { id, task } => {
-                    let mut r = TaskResult::with_data(payload.slice(..payload.len().min(task.data_in_len as usize + 64)));
+                    let mut r = TaskResult::with_data(
+                        payload.slice(..payload.len().min(task.data_in_len as usize + 64)),
+                    );
                     if payload.first().is_some_and(|b| b & 1 == 1) {
                         r.status = Status::CHECK_CONDITION;
                         r.sense = Some(payload.slice(..payload.len().min(18)));

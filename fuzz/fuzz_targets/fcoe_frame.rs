@@ -47,9 +47,18 @@ fuzz_target!(|data: &[u8]| {
     }
     let now = Instant::now();
     let mut fcf = Fcf::new(FcfConfig::new(FCF, None, Wwn(0x1000_0000_0000_0001)), now);
-    let mut enode = Enode::new(EnodeConfig::new(ENODE, Wwn(0x2000_0000_0000_0001), None), now);
+    let mut enode = Enode::new(
+        EnodeConfig::new(ENODE, Wwn(0x2000_0000_0000_0001), None),
+        now,
+    );
     for vlan in [None, Some(VlanTag::fcoe(0))] {
-        for (dst, src) in [(FCF, ENODE), (MacAddr::fpma(Default::default(), unifab_fc::FcId::new(0x010100)), FCF)] {
+        for (dst, src) in [
+            (FCF, ENODE),
+            (
+                MacAddr::fpma(Default::default(), unifab_fc::FcId::new(0x010100)),
+                FCF,
+            ),
+        ] {
             let eth = EthernetRepr {
                 dst,
                 src,

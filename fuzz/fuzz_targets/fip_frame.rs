@@ -44,8 +44,14 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(FipRepr::parse(&Bytes::from(out)).expect("re-parse"), r);
     }
     let now = Instant::now();
-    let mut fcf = Fcf::new(FcfConfig::new(FCF, Some(100), Wwn(0x1000_0000_0000_0001)), now);
-    let mut enode = Enode::new(EnodeConfig::new(ENODE, Wwn(0x2000_0000_0000_0001), Some(100)), now);
+    let mut fcf = Fcf::new(
+        FcfConfig::new(FCF, Some(100), Wwn(0x1000_0000_0000_0001)),
+        now,
+    );
+    let mut enode = Enode::new(
+        EnodeConfig::new(ENODE, Wwn(0x2000_0000_0000_0001), Some(100)),
+        now,
+    );
     for vlan in [None, Some(VlanTag::fcoe(100))] {
         fcf.handle_ethernet(now, ethernet(vlan, FCF, ENODE, data));
         fcf.handle_ethernet(now, ethernet(vlan, MacAddr::ALL_FCF_MACS, ENODE, data));

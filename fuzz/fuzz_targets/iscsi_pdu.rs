@@ -12,9 +12,17 @@ use libfuzzer_sys::fuzz_target;
 use unifab_iscsi::wire::{Ahs, Digests, Framer, encode_pdu, frame::MAX_DATA_SEGMENT_LENGTH};
 
 fuzz_target!(|input: &[u8]| {
-    let Some((&sel, stream)) = input.split_first() else { return };
-    let digests = Digests { header: sel & 1 != 0, data: sel & 2 != 0 };
-    let framer = Framer { digests, max_data_segment_length: MAX_DATA_SEGMENT_LENGTH };
+    let Some((&sel, stream)) = input.split_first() else {
+        return;
+    };
+    let digests = Digests {
+        header: sel & 1 != 0,
+        data: sel & 2 != 0,
+    };
+    let framer = Framer {
+        digests,
+        max_data_segment_length: MAX_DATA_SEGMENT_LENGTH,
+    };
     let mut buf = BytesMut::from(stream);
     let mut consumed = 0usize;
     loop {
@@ -34,7 +42,9 @@ fuzz_target!(|input: &[u8]| {
         let original = &stream[consumed..consumed + (before - buf.len())];
         consumed += before - buf.len();
         let Ok(pdu) = frame.parse() else { continue };
-        let Ok(ahs) = Ahs::parse_all(&frame.ahs) else { continue };
+        let Ok(ahs) = Ahs::parse_all(&frame.ahs) else {
+            continue;
+        };
         let mut ahs_out = Vec::new();
         for a in &ahs {
             a.emit(&mut ahs_out);
@@ -42,7 +52,10 @@ fuzz_target!(|input: &[u8]| {
         let out = encode_pdu(&pdu, &ahs_out, &frame.data, digests).expect("a parsed PDU re-emits");
         // Re-parse the re-emitted bytes.
         let mut again = BytesMut::from(&out[..]);
-        let f2 = framer.decode(&mut again).expect("re-emitted PDU frames").expect("whole PDU");
+        let f2 = framer
+            .decode(&mut again)
+            .expect("re-emitted PDU frames")
+            .expect("whole PDU");
         assert!(again.is_empty());
         let pdu2 = f2.parse().expect("re-emitted PDU parses");
         assert_eq!(pdu, pdu2);

@@ -4,11 +4,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use unifab_iscsi::chap::{TestRng, TargetSecrets, ChapCredentials};
+use unifab_iscsi::chap::{ChapCredentials, TargetSecrets, TestRng};
 use unifab_iscsi::login::{
-    AdmitRequest, AuthPolicy, LoginPolicy, LoginStatus, TargetConfig, TargetLogin, TargetLoginConfig, TargetLookup,
+    AdmitRequest, AuthPolicy, LoginPolicy, LoginStatus, TargetConfig, TargetLogin,
+    TargetLoginConfig, TargetLookup,
 };
-use unifab_iscsi::negotiate::{NegotiationLimits, Negotiator, Phase, Role, SessionParams, SessionType};
+use unifab_iscsi::negotiate::{
+    NegotiationLimits, Negotiator, Phase, Role, SessionParams, SessionType,
+};
 use unifab_iscsi::text::{TextParams, TextWriter, parse_binary, parse_bool, parse_number};
 use unifab_iscsi::wire::{LoginRequest, Stage};
 
@@ -16,8 +19,17 @@ struct Policy;
 
 impl LoginPolicy for Policy {
     fn lookup_target(&mut self, _st: SessionType, name: Option<&str>) -> TargetLookup {
-        let auth = if name.is_some_and(|n| n.ends_with("chap")) { AuthPolicy::Chap { mutual: false } } else { AuthPolicy::ChapOrNone };
-        TargetLookup::Found(TargetConfig { alias: None, portal_group_tag: 1, auth, limits: NegotiationLimits::default() })
+        let auth = if name.is_some_and(|n| n.ends_with("chap")) {
+            AuthPolicy::Chap { mutual: false }
+        } else {
+            AuthPolicy::ChapOrNone
+        };
+        TargetLookup::Found(TargetConfig {
+            alias: None,
+            portal_group_tag: 1,
+            auth,
+            limits: NegotiationLimits::default(),
+        })
     }
     fn authorize(&mut self, _i: &str, _t: Option<&str>) -> bool {
         true
@@ -29,7 +41,12 @@ impl LoginPolicy for Policy {
             require_mutual: false,
         })
     }
-    fn existing_session(&mut self, _i: &str, _isid: [u8; 6], _tsih: u16) -> Result<SessionParams, LoginStatus> {
+    fn existing_session(
+        &mut self,
+        _i: &str,
+        _isid: [u8; 6],
+        _tsih: u16,
+    ) -> Result<SessionParams, LoginStatus> {
         Ok(SessionParams::default())
     }
     fn admit(&mut self, _r: &AdmitRequest<'_>) -> Result<u16, LoginStatus> {
@@ -61,7 +78,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // Login: the first byte picks flags, the rest is cut into 3 requests.
-    let Some((&flags, rest)) = data.split_first() else { return };
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
     let mut login = TargetLogin::new(TargetLoginConfig::default());
     let mut rng = TestRng::new(u64::from(flags));
     let third = rest.len() / 3 + 1;

@@ -172,8 +172,15 @@ fn compare(name: &str, via_fc: &SuiteResult, direct: &SuiteResult) {
 }
 
 fn show(what: &str, admin: SocketAddr) -> String {
+    show_with(&[what], admin)
+}
+
+/// `unifab show ARGS --admin ADMIN`'s output; fails if the command does.
+fn show_with(args: &[&str], admin: SocketAddr) -> String {
     let out = Command::new(unifab_bin().unwrap())
-        .args(["show", what, "--admin", &admin.to_string()])
+        .arg("show")
+        .args(args)
+        .args(["--admin", &admin.to_string()])
         .output()
         .unwrap();
     assert!(
@@ -257,22 +264,7 @@ fn show_remotes_lists_the_fc_session() {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
     let mut gw = start_fc_gateway(dir.path());
     let remotes = || -> Vec<serde_json::Value> {
-        let out = Command::new(unifab_bin().unwrap())
-            .args([
-                "show",
-                "remotes",
-                "--json",
-                "--admin",
-                &gw.admin.to_string(),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("JSON rows")
+        serde_json::from_str(&show_with(&["remotes", "--json"], gw.admin)).expect("JSON rows")
     };
     // The session comes up as soon as both ports are logged into the
     // fabric; the bound only keeps a broken build from hanging.

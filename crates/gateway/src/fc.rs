@@ -145,6 +145,37 @@ pub struct FcTargetSection {
     pub wwnn: Option<String>,
     /// LU names: LUN 0, 1, … in order.
     pub luns: Vec<String>,
+    /// Largest burst one FCP_XFER_RDY asks a host for (default
+    /// [`DEFAULT_MAX_BURST`]; [`MAX_BURST`] bounds it).
+    #[serde(default)]
+    pub max_burst: Option<crate::config::Size>,
+}
+
+/// `[[fabric.target]] max_burst` by default: 1 MiB, so a write of up to
+/// 1 MiB costs one FCP_XFER_RDY. With 256 KiB (the N_Port's own default),
+/// 1 MiB writes through an FCoE hop went 565 → 734 MB/s (docs/fcoe.md).
+pub const DEFAULT_MAX_BURST: u32 = 1 << 20;
+
+/// The range of `[[fabric.target]] max_burst`: one 512-byte block to
+/// 16 MiB.
+pub const MAX_BURST: std::ops::RangeInclusive<u64> = 512..=(16 << 20);
+
+impl FcTargetSection {
+    /// The burst its FCP_XFER_RDYs ask for, checked.
+    pub fn max_burst(&self) -> Result<u32, String> {
+        match self.max_burst {
+            None => Ok(DEFAULT_MAX_BURST),
+            Some(crate::config::Size(n)) if MAX_BURST.contains(&n) => {
+                u32::try_from(n).map_err(|_| format!("max_burst {n} is too large"))
+            }
+            Some(crate::config::Size(n)) => Err(format!(
+                "fabric.target {}: max_burst {n} must be {} to {} bytes",
+                self.wwpn,
+                MAX_BURST.start(),
+                MAX_BURST.end()
+            )),
+        }
+    }
 }
 
 pub use crate::config::MAX_TIMEOUT_SECS;
@@ -336,6 +367,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
         if let Some(n) = &t.wwnn {
             wwn("fabric.target.wwnn", n)?;
         }
+        t.max_burst()?;
         if t.luns.is_empty() {
             return Err(format!("fabric.target {} has no luns", t.wwpn));
         }
@@ -473,6 +505,7 @@ impl FcPlane {
             }
             let mut cfg = NPortConfig::new(wwpn, wwnn);
             cfg.target = true;
+            cfg.max_burst = t.max_burst().map_err(anyhow::Error::msg)?;
             cfg.timeouts = timeouts;
             cfg.relative_port_id = u16::try_from(k + 1).unwrap_or(u16::MAX);
             cfg.symbolic_name = format!("unifab FCP target {wwpn}");
@@ -766,6 +799,29 @@ wwpn = "21:00:00:00:c9:00:00:0b"
         assert!(bad("active_zoneset = \"cfg\"", "active_zoneset = \"nope\"").contains("nope"));
         assert!(bad("\"pwwn:21:00:00:00:c9:00:00:0b\"", "\"pwwn:xx\"").contains("zone member"));
         assert!(bad("luns = [\"disk\"]", "luns = [\"via-fc\"]").contains("itself an fc://"));
+        // max_burst: 1 MiB unless set; a block to 16 MiB.
+        assert_eq!(f.target[0].max_burst(), Ok(DEFAULT_MAX_BURST));
+        let burst = |v: &str| {
+            Config::parse(
+                &CFG.replace(
+                    "luns = [\"disk\"]",
+                    &format!("luns = [\"disk\"]\nmax_burst = {v}"),
+                ),
+                "fc.toml",
+            )
+            .map_err(|e| e.to_string())
+            .map(|c| c.fabric.unwrap().target[0].max_burst().unwrap())
+        };
+        assert_eq!(burst("\"256KiB\""), Ok(256 << 10));
+        assert_eq!(burst("512"), Ok(512));
+        assert_eq!(burst("\"16MiB\""), Ok(16 << 20));
+        for v in ["511", "0", "\"17MiB\"", "\"1TiB\""] {
+            let e = burst(v).unwrap_err();
+            assert!(
+                e.contains("max_burst") && e.contains("16777216"),
+                "{v}: {e}"
+            );
+        }
         assert!(
             bad("default_zone = \"deny\"", "default_zone = \"maybe\"").contains("default_zone")
         );

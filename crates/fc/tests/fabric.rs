@@ -400,6 +400,80 @@ fn reads_and_multi_burst_writes_with_verified_data() {
     assert!(joined(&s.result(i, z).unwrap()).iter().all(|b| *b == 0));
 }
 
+/// The target bounds the write data its open exchanges hold: a write
+/// that would pass the bound is refused with BUSY before any data is asked
+/// for, one larger than the whole bound with ILLEGAL REQUEST; the budget
+/// comes back as commands end, and the refused write then succeeds.
+#[test]
+fn write_data_held_by_a_target_is_bounded() {
+    let mut s = Sim::new();
+    let scsi = ScsiTarget::new();
+    scsi.insert(Lun(0), lu(8));
+    let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
+    cfg.target = true;
+    cfg.max_write_held = 64 * 1024;
+    let t = s.add(cfg, Some(scsi));
+    s.run();
+    let i = s.initiator(I_WWPN);
+    s.run();
+    let ua = s.submit(
+        i,
+        T_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    let write = |s: &mut Sim, lba: u32, kib: u16, seed: u8| {
+        let data = pattern(usize::from(kib) * 1024, seed);
+        s.submit(
+            i,
+            T_WWPN,
+            Request::with_data_out(Lun(0), write10(lba, kib * 2), data),
+        )
+    };
+    // Larger than the whole bound: refused at once, no XFER_RDY.
+    s.log.clear();
+    let big = write(&mut s, 0, 65, 1);
+    let r = s.result(i, big).unwrap();
+    assert_eq!(r.status, Status::CHECK_CONDITION);
+    let sense = r.sense.unwrap();
+    assert_eq!((sense[2] & 0x0f, sense[12], sense[13]), (0x05, 0x24, 0x00));
+    assert_eq!(
+        s.count(|f| matches!(f.payload, PayloadRepr::FcpXferRdy(_))),
+        0
+    );
+    // The LU holds the tasks: 48 KiB then 16 KiB fill the bound.
+    s.nodes[t].hold = true;
+    let a = write(&mut s, 0, 48, 2);
+    let c = write(&mut s, 200, 16, 3);
+    assert_eq!(s.nodes[t].held.len(), 2);
+    assert_eq!(s.nodes[t].port.write_bytes_held(), 64 * 1024);
+    // One more byte's worth would pass it: BUSY, nothing asked for.
+    s.log.clear();
+    let b = write(&mut s, 400, 1, 4);
+    assert_eq!(s.result(i, b).unwrap().status, Status::BUSY);
+    assert_eq!(
+        s.count(|f| matches!(f.payload, PayloadRepr::FcpXferRdy(_))),
+        0
+    );
+    assert_eq!(s.nodes[t].port.stats().write_refusals, 2);
+    // The held commands end: the budget is back, and the write goes.
+    s.nodes[t].hold = false;
+    let now = s.now;
+    for (id, fut) in std::mem::take(&mut s.nodes[t].held) {
+        let r = s.rt.block_on(fut);
+        s.nodes[t].port.complete_task(now, id, r);
+    }
+    s.run();
+    assert_eq!(s.result(i, a).unwrap().status, Status::GOOD);
+    assert_eq!(s.result(i, c).unwrap().status, Status::GOOD);
+    assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
+    let b = write(&mut s, 400, 1, 4);
+    assert_eq!(s.result(i, b).unwrap().status, Status::GOOD);
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(400, 2), 1024));
+    assert_eq!(joined(&s.result(i, rd).unwrap()), &pattern(1024, 4)[..]);
+    assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
+}
+
 #[test]
 fn residual_overrun_and_underrun() {
     let (mut s, _t, i) = pair(64 * 1024);

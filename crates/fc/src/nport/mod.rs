@@ -88,6 +88,9 @@ pub struct NPortConfig {
     pub fast_io_fail: Option<Duration>,
     /// Largest burst a target asks for with one FCP_XFER_RDY.
     pub max_burst: u32,
+    /// Write data a target's open exchanges may account for at once
+    /// (default [`target::MAX_WRITE_HELD`]); see there.
+    pub max_write_held: u64,
     /// Most open exchanges in each role.
     pub max_exchanges: usize,
     /// Relative target port identifier (SPC-4), for the target's nexuses.
@@ -110,6 +113,7 @@ impl NPortConfig {
             command_timeout: Duration::from_secs(30),
             fast_io_fail: None,
             max_burst: 256 * 1024,
+            max_write_held: target::MAX_WRITE_HELD,
             max_exchanges: 4096,
             relative_port_id: 1,
         }
@@ -197,6 +201,9 @@ pub struct NPortStats {
     pub abts_received: u64,
     /// RSCNs received.
     pub rscn_received: u64,
+    /// Write commands refused for the write-data budget
+    /// ([`target::MAX_WRITE_HELD`]).
+    pub write_refusals: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,7 +296,7 @@ impl NPort {
     pub fn new(cfg: NPortConfig) -> NPort {
         let xm = ExchangeManager::new(cfg.timeouts, cfg.max_exchanges);
         NPort {
-            target: TargetEngine::new(cfg.max_burst),
+            target: TargetEngine::new(cfg.max_burst, cfg.max_write_held),
             initiator: InitiatorEngine::new(cfg.command_timeout, cfg.fast_io_fail),
             cfg,
             login: LoginState::Offline,
@@ -326,6 +333,12 @@ impl NPort {
     /// Counters.
     pub fn stats(&self) -> NPortStats {
         self.stats
+    }
+
+    /// Target role: write data its open exchanges account for (received or
+    /// still to come), at most `NPortConfig::max_write_held`.
+    pub fn write_bytes_held(&self) -> u64 {
+        self.target.write_bytes_held()
     }
 
     /// Is a fabric login (FLOGI/FDISC) with this OX_ID outstanding? Lets

@@ -22,8 +22,10 @@ use crate::fastmap::FastMap;
 use std::time::Instant;
 
 use bytes::Bytes;
+use unifab_scsi_core::sense::asc;
 use unifab_scsi_core::{
-    Cdb, ItNexus, Residual, Task, TaskAttr, TaskResult, TmfFunction, TmfRequest, TmfResponse,
+    Cdb, ItNexus, Residual, Sense, SenseKey, Status, Task, TaskAttr, TaskResult, TmfFunction,
+    TmfRequest, TmfResponse,
 };
 
 use super::{NPort, NPortEvent};
@@ -81,10 +83,24 @@ enum PendingTmf {
     Abts { peer: FcId, ox: OxId, rx: RxId },
 }
 
+/// Write data one N_Port's open exchanges may hold by default
+/// (`NPortConfig::max_write_held`; FCP_DL summed over write commands not
+/// yet answered): 256 MiB. A write that would pass the bound is refused
+/// with BUSY, as when the port is out of exchanges, so the host retries; a
+/// single write larger than the whole bound is refused with ILLEGAL
+/// REQUEST, INVALID FIELD IN CDB (an LU would refuse it too, but only
+/// after all its data had come). Without it a peer could make the port
+/// hold up to `max_exchanges` × 4 GiB.
+pub const MAX_WRITE_HELD: u64 = 256 << 20;
+
 /// The target engine's state (part of an [`NPort`]).
 #[derive(Debug)]
 pub struct TargetEngine {
     max_burst: u32,
+    /// Write data the open exchanges may still bring (their FCP_DLs),
+    /// bounded by `max_write_held`.
+    write_held: u64,
+    max_write_held: u64,
     next_id: u64,
     exchanges: FastMap<(FcId, OxId), Exchange>,
     by_id: FastMap<u64, (FcId, OxId)>,
@@ -92,9 +108,11 @@ pub struct TargetEngine {
 }
 
 impl TargetEngine {
-    pub(crate) fn new(max_burst: u32) -> TargetEngine {
+    pub(crate) fn new(max_burst: u32, max_write_held: u64) -> TargetEngine {
         TargetEngine {
             max_burst: max_burst.max(512),
+            write_held: 0,
+            max_write_held,
             next_id: 1,
             exchanges: FastMap::default(),
             by_id: FastMap::default(),
@@ -105,6 +123,20 @@ impl TargetEngine {
     /// Commands the engine holds (receiving data or running).
     pub fn open_exchanges(&self) -> usize {
         self.exchanges.len()
+    }
+
+    /// Bytes of write data its open exchanges account for (received or
+    /// still to come).
+    pub fn write_bytes_held(&self) -> u64 {
+        self.write_held
+    }
+
+    /// Removes an exchange and gives back its share of the write budget.
+    fn remove(&mut self, key: &(FcId, OxId)) -> Option<Exchange> {
+        let x = self.exchanges.remove(key)?;
+        self.by_id.remove(&x.id);
+        self.write_held = self.write_held.saturating_sub(u64::from(x.write_len));
+        Some(x)
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
@@ -273,6 +305,32 @@ impl NPort {
             (true, true) => (cmnd.bidirectional_read_dl.unwrap_or(0), cmnd.fcp_dl),
             (false, false) => (0, 0),
         };
+        if write_len > 0 {
+            // Bounded memory per port: refused before any data is asked for.
+            let bound = self.target.max_write_held;
+            let refusal = if u64::from(write_len) > bound {
+                let sense = Sense::new(SenseKey::ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CDB);
+                Some(FcpRspRepr {
+                    scsi_status: Status::CHECK_CONDITION.0,
+                    sense: Bytes::copy_from_slice(&sense.to_fixed()),
+                    ..FcpRspRepr::default()
+                })
+            } else if self.target.write_held + u64::from(write_len) > bound {
+                Some(FcpRspRepr {
+                    scsi_status: Status::BUSY.0,
+                    ..FcpRspRepr::default()
+                })
+            } else {
+                None
+            };
+            if let Some(rsp) = refusal {
+                self.stats.write_refusals += 1;
+                self.target_rsp(peer, h.ox_id, rx, &rsp);
+                self.xm.close_rx(peer, h.ox_id);
+                return;
+            }
+            self.target.write_held += u64::from(write_len);
+        }
         let mut x = Exchange {
             id,
             rx,
@@ -408,19 +466,18 @@ impl NPort {
 
     /// Ends a command that broke the data protocol.
     fn target_fail(&mut self, peer: FcId, ox: OxId, rx: RxId, code: FcpRspCode) {
-        if let Some(x) = self.target.exchanges.remove(&(peer, ox)) {
-            self.target.by_id.remove(&x.id);
-        }
+        self.target.remove(&(peer, ox));
         self.target_rsp(peer, ox, rx, &FcpRspRepr::tmf(code));
         self.xm.close_rx(peer, ox);
     }
 
     /// The LU finished a task [`NPortEvent::Execute`] handed out.
     pub fn complete_task(&mut self, _now: Instant, id: TaskId, result: TaskResult) {
-        let Some(key) = self.target.by_id.remove(&id.0) else {
+        let Some(&key) = self.target.by_id.get(&id.0) else {
             return;
         };
-        let Some(x) = self.target.exchanges.remove(&key) else {
+        let Some(x) = self.target.remove(&key) else {
+            self.target.by_id.remove(&id.0);
             return;
         };
         let (peer, ox) = key;
@@ -564,9 +621,7 @@ impl NPort {
         let rx = x.rx;
         match x.state {
             XState::Receiving { .. } => {
-                if let Some(x) = self.target.exchanges.remove(&key) {
-                    self.target.by_id.remove(&x.id);
-                }
+                self.target.remove(&key);
                 self.target_ba_acc(now, h.s_id, h.ox_id, rx);
             }
             XState::Running => {
@@ -621,9 +676,7 @@ impl NPort {
             .copied()
             .collect();
         for k in keys {
-            if let Some(x) = self.target.exchanges.remove(&k) {
-                self.target.by_id.remove(&x.id);
-            }
+            self.target.remove(&k);
         }
         self.target.tmfs.retain(|_, t| match t {
             PendingTmf::Fcp { peer: p, .. } | PendingTmf::Abts { peer: p, .. } => *p != peer,
@@ -643,9 +696,7 @@ impl NPort {
             .map(|(k, _)| *k)
             .collect();
         for (peer, ox) in late {
-            if let Some(x) = self.target.exchanges.remove(&(peer, ox)) {
-                self.target.by_id.remove(&x.id);
-            }
+            self.target.remove(&(peer, ox));
             self.xm.hold_rx(now, peer, ox);
         }
     }

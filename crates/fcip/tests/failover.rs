@@ -6,7 +6,8 @@
 //!   written, the batches in flight on the dead circuit were resent on the
 //!   other one, and the circuit comes back when the cut ends.
 //! - Enhanced mode, every circuit silent at once for less than K_A_TOV:
-//!   the link stays up and every write completes GOOD.
+//!   the link stays up and every write completes GOOD; circuits that come
+//!   back a little apart are all kept.
 //! - RFC mode, the only connections cut: the host sees errors it can
 //!   retry (never GOOD for a write that did not happen), and after the cut
 //!   every block holds either its old or its new contents, never anything
@@ -210,6 +211,47 @@ async fn enhanced_mode_rides_out_every_circuit_falling_silent_at_once() {
         assert!(got == pattern(k, 4), "write {k} reads back different data");
     }
     assert!(s.ta.stats().state.starts_with("up"), "{:?}", s.ta.stats());
+}
+
+/// Every circuit silent, then back a little apart (one relay restored
+/// 20 ms before the other, well inside the 80 ms dead timer): no circuit
+/// is closed at either end. Before the fix the first tick after the first
+/// circuit was heard from closed the others at once, and when the two
+/// ends heard different circuits first the link lost every circuit (seen
+/// once in CI as "closed by the peer" in the test above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enhanced_mode_keeps_every_circuit_when_they_come_back_apart() {
+    let s = sites_via(
+        LinkMode::Enhanced,
+        false,
+        compress::Mode::None,
+        Some(WanProfile::lan()),
+    )
+    .await;
+    let _ = s.remote.execute(task(1, &[0; 6], None, 0)).await;
+    for l in &s.links {
+        l.set_cut(true);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.links[0].set_cut(false);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    s.links[1].set_cut(false);
+    // Several dead intervals for the ticks to run.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for (side, t) in [("A", &s.ta), ("B", &s.tb)] {
+        let st = t.stats();
+        assert!(
+            st.circuits
+                .iter()
+                .all(|c| c.state == "up" && c.failures == 0),
+            "site {side}: a circuit was closed: {st:?}"
+        );
+    }
+    let r = s
+        .remote
+        .execute(task(2, &write_cdb(0, 128, false), Some(pattern(0, 9)), 0))
+        .await;
+    assert_eq!(r.status, Status::GOOD, "{r:?}");
 }
 
 async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {

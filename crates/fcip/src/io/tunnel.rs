@@ -647,6 +647,9 @@ struct Actor {
     up: Option<u8>,
     isolated: Option<String>,
     enhanced: bool,
+    /// Enhanced mode: every circuit was silent at the last tick (see
+    /// `spare_last_circuits`).
+    all_silent: bool,
     send: SendWindow,
     recv: ReceiveWindow,
     comp: Compressor,
@@ -726,6 +729,7 @@ impl Actor {
             up: None,
             isolated: None,
             enhanced: false,
+            all_silent: false,
             host: None,
             target: None,
             rr: 0,
@@ -1143,7 +1147,29 @@ impl Actor {
             })
             .map(|(s, _)| *s)
             .collect();
-        let dead = self.spare_last_circuits(dead, now);
+        let mut dead = self.spare_last_circuits(dead, now);
+        if self.enhanced && !self.circuits.is_empty() {
+            let all_silent = dead.is_empty()
+                && self
+                    .circuits
+                    .values()
+                    .all(|c| now.duration_since(c.last_rx) > self.cfg.dead_after);
+            if all_silent {
+                self.all_silent = true;
+            } else if std::mem::take(&mut self.all_silent) {
+                // The first circuit back after all of them fell silent:
+                // the others get a whole dead interval from now to be
+                // heard from too. Both ends saw the same silence, but each
+                // may hear a different circuit first; closing the others
+                // at once could leave each end keeping the circuit the
+                // other closed, and so no circuit at all.
+                for s in dead.drain(..) {
+                    if let Some(c) = self.circuits.get_mut(&s) {
+                        c.last_rx = now;
+                    }
+                }
+            }
+        }
         for s in dead {
             self.circuit_down(s, "keep-alive timeout (nothing received)");
         }

@@ -1138,7 +1138,7 @@ impl Actor {
 
     fn on_tick(&mut self) {
         let now = Instant::now();
-        let dead: Vec<usize> = self
+        let mut dead: Vec<usize> = self
             .circuits
             .iter()
             .filter(|(s, c)| {
@@ -1147,6 +1147,24 @@ impl Actor {
             })
             .map(|(s, _)| *s)
             .collect();
+        if self.enhanced && dead.len() < self.circuits.len() {
+            // A circuit is dead only if another was heard well after it
+            // fell silent. Circuits cut together do not go quiet in the
+            // same tick: without this the first past the dead interval was
+            // closed while the others, as silent but a tick younger, still
+            // counted as alive, and the two ends could each close a
+            // different one (seen once in CI: every circuit "closed by the
+            // peer").
+            let margin = self.cfg.dead_after / 2;
+            dead.retain(|s| {
+                let Some(quiet_since) = self.circuits.get(s).map(|c| c.last_rx) else {
+                    return false;
+                };
+                self.circuits
+                    .iter()
+                    .any(|(o, c)| o != s && c.last_rx > quiet_since + margin)
+            });
+        }
         let mut dead = self.spare_last_circuits(dead, now);
         if self.enhanced && !self.circuits.is_empty() {
             let all_silent = dead.is_empty()

@@ -24,23 +24,19 @@ fuzz_target!(|data: &[u8]| {
     };
     let frames = read_frames(data).expect("the checker read this file");
     assert_eq!(report.frames, frames.len() as u64);
-    let in_file = |n: u64| (1..=report.frames).contains(&n);
-    for e in &report.entries {
+    let in_file = |what: &str, n: u64| {
         assert!(
-            in_file(e.frame),
-            "entry for frame {} of {}",
-            e.frame,
+            (1..=report.frames).contains(&n),
+            "{what} at frame {n} of {}",
             report.frames
         );
+    };
+    for e in &report.entries {
+        in_file("entry", e.frame);
     }
     assert!(report.entries.windows(2).all(|w| w[0].frame <= w[1].frame));
     for g in &report.gaps {
-        assert!(
-            in_file(g.frame),
-            "gap at frame {} of {}",
-            g.frame,
-            report.frames
-        );
+        in_file("gap", g.frame);
         assert!(g.missing > 0, "{g:?}");
     }
     let _ = report.to_string();

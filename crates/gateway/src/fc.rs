@@ -158,22 +158,24 @@ pub const DEFAULT_MAX_BURST: u32 = 1 << 20;
 
 /// The range of `[[fabric.target]] max_burst`: one 512-byte block to
 /// 16 MiB.
-pub const MAX_BURST: std::ops::RangeInclusive<u64> = 512..=(16 << 20);
+pub const MAX_BURST: std::ops::RangeInclusive<u32> = 512..=(16 << 20);
 
 impl FcTargetSection {
     /// The burst its FCP_XFER_RDYs ask for, checked.
     pub fn max_burst(&self) -> Result<u32, String> {
         match self.max_burst {
             None => Ok(DEFAULT_MAX_BURST),
-            Some(crate::config::Size(n)) if MAX_BURST.contains(&n) => {
-                u32::try_from(n).map_err(|_| format!("max_burst {n} is too large"))
-            }
-            Some(crate::config::Size(n)) => Err(format!(
-                "fabric.target {}: max_burst {n} must be {} to {} bytes",
-                self.wwpn,
-                MAX_BURST.start(),
-                MAX_BURST.end()
-            )),
+            Some(crate::config::Size(n)) => u32::try_from(n)
+                .ok()
+                .filter(|b| MAX_BURST.contains(b))
+                .ok_or_else(|| {
+                    format!(
+                        "fabric.target {}: max_burst {n} must be {} to {} bytes",
+                        self.wwpn,
+                        MAX_BURST.start(),
+                        MAX_BURST.end()
+                    )
+                }),
         }
     }
 }
@@ -596,32 +598,28 @@ impl FcPlane {
                 let since = record.map_or(p.since, |r| r.since);
                 // The latest of the session's end and the port's going offline.
                 let last = [
-                    record.and_then(|r| r.last_down.clone()),
-                    p.last_offline.clone(),
+                    record.and_then(|r| r.last_down.as_ref()),
+                    p.last_offline.as_ref(),
                 ]
                 .into_iter()
                 .flatten()
                 .max_by_key(|(_, at)| *at);
-                let secs = since.elapsed().as_secs_f64();
                 let iface = if p.virtual_port {
                     format!("{} (npiv)", p.port_name)
                 } else {
                     p.port_name.to_string()
                 };
-                rows.push(serde_json::json!({
-                    "lu": name,
-                    "remote": url.to_string(),
-                    "initiator": iface,
-                    "fcid": p.fc_id.to_string(),
-                    "state": if up { "up" } else { "down" },
-                    "for": format!("{secs:.1} s"),
-                    "seconds": secs,
-                    "logins": record.map_or(0, |r| r.logins),
-                    "last error": last.as_ref().map(|(e, at)| {
-                        format!("{e} ({:.1} s ago)", at.elapsed().as_secs_f64())
-                    }),
-                    "last error seconds": last.map(|(_, at)| at.elapsed().as_secs_f64()),
-                }));
+                let remote = url.to_string();
+                let row = crate::remote::RemoteRow {
+                    lu: name,
+                    remote: &remote,
+                    initiator: iface,
+                    up,
+                    for_how_long: since.elapsed(),
+                    logins: record.map_or(0, |r| r.logins),
+                    last_error: last.map(|(e, at)| (e.as_str(), at.elapsed())),
+                };
+                rows.push(row.to_json(serde_json::json!({ "fcid": p.fc_id.to_string() })));
             }
         }
         rows

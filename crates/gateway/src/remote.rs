@@ -339,6 +339,49 @@ pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiIn
     Ok((remote, factory))
 }
 
+/// What every row of `unifab show remotes` has, `iscsi://` or `fc://`.
+#[derive(Debug)]
+pub struct RemoteRow<'a> {
+    /// The LU.
+    pub lu: &'a str,
+    /// Its remote, redacted.
+    pub remote: &'a str,
+    /// The local initiator port.
+    pub initiator: String,
+    /// In session now.
+    pub up: bool,
+    /// How long it has been so.
+    pub for_how_long: Duration,
+    /// Successful logins so far.
+    pub logins: u64,
+    /// The last failure and how long ago it was.
+    pub last_error: Option<(&'a str, Duration)>,
+}
+
+impl RemoteRow<'_> {
+    /// The row as JSON, with the transport's own columns added.
+    pub fn to_json(&self, extra: serde_json::Value) -> serde_json::Value {
+        let secs = self.for_how_long.as_secs_f64();
+        let mut row = serde_json::json!({
+            "lu": self.lu,
+            "remote": self.remote,
+            "initiator": self.initiator,
+            "state": if self.up { "up" } else { "down" },
+            "for": format!("{secs:.1} s"),
+            "seconds": secs,
+            "logins": self.logins,
+            "last error": self.last_error.map(|(e, age)| {
+                format!("{e} ({:.1} s ago)", age.as_secs_f64())
+            }),
+            "last error seconds": self.last_error.map(|(_, age)| age.as_secs_f64()),
+        });
+        if let (Some(row), serde_json::Value::Object(extra)) = (row.as_object_mut(), extra) {
+            row.extend(extra);
+        }
+        row
+    }
+}
+
 /// Rows of `unifab show remotes`: every session to the remote of each
 /// `iscsi://` LU (the shared one that probes it, and one per host
 /// initiator with `nexus = "per-initiator"`).
@@ -348,23 +391,20 @@ pub fn iscsi_remote_rows(
     let mut rows = Vec::new();
     for (name, backend, factory) in remotes {
         for s in factory.sessions() {
-            let secs = s.for_how_long.as_secs_f64();
-            rows.push(serde_json::json!({
-                "lu": name,
-                "remote": backend,
-                "initiator": s.initiator_name,
+            let row = RemoteRow {
+                lu: name,
+                remote: backend,
+                initiator: s.initiator_name.clone(),
+                up: s.connected,
+                for_how_long: s.for_how_long,
+                logins: s.logins,
+                last_error: s.last_error.as_deref().zip(s.last_error_age),
+            };
+            rows.push(row.to_json(serde_json::json!({
                 "isid": s.isid.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                "state": if s.connected { "up" } else { "down" },
-                "for": format!("{secs:.1} s"),
-                "seconds": secs,
-                "logins": s.logins,
                 "digests": s.digests.map(|d| d.to_string()),
                 "commands": s.commands,
-                "last error": s.last_error.as_ref().zip(s.last_error_age).map(|(e, age)| {
-                    format!("{e} ({:.1} s ago)", age.as_secs_f64())
-                }),
-                "last error seconds": s.last_error_age.map(|a| a.as_secs_f64()),
-            }));
+            })));
         }
     }
     rows

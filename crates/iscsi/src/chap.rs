@@ -18,8 +18,11 @@
 //! - our challenges come from a CSPRNG and are at least as long as the hash
 //!   (default 32 bytes for SHA-256, 16 for MD5; configurable upward);
 //! - responses compare in constant time;
-//! - a reflected challenge (the initiator's mutual CHAP_C equal to ours) and
-//!   a reused identifier (the initiator's CHAP_I equal to ours) are refused;
+//! - a reflected challenge (the initiator's mutual CHAP_C equal to ours) is
+//!   refused (RFC 7143 §12.1.3). The initiator's CHAP_I may equal ours: the
+//!   RFC does not forbid it, the response still covers a different challenge,
+//!   and initiators pick it freely (libiscsi counts from 1, so refusing it
+//!   failed one login in 256 against our random identifier);
 //! - secrets shorter than [`MIN_SECRET_LEN`] (12 bytes, RFC 7143 §12.1.3's
 //!   96-bit recommendation) are refused by default, and the two directions of
 //!   mutual CHAP must not share a secret;
@@ -175,9 +178,6 @@ pub enum ChapError {
     /// The peer's challenge equals ours (reflection attack).
     #[error("reflected CHAP challenge")]
     ReflectedChallenge,
-    /// The peer's identifier equals ours.
-    #[error("reused CHAP identifier")]
-    IdentifierReuse,
     /// A secret is shorter than the configured minimum.
     #[error("CHAP secret shorter than {min} bytes")]
     SecretTooShort {
@@ -379,9 +379,6 @@ impl TargetChap {
         if let Some(m) = &mutual {
             if constant_time_eq(&m.challenge, challenge) {
                 return Err(ChapError::ReflectedChallenge);
-            }
-            if m.id == id {
-                return Err(ChapError::IdentifierReuse);
             }
         }
         let s = secrets(name).ok_or(ChapError::UnknownName)?;
@@ -724,7 +721,7 @@ mod tests {
     }
 
     #[test]
-    fn reflection_and_identifier_reuse() {
+    fn reflection_refused_identifier_reuse_allowed() {
         let mut rng = TestRng::new(3);
         let mut t = TargetChap::new(ChapConfig::default());
         let ch = t.on_algorithms("5", &mut rng).unwrap();
@@ -752,17 +749,25 @@ mod tests {
             t.clone().on_response(&reflected, secrets),
             Err(ChapError::ReflectedChallenge)
         );
-        let reuse = ChapKeys {
+        // The same identifier with the initiator's own challenge is fine
+        // (libiscsi always sends CHAP_I=1 on a first login), and the answer
+        // covers that identifier and challenge.
+        let same_id = ChapKeys {
             n: Some("i"),
             r: Some(&r),
             i: k.i,
             c: Some("0x0102030405060708"),
             a: None,
         };
-        assert_eq!(
-            t.clone().on_response(&reuse, secrets),
-            Err(ChapError::IdentifierReuse)
-        );
+        let out = t.clone().on_response(&same_id, secrets).unwrap();
+        let expected = compute_response(
+            ChapAlgorithm::MD5,
+            id,
+            b"another-secret-1",
+            &[1, 2, 3, 4, 5, 6, 7, 8],
+        )
+        .unwrap();
+        assert_eq!(out[1].value, encode_hex(&expected));
         let ok = ChapKeys {
             n: Some("i"),
             r: Some(&r),

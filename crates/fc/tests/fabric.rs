@@ -447,16 +447,29 @@ fn write_data_held_by_a_target_is_bounded() {
     let c = write(&mut s, 200, 16, 3);
     assert_eq!(s.nodes[t].held.len(), 2);
     assert_eq!(s.nodes[t].port.write_bytes_held(), 64 * 1024);
-    // One more byte's worth would pass it: BUSY, nothing asked for.
+    // One more write would pass it: it waits, and nothing is asked for.
     s.log.clear();
     let b = write(&mut s, 400, 1, 4);
-    assert_eq!(s.result(i, b).unwrap().status, Status::BUSY);
+    let d = write(&mut s, 600, 2, 5);
+    assert!(unanswered(&s, i, b) && unanswered(&s, i, d));
     assert_eq!(
         s.count(|f| matches!(f.payload, PayloadRepr::FcpXferRdy(_))),
         0
     );
-    assert_eq!(s.nodes[t].port.stats().write_refusals, 2);
-    // The held commands end: the budget is back, and the write goes.
+    assert_eq!(s.nodes[t].port.writes_waiting(), 2);
+    assert_eq!(s.nodes[t].port.write_bytes_held(), 64 * 1024);
+    assert_eq!(s.nodes[t].port.stats().writes_deferred, 2);
+    assert_eq!(s.nodes[t].port.stats().write_refusals, 1);
+    // An ABTS for a waiting write ends it at once, and it never runs.
+    let tmf = s.tmf(i, TmfFunction::AbortTask { tag: d.0 });
+    assert_eq!(
+        s.nodes[i].tmfs.remove(&tmf),
+        Some(Ok(TmfResponse::FunctionComplete))
+    );
+    assert_eq!(s.result(i, d).unwrap_err(), InitiatorError::Aborted);
+    assert_eq!(s.nodes[t].port.writes_waiting(), 1);
+    // The held commands end: the budget is back, and the waiting write is
+    // asked for its data and goes.
     s.nodes[t].hold = false;
     let now = s.now;
     for (id, fut) in std::mem::take(&mut s.nodes[t].held) {
@@ -466,9 +479,16 @@ fn write_data_held_by_a_target_is_bounded() {
     s.run();
     assert_eq!(s.result(i, a).unwrap().status, Status::GOOD);
     assert_eq!(s.result(i, c).unwrap().status, Status::GOOD);
-    assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
-    let b = write(&mut s, 400, 1, 4);
     assert_eq!(s.result(i, b).unwrap().status, Status::GOOD);
+    assert_eq!(
+        s.count(|f| matches!(f.payload, PayloadRepr::FcpXferRdy(_))),
+        1
+    );
+    assert_eq!(s.nodes[t].port.writes_waiting(), 0);
+    assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
+    // The aborted write never reached the LU.
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(600, 2), 1024));
+    assert_eq!(joined(&s.result(i, rd).unwrap()), &[0u8; 1024][..]);
     let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(400, 2), 1024));
     assert_eq!(joined(&s.result(i, rd).unwrap()), &pattern(1024, 4)[..]);
     assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
@@ -613,6 +633,63 @@ fn lun_reset_ends_the_initiators_own_commands() {
     assert_eq!(s.result(i, a).unwrap_err(), InitiatorError::Aborted);
     let tmf_cmnds = s.count(|f| matches!(&f.payload, PayloadRepr::FcpCmnd(c) if c.tmf.0 == 0x10));
     assert_eq!(tmf_cmnds, 1, "LOGICAL UNIT RESET went as FCP_CMND flags");
+}
+
+#[test]
+fn lun_reset_ends_writes_waiting_for_the_budget() {
+    let mut s = Sim::new();
+    let scsi = ScsiTarget::new();
+    scsi.insert(Lun(0), lu(8));
+    let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
+    cfg.target = true;
+    cfg.max_write_held = 16 * 1024;
+    let t = s.add(cfg, Some(scsi));
+    s.run();
+    let i = s.initiator(I_WWPN);
+    s.run();
+    let ua = s.submit(
+        i,
+        T_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    // The LU holds a 16 KiB write, so the next one waits for its share.
+    s.nodes[t].hold = true;
+    let a = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(0, 32), pattern(16 * 1024, 1)),
+    );
+    let b = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(100, 8), pattern(4096, 2)),
+    );
+    assert_eq!(s.nodes[t].port.writes_waiting(), 1);
+    s.log.clear();
+    // LOGICAL UNIT RESET: the LU aborts the running write and the port the
+    // waiting one; the budget the first gives back asks for no data.
+    let tmf = s.tmf(i, TmfFunction::LogicalUnitReset);
+    assert_eq!(
+        s.nodes[i].tmfs.remove(&tmf),
+        Some(Ok(TmfResponse::FunctionComplete))
+    );
+    assert_eq!(s.result(i, a).unwrap_err(), InitiatorError::Aborted);
+    assert_eq!(s.result(i, b).unwrap_err(), InitiatorError::Aborted);
+    assert_eq!(
+        s.count(|f| matches!(f.payload, PayloadRepr::FcpXferRdy(_))),
+        0
+    );
+    assert_eq!(s.nodes[t].port.writes_waiting(), 0);
+    assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
+    // Nothing of either write reached the medium.
+    s.nodes[t].hold = false;
+    let ua = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    for lba in [0, 100] {
+        let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(lba, 8), 4096));
+        assert_eq!(joined(&s.result(i, rd).unwrap()), &[0u8; 4096][..]);
+    }
 }
 
 #[test]

@@ -201,9 +201,12 @@ pub struct NPortStats {
     pub abts_received: u64,
     /// RSCNs received.
     pub rscn_received: u64,
-    /// Write commands refused for the write-data budget
+    /// Write commands refused as larger than the whole write-data budget
     /// ([`target::MAX_WRITE_HELD`]).
     pub write_refusals: u64,
+    /// Write commands that waited for the write-data budget before their
+    /// FCP_XFER_RDY.
+    pub writes_deferred: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,10 +338,16 @@ impl NPort {
         self.stats
     }
 
-    /// Target role: write data its open exchanges account for (received or
-    /// still to come), at most `NPortConfig::max_write_held`.
+    /// Target role: write data its admitted write exchanges account for
+    /// (received or still to come), at most `NPortConfig::max_write_held`.
     pub fn write_bytes_held(&self) -> u64 {
         self.target.write_bytes_held()
+    }
+
+    /// Target role: write commands waiting for room in the write-data
+    /// budget before their FCP_XFER_RDY.
+    pub fn writes_waiting(&self) -> usize {
+        self.target.writes_waiting()
     }
 
     /// Is a fabric login (FLOGI/FDISC) with this OX_ID outstanding? Lets

@@ -19,6 +19,7 @@
 //!   the LU has ended the task (or at once if the task never started).
 
 use crate::fastmap::FastMap;
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -46,6 +47,9 @@ pub struct TaskId(pub u64);
 
 #[derive(Debug)]
 enum XState {
+    /// A write the write-data budget cannot take yet: queued, nothing
+    /// asked for (the FCP_XFER_RDY goes out when the budget frees).
+    Waiting,
     /// Waiting for data-out of the burst `[start, end)`.
     Receiving {
         segs: Vec<(u32, Bytes)>,
@@ -84,23 +88,27 @@ enum PendingTmf {
 }
 
 /// Write data one N_Port's open exchanges may hold by default
-/// (`NPortConfig::max_write_held`; FCP_DL summed over write commands not
-/// yet answered): 256 MiB. A write that would pass the bound is refused
-/// with BUSY, as when the port is out of exchanges, so the host retries; a
-/// single write larger than the whole bound is refused with ILLEGAL
-/// REQUEST, INVALID FIELD IN CDB (an LU would refuse it too, but only
-/// after all its data had come). Without it a peer could make the port
-/// hold up to `max_exchanges` × 4 GiB.
+/// (`NPortConfig::max_write_held`; FCP_DL summed over write commands
+/// whose data has been asked for and that are not yet answered): 256 MiB.
+/// A write that would pass the bound waits, in arrival order, without an
+/// FCP_XFER_RDY until answered writes give their share back (as an iSCSI
+/// target defers R2T), so the host sees latency, not an error; a waiting
+/// write holds its command only. A single write larger than the whole
+/// bound is refused with ILLEGAL REQUEST, INVALID FIELD IN CDB (an LU
+/// would refuse it too, but only after all its data had come). Without the
+/// bound a peer could make the port hold up to `max_exchanges` × 4 GiB.
 pub const MAX_WRITE_HELD: u64 = 256 << 20;
 
 /// The target engine's state (part of an [`NPort`]).
 #[derive(Debug)]
 pub struct TargetEngine {
     max_burst: u32,
-    /// Write data the open exchanges may still bring (their FCP_DLs),
+    /// Write data the admitted exchanges may still bring (their FCP_DLs),
     /// bounded by `max_write_held`.
     write_held: u64,
     max_write_held: u64,
+    /// Writes waiting for the budget ([`XState::Waiting`]), oldest first.
+    waiting: VecDeque<(FcId, OxId)>,
     next_id: u64,
     exchanges: FastMap<(FcId, OxId), Exchange>,
     by_id: FastMap<u64, (FcId, OxId)>,
@@ -113,6 +121,7 @@ impl TargetEngine {
             max_burst: max_burst.max(512),
             write_held: 0,
             max_write_held,
+            waiting: VecDeque::new(),
             next_id: 1,
             exchanges: FastMap::default(),
             by_id: FastMap::default(),
@@ -125,17 +134,27 @@ impl TargetEngine {
         self.exchanges.len()
     }
 
-    /// Bytes of write data its open exchanges account for (received or
+    /// Bytes of write data its admitted exchanges account for (received or
     /// still to come).
     pub fn write_bytes_held(&self) -> u64 {
         self.write_held
     }
 
-    /// Removes an exchange and gives back its share of the write budget.
+    /// Write commands waiting for the write-data budget.
+    pub fn writes_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Removes an exchange and gives back its share of the write budget
+    /// (or its place in the queue for it).
     fn remove(&mut self, key: &(FcId, OxId)) -> Option<Exchange> {
         let x = self.exchanges.remove(key)?;
         self.by_id.remove(&x.id);
-        self.write_held = self.write_held.saturating_sub(u64::from(x.write_len));
+        if matches!(x.state, XState::Waiting) {
+            self.waiting.retain(|k| k != key);
+        } else {
+            self.write_held = self.write_held.saturating_sub(u64::from(x.write_len));
+        }
         Some(x)
     }
 
@@ -144,7 +163,7 @@ impl TargetEngine {
             .values()
             .filter_map(|x| match x.state {
                 XState::Receiving { deadline, .. } => Some(deadline),
-                XState::Running => None,
+                XState::Waiting | XState::Running => None,
             })
             .min()
     }
@@ -281,6 +300,9 @@ impl NPort {
                 self.xm.close_rx(peer, h.ox_id);
                 return;
             };
+            // Writes still collecting data, or waiting to, are tasks the
+            // LU has not seen yet: the function ends those in its scope here.
+            self.target_drop_unstarted(now, &nexus, cmnd.lun, &function);
             self.target.tmfs.insert(
                 id,
                 PendingTmf::Fcp {
@@ -305,31 +327,19 @@ impl NPort {
             (true, true) => (cmnd.bidirectional_read_dl.unwrap_or(0), cmnd.fcp_dl),
             (false, false) => (0, 0),
         };
-        if write_len > 0 {
-            // Bounded memory per port: refused before any data is asked for.
-            let bound = self.target.max_write_held;
-            let refusal = if u64::from(write_len) > bound {
-                let sense = Sense::new(SenseKey::ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CDB);
-                Some(FcpRspRepr {
-                    scsi_status: Status::CHECK_CONDITION.0,
-                    sense: Bytes::copy_from_slice(&sense.to_fixed()),
-                    ..FcpRspRepr::default()
-                })
-            } else if self.target.write_held + u64::from(write_len) > bound {
-                Some(FcpRspRepr {
-                    scsi_status: Status::BUSY.0,
-                    ..FcpRspRepr::default()
-                })
-            } else {
-                None
+        // Bounded memory per port: a write larger than the whole budget is
+        // refused before any data is asked for.
+        if u64::from(write_len) > self.target.max_write_held {
+            let sense = Sense::new(SenseKey::ILLEGAL_REQUEST, asc::INVALID_FIELD_IN_CDB);
+            let rsp = FcpRspRepr {
+                scsi_status: Status::CHECK_CONDITION.0,
+                sense: Bytes::copy_from_slice(&sense.to_fixed()),
+                ..FcpRspRepr::default()
             };
-            if let Some(rsp) = refusal {
-                self.stats.write_refusals += 1;
-                self.target_rsp(peer, h.ox_id, rx, &rsp);
-                self.xm.close_rx(peer, h.ox_id);
-                return;
-            }
-            self.target.write_held += u64::from(write_len);
+            self.stats.write_refusals += 1;
+            self.target_rsp(peer, h.ox_id, rx, &rsp);
+            self.xm.close_rx(peer, h.ox_id);
+            return;
         }
         let mut x = Exchange {
             id,
@@ -345,16 +355,15 @@ impl NPort {
         };
         self.target.by_id.insert(id, (peer, h.ox_id));
         if write_len > 0 {
-            let end = write_len.min(self.target.max_burst);
-            x.state = XState::Receiving {
-                segs: Vec::new(),
-                got: 0,
-                start: 0,
-                end,
-                deadline: now + self.cfg.timeouts.els_timeout(),
-            };
+            // Queued behind any write already waiting, so a stream of
+            // small writes cannot starve a large one.
+            x.state = XState::Waiting;
             self.target.exchanges.insert((peer, h.ox_id), x);
-            self.target_xfer_rdy(peer, h.ox_id, rx, 0, end);
+            self.target.waiting.push_back((peer, h.ox_id));
+            self.target_admit_writes(now);
+            if self.target.waiting.back() == Some(&(peer, h.ox_id)) {
+                self.stats.writes_deferred += 1;
+            }
         } else {
             let task = make_task(&x, Vec::new(), h.ox_id);
             self.target.exchanges.insert((peer, h.ox_id), x);
@@ -363,6 +372,68 @@ impl NPort {
                 task,
             });
         }
+    }
+}
+
+impl NPort {
+    /// Asks for the data of waiting writes, oldest first, while the
+    /// write-data budget has room for the next one.
+    fn target_admit_writes(&mut self, now: Instant) {
+        while let Some(&key) = self.target.waiting.front() {
+            let t = &mut self.target;
+            let Some(x) = t.exchanges.get_mut(&key) else {
+                t.waiting.pop_front();
+                continue;
+            };
+            let len = u64::from(x.write_len);
+            if t.write_held + len > t.max_write_held {
+                return;
+            }
+            t.waiting.pop_front();
+            t.write_held += len;
+            let end = x.write_len.min(t.max_burst);
+            x.state = XState::Receiving {
+                segs: Vec::new(),
+                got: 0,
+                start: 0,
+                end,
+                deadline: now + self.cfg.timeouts.els_timeout(),
+            };
+            let rx = x.rx;
+            self.target_xfer_rdy(key.0, key.1, rx, 0, end);
+        }
+    }
+
+    /// Ends, without a response, the writes in a task management
+    /// function's scope that the LU has not been given yet (collecting
+    /// their data or waiting to): SAM aborts them with the rest of the
+    /// task set, and the initiator ends its side when the function's
+    /// response comes.
+    fn target_drop_unstarted(
+        &mut self,
+        now: Instant,
+        nexus: &ItNexus,
+        lun: unifab_scsi_core::Lun,
+        function: &TmfFunction,
+    ) {
+        let in_scope = |x: &Exchange| match function {
+            TmfFunction::AbortTaskSet => x.nexus.id() == nexus.id() && x.cmnd.lun == lun,
+            TmfFunction::ClearTaskSet | TmfFunction::LogicalUnitReset => x.cmnd.lun == lun,
+            TmfFunction::TargetReset => true,
+            _ => false,
+        };
+        let keys: Vec<(FcId, OxId)> = self
+            .target
+            .exchanges
+            .iter()
+            .filter(|(_, x)| !matches!(x.state, XState::Running) && in_scope(x))
+            .map(|(k, _)| *k)
+            .collect();
+        for (peer, ox) in keys {
+            self.target.remove(&(peer, ox));
+            self.xm.hold_rx(now, peer, ox);
+        }
+        self.target_admit_writes(now);
     }
 }
 
@@ -388,13 +459,20 @@ impl NPort {
             self.stats.discarded += 1;
             return;
         };
+        let state = &mut x.state;
+        if matches!(state, XState::Waiting) {
+            // Data nobody asked for yet.
+            let (peer, ox, rx) = (h.s_id, h.ox_id, x.rx);
+            self.target_fail(now, peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
+            return;
+        }
         let XState::Receiving {
             segs,
             got,
             start,
             end,
             ..
-        } = &mut x.state
+        } = state
         else {
             self.stats.discarded += 1;
             return;
@@ -408,7 +486,7 @@ impl NPort {
         let fits = ro >= *start && ro.checked_add(len).is_some_and(|e| e <= *end);
         if !fits || len == 0 {
             let (peer, ox, rx) = (h.s_id, h.ox_id, x.rx);
-            self.target_fail(peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
+            self.target_fail(now, peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
             return;
         }
         segs.push((ro, frame.payload));
@@ -432,7 +510,7 @@ impl NPort {
         let burst_end = *end;
         if !exact || at != burst_end {
             let (peer, ox, rx) = (h.s_id, h.ox_id, x.rx);
-            self.target_fail(peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
+            self.target_fail(now, peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
             return;
         }
         x.done.extend(burst);
@@ -465,14 +543,21 @@ impl NPort {
     }
 
     /// Ends a command that broke the data protocol.
-    fn target_fail(&mut self, peer: FcId, ox: OxId, rx: RxId, code: FcpRspCode) {
+    fn target_fail(&mut self, now: Instant, peer: FcId, ox: OxId, rx: RxId, code: FcpRspCode) {
         self.target.remove(&(peer, ox));
         self.target_rsp(peer, ox, rx, &FcpRspRepr::tmf(code));
         self.xm.close_rx(peer, ox);
+        self.target_admit_writes(now);
     }
 
     /// The LU finished a task [`NPortEvent::Execute`] handed out.
-    pub fn complete_task(&mut self, _now: Instant, id: TaskId, result: TaskResult) {
+    pub fn complete_task(&mut self, now: Instant, id: TaskId, result: TaskResult) {
+        self.target_answer(id, result);
+        // Its write data's share of the budget is back.
+        self.target_admit_writes(now);
+    }
+
+    fn target_answer(&mut self, id: TaskId, result: TaskResult) {
         let Some(&key) = self.target.by_id.get(&id.0) else {
             return;
         };
@@ -620,9 +705,10 @@ impl NPort {
         };
         let rx = x.rx;
         match x.state {
-            XState::Receiving { .. } => {
+            XState::Waiting | XState::Receiving { .. } => {
                 self.target.remove(&key);
                 self.target_ba_acc(now, h.s_id, h.ox_id, rx);
+                self.target_admit_writes(now);
             }
             XState::Running => {
                 if x.aborted {
@@ -667,7 +753,7 @@ impl NPort {
     }
 
     /// The initiator's nexus ended: its commands end without a response.
-    pub(super) fn target_nexus_gone(&mut self, _now: Instant, peer: FcId, nexus: ItNexus) {
+    pub(super) fn target_nexus_gone(&mut self, now: Instant, peer: FcId, nexus: ItNexus) {
         let keys: Vec<(FcId, OxId)> = self
             .target
             .exchanges
@@ -683,6 +769,7 @@ impl NPort {
         });
         self.xm.close_peer(peer);
         self.event(NPortEvent::NexusLoss(nexus));
+        self.target_admit_writes(now);
     }
 
     pub(super) fn target_timeouts(&mut self, now: Instant) {
@@ -699,5 +786,6 @@ impl NPort {
             self.target.remove(&(peer, ox));
             self.xm.hold_rx(now, peer, ox);
         }
+        self.target_admit_writes(now);
     }
 }

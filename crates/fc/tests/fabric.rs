@@ -400,18 +400,15 @@ fn reads_and_multi_burst_writes_with_verified_data() {
     assert!(joined(&s.result(i, z).unwrap()).iter().all(|b| *b == 0));
 }
 
-/// The target bounds the write data its open exchanges hold: a write
-/// that would pass the bound is refused with BUSY before any data is asked
-/// for, one larger than the whole bound with ILLEGAL REQUEST; the budget
-/// comes back as commands end, and the refused write then succeeds.
-#[test]
-fn write_data_held_by_a_target_is_bounded() {
+/// A target port whose write-data budget is `max_write_held`, an
+/// initiator logged in to it, and the LU's power-on unit attention taken.
+fn budget_pair(max_write_held: u64) -> (Sim, usize, usize) {
     let mut s = Sim::new();
     let scsi = ScsiTarget::new();
     scsi.insert(Lun(0), lu(8));
     let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
     cfg.target = true;
-    cfg.max_write_held = 64 * 1024;
+    cfg.max_write_held = max_write_held;
     let t = s.add(cfg, Some(scsi));
     s.run();
     let i = s.initiator(I_WWPN);
@@ -422,6 +419,17 @@ fn write_data_held_by_a_target_is_bounded() {
         Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
     );
     assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    (s, t, i)
+}
+
+/// The target bounds the write data its open exchanges hold: a write
+/// that would pass the bound waits, with no data asked for, one larger
+/// than the whole bound is refused with ILLEGAL REQUEST, an ABTS ends a
+/// waiting write; the budget comes back as commands end, and the waiting
+/// write is then asked for its data and succeeds.
+#[test]
+fn write_data_held_by_a_target_is_bounded() {
+    let (mut s, t, i) = budget_pair(64 * 1024);
     let write = |s: &mut Sim, lba: u32, kib: u16, seed: u8| {
         let data = pattern(usize::from(kib) * 1024, seed);
         s.submit(
@@ -637,22 +645,7 @@ fn lun_reset_ends_the_initiators_own_commands() {
 
 #[test]
 fn lun_reset_ends_writes_waiting_for_the_budget() {
-    let mut s = Sim::new();
-    let scsi = ScsiTarget::new();
-    scsi.insert(Lun(0), lu(8));
-    let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
-    cfg.target = true;
-    cfg.max_write_held = 16 * 1024;
-    let t = s.add(cfg, Some(scsi));
-    s.run();
-    let i = s.initiator(I_WWPN);
-    s.run();
-    let ua = s.submit(
-        i,
-        T_WWPN,
-        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
-    );
-    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    let (mut s, t, i) = budget_pair(16 * 1024);
     // The LU holds a 16 KiB write, so the next one waits for its share.
     s.nodes[t].hold = true;
     let a = s.submit(

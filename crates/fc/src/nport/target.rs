@@ -422,11 +422,18 @@ impl NPort {
             TmfFunction::TargetReset => true,
             _ => false,
         };
+        self.target_drop_where(now, |x| !matches!(x.state, XState::Running) && in_scope(x));
+    }
+
+    /// Ends the exchanges `pred` picks without a response, holds their
+    /// RX_IDs for late frames, and lets waiting writes into the budget
+    /// they gave back.
+    fn target_drop_where(&mut self, now: Instant, pred: impl Fn(&Exchange) -> bool) {
         let keys: Vec<(FcId, OxId)> = self
             .target
             .exchanges
             .iter()
-            .filter(|(_, x)| !matches!(x.state, XState::Running) && in_scope(x))
+            .filter(|(_, x)| pred(x))
             .map(|(k, _)| *k)
             .collect();
         for (peer, ox) in keys {
@@ -773,19 +780,9 @@ impl NPort {
     }
 
     pub(super) fn target_timeouts(&mut self, now: Instant) {
-        let late: Vec<(FcId, OxId)> = self
-            .target
-            .exchanges
-            .iter()
-            .filter(
-                |(_, x)| matches!(x.state, XState::Receiving { deadline, .. } if deadline <= now),
-            )
-            .map(|(k, _)| *k)
-            .collect();
-        for (peer, ox) in late {
-            self.target.remove(&(peer, ox));
-            self.xm.hold_rx(now, peer, ox);
-        }
-        self.target_admit_writes(now);
+        self.target_drop_where(
+            now,
+            |x| matches!(x.state, XState::Receiving { deadline, .. } if deadline <= now),
+        );
     }
 }

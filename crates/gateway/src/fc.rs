@@ -149,6 +149,12 @@ pub struct FcTargetSection {
     /// [`DEFAULT_MAX_BURST`]; [`MAX_BURST`] bounds it).
     #[serde(default)]
     pub max_burst: Option<crate::config::Size>,
+    /// Write data the port's open write commands may hold together
+    /// (default [`unifab_fc::nport::target::MAX_WRITE_HELD`], 256 MiB;
+    /// [`MAX_WRITE_HELD`] bounds it). A write that would pass it waits
+    /// for its FCP_XFER_RDY; one larger than all of it is refused.
+    #[serde(default)]
+    pub max_write_held: Option<crate::config::Size>,
 }
 
 /// `[[fabric.target]] max_burst` by default: 1 MiB, so a write of up to
@@ -159,6 +165,10 @@ pub const DEFAULT_MAX_BURST: u32 = 1 << 20;
 /// The range of `[[fabric.target]] max_burst`: one 512-byte block to
 /// 16 MiB.
 pub const MAX_BURST: std::ops::RangeInclusive<u32> = 512..=(16 << 20);
+
+/// The range of `[[fabric.target]] max_write_held`: 1 MiB (a largest
+/// usual write) to 64 GiB.
+pub const MAX_WRITE_HELD: std::ops::RangeInclusive<u64> = (1 << 20)..=(64 << 30);
 
 impl FcTargetSection {
     /// The burst its FCP_XFER_RDYs ask for, checked.
@@ -176,6 +186,20 @@ impl FcTargetSection {
                         MAX_BURST.end()
                     )
                 }),
+        }
+    }
+
+    /// The write data its open write commands may hold, checked.
+    pub fn max_write_held(&self) -> Result<u64, String> {
+        match self.max_write_held {
+            None => Ok(unifab_fc::nport::target::MAX_WRITE_HELD),
+            Some(crate::config::Size(n)) if MAX_WRITE_HELD.contains(&n) => Ok(n),
+            Some(crate::config::Size(n)) => Err(format!(
+                "fabric.target {}: max_write_held {n} must be {} to {} bytes",
+                self.wwpn,
+                MAX_WRITE_HELD.start(),
+                MAX_WRITE_HELD.end()
+            )),
         }
     }
 }
@@ -370,6 +394,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             wwn("fabric.target.wwnn", n)?;
         }
         t.max_burst()?;
+        t.max_write_held()?;
         if t.luns.is_empty() {
             return Err(format!("fabric.target {} has no luns", t.wwpn));
         }
@@ -508,6 +533,7 @@ impl FcPlane {
             let mut cfg = NPortConfig::new(wwpn, wwnn);
             cfg.target = true;
             cfg.max_burst = t.max_burst().map_err(anyhow::Error::msg)?;
+            cfg.max_write_held = t.max_write_held().map_err(anyhow::Error::msg)?;
             cfg.timeouts = timeouts;
             cfg.relative_port_id = u16::try_from(k + 1).unwrap_or(u16::MAX);
             cfg.symbolic_name = format!("unifab FCP target {wwpn}");
@@ -817,6 +843,29 @@ wwpn = "21:00:00:00:c9:00:00:0b"
             let e = burst(v).unwrap_err();
             assert!(
                 e.contains("max_burst") && e.contains("16777216"),
+                "{v}: {e}"
+            );
+        }
+        // max_write_held: 256 MiB unless set; 1 MiB to 64 GiB.
+        assert_eq!(f.target[0].max_write_held(), Ok(256 << 20));
+        let held = |v: &str| {
+            Config::parse(
+                &CFG.replace(
+                    "luns = [\"disk\"]",
+                    &format!("luns = [\"disk\"]\nmax_write_held = {v}"),
+                ),
+                "fc.toml",
+            )
+            .map_err(|e| e.to_string())
+            .map(|c| c.fabric.unwrap().target[0].max_write_held().unwrap())
+        };
+        assert_eq!(held("\"1GiB\""), Ok(1 << 30));
+        assert_eq!(held("\"1MiB\""), Ok(1 << 20));
+        assert_eq!(held("\"64GiB\""), Ok(64 << 30));
+        for v in ["\"1023KiB\"", "0", "\"65GiB\""] {
+            let e = held(v).unwrap_err();
+            assert!(
+                e.contains("max_write_held") && e.contains("68719476736"),
                 "{v}: {e}"
             );
         }

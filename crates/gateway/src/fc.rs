@@ -825,17 +825,17 @@ wwpn = "21:00:00:00:c9:00:00:0b"
         assert!(bad("luns = [\"disk\"]", "luns = [\"via-fc\"]").contains("itself an fc://"));
         // max_burst: 1 MiB unless set; a block to 16 MiB.
         assert_eq!(f.target[0].max_burst(), Ok(DEFAULT_MAX_BURST));
-        let burst = |v: &str| {
+        // The target section with one more line, parsed and checked.
+        let target_with = |line: String| {
             Config::parse(
-                &CFG.replace(
-                    "luns = [\"disk\"]",
-                    &format!("luns = [\"disk\"]\nmax_burst = {v}"),
-                ),
+                &CFG.replace("luns = [\"disk\"]", &format!("luns = [\"disk\"]\n{line}")),
                 "fc.toml",
             )
             .map_err(|e| e.to_string())
-            .map(|c| c.fabric.unwrap().target[0].max_burst().unwrap())
+            .map(|c| c.fabric.unwrap().target.remove(0))
         };
+        let burst =
+            |v: &str| target_with(format!("max_burst = {v}")).map(|t| t.max_burst().unwrap());
         assert_eq!(burst("\"256KiB\""), Ok(256 << 10));
         assert_eq!(burst("512"), Ok(512));
         assert_eq!(burst("\"16MiB\""), Ok(16 << 20));
@@ -849,15 +849,7 @@ wwpn = "21:00:00:00:c9:00:00:0b"
         // max_write_held: 256 MiB unless set; 1 MiB to 64 GiB.
         assert_eq!(f.target[0].max_write_held(), Ok(256 << 20));
         let held = |v: &str| {
-            Config::parse(
-                &CFG.replace(
-                    "luns = [\"disk\"]",
-                    &format!("luns = [\"disk\"]\nmax_write_held = {v}"),
-                ),
-                "fc.toml",
-            )
-            .map_err(|e| e.to_string())
-            .map(|c| c.fabric.unwrap().target[0].max_write_held().unwrap())
+            target_with(format!("max_write_held = {v}")).map(|t| t.max_write_held().unwrap())
         };
         assert_eq!(held("\"1GiB\""), Ok(1 << 30));
         assert_eq!(held("\"1MiB\""), Ok(1 << 20));

@@ -664,6 +664,76 @@ impl FcPlane {
             .unwrap_or_else(|| format!("vfc{}", port_index + 1))
     }
 
+    /// The node's N_Ports' counters in the Prometheus text format, one
+    /// series per port (label `wwpn`; the counters are at most
+    /// [`unifab_fc::io::STATS_REFRESH`] old).
+    pub fn metrics(&self) -> String {
+        let ports = self.node.ports();
+        type Get = fn(&unifab_fc::io::NodePortView) -> u64;
+        // (name, help, value); a name ending in _total is a counter, the
+        // rest gauges.
+        let series: [(&str, &str, Get); 9] = [
+            (
+                "unifab_fc_port_rx_frames_total",
+                "FC frames the N_Port received.",
+                |p| p.stats.rx_frames,
+            ),
+            (
+                "unifab_fc_port_tx_frames_total",
+                "FC frames the N_Port sent.",
+                |p| p.stats.tx_frames,
+            ),
+            (
+                "unifab_fc_port_discarded_frames_total",
+                "Frames the N_Port discarded (not for it, malformed, no login).",
+                |p| p.stats.discarded,
+            ),
+            (
+                "unifab_fc_port_abts_sent_total",
+                "ABTS the N_Port sent.",
+                |p| p.stats.abts_sent,
+            ),
+            (
+                "unifab_fc_port_abts_received_total",
+                "ABTS the N_Port received.",
+                |p| p.stats.abts_received,
+            ),
+            (
+                "unifab_fc_port_write_refusals_total",
+                "Writes refused as larger than the whole write-data budget.",
+                |p| p.stats.write_refusals,
+            ),
+            (
+                "unifab_fc_port_writes_deferred_total",
+                "Writes that waited for the write-data budget.",
+                |p| p.stats.writes_deferred,
+            ),
+            (
+                "unifab_fc_port_writes_waiting",
+                "Writes waiting for the write-data budget now.",
+                |p| p.writes_waiting as u64,
+            ),
+            (
+                "unifab_fc_port_write_bytes_held",
+                "Write data the admitted writes account for.",
+                |p| p.write_bytes_held,
+            ),
+        ];
+        let mut out = String::new();
+        for (name, help, get) in series {
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for p in &ports {
+                out.push_str(&format!("{name}{{wwpn=\"{}\"}} {}\n", p.port_name, get(p)));
+            }
+        }
+        out
+    }
+
     /// JSON for `unifab show flogi|fcns|zones`, or `None` for other views.
     pub fn show(&self, what: &str) -> Option<String> {
         let v = match what {

@@ -184,7 +184,11 @@ impl AdminView for View {
                 .scsi_commands
                 .store(s.commands(), std::sync::atomic::Ordering::Relaxed);
         }
-        self.metrics.render(sessions)
+        let mut text = self.metrics.render(sessions);
+        if let Some(fc) = &self.fc {
+            text.push_str(&fc.metrics());
+        }
+        text
     }
 }
 

@@ -297,4 +297,28 @@ fn show_remotes_lists_the_fc_session() {
         table.contains("via-fc") && table.contains(" up "),
         "{table}"
     );
+    // /metrics carries both N_Ports' counters: the logins went both ways.
+    let value = |text: &str, name: &str, wwpn: &str| -> Option<u64> {
+        let key = format!("{name}{{wwpn=\"{wwpn}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .and_then(|v| v.parse().ok())
+    };
+    let metrics = show("metrics", gw.admin);
+    for wwpn in [INITIATOR_WWPN, TARGET_WWPN] {
+        for name in [
+            "unifab_fc_port_tx_frames_total",
+            "unifab_fc_port_rx_frames_total",
+        ] {
+            assert!(
+                value(&metrics, name, wwpn).is_some_and(|n| n > 0),
+                "{name} {wwpn}: {metrics}"
+            );
+        }
+        assert_eq!(
+            value(&metrics, "unifab_fc_port_writes_waiting", wwpn),
+            Some(0),
+            "{metrics}"
+        );
+    }
 }

@@ -11,5 +11,7 @@ pub mod switch;
 
 pub use initiator::{FcpInitiator, FcpInitiatorFactory, virtual_port_name};
 pub use memory::MemoryLink;
-pub use node::{Connect, FcNode, NodePortView, SESSION_RECORDS, SessionRecord, Uplink};
+pub use node::{
+    Connect, FcNode, NodePortView, SESSION_RECORDS, STATS_REFRESH, SessionRecord, Uplink,
+};
 pub use switch::{FabricPort, Switch};

@@ -41,7 +41,7 @@ use unifab_scsi_core::{Keyed, Lun, ScsiTarget, TaskResult, TmfFunction, TmfRespo
 
 use super::switch::{FabricPort, Switch};
 use crate::link::{FcLink, LinkError};
-use crate::nport::{CommandId, NPort, NPortConfig, NPortEvent, TaskId};
+use crate::nport::{CommandId, NPort, NPortConfig, NPortEvent, NPortStats, TaskId};
 use crate::wire::frame::Frame;
 use crate::wire::{FcId, Wwn};
 
@@ -69,7 +69,18 @@ pub struct NodePortView {
     /// The remote ports it has had a process login with, up or down (at
     /// most [`SESSION_RECORDS`]; the one down longest is forgotten first).
     pub sessions: Vec<SessionRecord>,
+    /// The port's counters, as of the view (refreshed at least every
+    /// [`STATS_REFRESH`] while they change).
+    pub stats: NPortStats,
+    /// Target role: write commands waiting for room in the write-data
+    /// budget.
+    pub writes_waiting: usize,
+    /// Target role: write data its admitted write commands account for.
+    pub write_bytes_held: u64,
 }
+
+/// How stale the counters in a [`NodePortView`] may get.
+pub const STATS_REFRESH: Duration = Duration::from_secs(1);
 
 /// A port's sessions (process logins) with one remote port, over time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,6 +434,7 @@ impl FcNode {
             tasks: FuturesUnordered::new(),
             tmfs: FuturesUnordered::new(),
             view_changed: false,
+            published_at: Instant::now(),
         };
         let shared = Arc::new(Shared {
             next_id: AtomicU64::new(1),
@@ -653,6 +665,8 @@ struct Driver {
     tasks: FuturesUnordered<Keyed<(usize, TaskId), TaskResult>>,
     tmfs: FuturesUnordered<Keyed<(usize, TaskId), TmfResponse>>,
     view_changed: bool,
+    /// When the view was last published (the counters in it age).
+    published_at: Instant,
 }
 
 impl Driver {
@@ -722,6 +736,9 @@ impl Driver {
                 for s in self.slots.iter_mut().flatten() {
                     s.port.handle_timeout(now);
                 }
+                if now.saturating_duration_since(self.published_at) >= STATS_REFRESH {
+                    self.view_changed = true;
+                }
                 any = true;
             }
             any |= self.flush(cx, now);
@@ -732,6 +749,7 @@ impl Driver {
         }
         if std::mem::take(&mut self.view_changed) {
             self.publish(shared);
+            self.published_at = now;
         }
         if !idle {
             // Every round found work: yield to the runtime, but come back
@@ -1183,6 +1201,9 @@ impl Driver {
                     since: s.history.since,
                     last_offline: s.history.last_offline.clone(),
                     sessions: s.history.sessions.clone(),
+                    stats: s.port.stats(),
+                    writes_waiting: s.port.writes_waiting(),
+                    write_bytes_held: s.port.write_bytes_held(),
                 }
             })
             .collect();
@@ -1215,6 +1236,22 @@ mod tests {
         node.add_port("fc-initiator", cfg, None).unwrap();
         let factory = FcpInitiatorFactory::new(node.clone(), PARENT, TARGET, true);
         (switch, node, factory)
+    }
+
+    /// A node with an initiator port (PARENT, discovering) and a target
+    /// port (TARGET, no LUs) on one switch.
+    fn initiator_and_target() -> (Switch, FcNode) {
+        let switch = Switch::new(FabricConfig::default());
+        let node = FcNode::spawn(&switch, "gateway");
+        let mut cfg = NPortConfig::new(PARENT, Wwn(0x2000_0000_0000_0b01));
+        cfg.initiator = true;
+        cfg.discover = true;
+        node.add_port("fc-initiator", cfg, None).unwrap();
+        let mut cfg = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
+        cfg.target = true;
+        node.add_port("fc-target", cfg, Some(ScsiTarget::new()))
+            .unwrap();
+        (switch, node)
     }
 
     /// Waits (up to 5 s) until the fabric has a login.
@@ -1301,16 +1338,7 @@ mod tests {
     async fn the_view_records_sessions_and_why_they_ended() {
         // Both ports are on this node: logins may finish inside `add_port`.
         let started = Instant::now();
-        let switch = Switch::new(FabricConfig::default());
-        let node = FcNode::spawn(&switch, "gateway");
-        let mut cfg = NPortConfig::new(PARENT, Wwn(0x2000_0000_0000_0b01));
-        cfg.initiator = true;
-        cfg.discover = true;
-        node.add_port("fc-initiator", cfg, None).unwrap();
-        let mut cfg = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
-        cfg.target = true;
-        node.add_port("fc-target", cfg, Some(ScsiTarget::new()))
-            .unwrap();
+        let (_switch, node) = initiator_and_target();
         let record = || {
             node.ports()
                 .into_iter()
@@ -1344,6 +1372,48 @@ mod tests {
         assert_eq!(why, "we logged out of the port");
         assert!(at >= before_logout && down.since == at, "{down:?}");
         assert_eq!(down.logins, 1);
+    }
+
+    /// The view carries each port's counters, and they keep up with the
+    /// port even when nothing else in the view changes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_view_carries_the_ports_counters() {
+        let (_switch, node) = initiator_and_target();
+        let stats = |wwpn: Wwn| {
+            node.ports()
+                .into_iter()
+                .find(|p| p.port_name == wwpn)
+                .map(|p| p.stats)
+                .unwrap_or_default()
+        };
+        // Fabric login, PLOGI and PRLI went both ways.
+        assert!(
+            eventually(|| {
+                let (i, t) = (stats(PARENT), stats(TARGET));
+                i.tx_frames > 0 && i.rx_frames > 0 && t.tx_frames > 0 && t.rx_frames > 0
+            })
+            .await,
+            "{:?}",
+            node.ports()
+        );
+        let factory = FcpInitiatorFactory::new(node.clone(), PARENT, TARGET, false);
+        let initiator = factory.open(None).unwrap();
+        // Commands move only the frame counters, which no other change
+        // in the view publishes: they show up within STATS_REFRESH.
+        let before = stats(PARENT).tx_frames;
+        for _ in 0..3 {
+            let answer =
+                tokio::time::timeout(Duration::from_secs(5), initiator.submit(tur()).outcome)
+                    .await
+                    .expect("an answer");
+            assert!(answer.is_ok(), "{answer:?}");
+        }
+        assert!(
+            eventually(|| stats(PARENT).tx_frames >= before + 3).await,
+            "{:?} then {:?}",
+            before,
+            stats(PARENT)
+        );
     }
 
     /// A port remembers at most `SESSION_RECORDS` remote ports; the one

@@ -69,8 +69,8 @@ pub struct NodePortView {
     /// The remote ports it has had a process login with, up or down (at
     /// most [`SESSION_RECORDS`]; the one down longest is forgotten first).
     pub sessions: Vec<SessionRecord>,
-    /// The port's counters, as of the view (refreshed at least every
-    /// [`STATS_REFRESH`] while they change).
+    /// The port's counters, as of the view (the view is republished at
+    /// least every [`STATS_REFRESH`], so they are at most that old).
     pub stats: NPortStats,
     /// Target role: write commands waiting for room in the write-data
     /// budget.

@@ -7,7 +7,8 @@
 //!   other one, and the circuit comes back when the cut ends.
 //! - Enhanced mode, every circuit silent at once for less than K_A_TOV:
 //!   the link stays up and every write completes GOOD; circuits that come
-//!   back a little apart are all kept.
+//!   back a little apart are all kept; silent for longer than K_A_TOV,
+//!   every circuit is closed at both ends.
 //! - RFC mode, the only connections cut: the host sees errors it can
 //!   retry (never GOOD for a write that did not happen), and after the cut
 //!   every block holds either its old or its new contents, never anything
@@ -264,6 +265,54 @@ async fn enhanced_mode_keeps_every_circuit_when_they_come_back_apart() {
         .execute(task(2, &write_cdb(0, 128, false), Some(pattern(0, 9)), 0))
         .await;
     assert_eq!(r.status, Status::GOOD, "{r:?}");
+}
+
+/// Every circuit silent for longer than K_A_TOV (300 ms here): the
+/// outage is real, and both ends close every circuit. (A first version of
+/// the come-back rule above kept giving them another dead interval, so a
+/// link that had lost every path never went down.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enhanced_mode_closes_every_circuit_silent_past_k_a_tov() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let s = common::build_with(
+        LinkMode::Enhanced,
+        (false, false),
+        compress::Mode::None,
+        Some(WanProfile::lan()),
+        |t| t.k_a_tov = 300,
+        |_| {},
+    )
+    .await;
+    let failures = |t: &unifab_fcip::io::Tunnel| -> u64 {
+        t.stats().circuits.iter().map(|c| c.failures).sum()
+    };
+    for l in &s.links {
+        l.set_cut(true);
+    }
+    // Past the dead timer (80 ms), still within K_A_TOV: nothing closed.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        (failures(&s.ta), failures(&s.tb)),
+        (0, 0),
+        "{:?}\n{:?}",
+        s.ta.stats(),
+        s.tb.stats()
+    );
+    // Well past 80 ms + K_A_TOV: every circuit closed, at both ends.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while (failures(&s.ta) < 2 || failures(&s.tb) < 2) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (side, t) in [("A", &s.ta), ("B", &s.tb)] {
+        assert!(
+            failures(t) >= 2,
+            "site {side}: the circuits were not all closed: {:?}",
+            t.stats()
+        );
+    }
+    for l in &s.links {
+        l.set_cut(false);
+    }
 }
 
 async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {

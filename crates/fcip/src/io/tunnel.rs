@@ -648,7 +648,7 @@ struct Actor {
     isolated: Option<String>,
     enhanced: bool,
     /// Enhanced mode: every circuit was silent at the last tick (see
-    /// `spare_last_circuits`).
+    /// `enhanced_dead`).
     all_silent: bool,
     send: SendWindow,
     recv: ReceiveWindow,
@@ -1109,20 +1109,51 @@ impl Actor {
         }
     }
 
-    /// Enhanced mode: when every live circuit looks dead at once, none is
-    /// declared dead until one of them is heard from again (then the
-    /// others go on the next tick) or all have been silent for K_A_TOV.
-    /// Losing one circuit of several costs a resend on a survivor; losing
-    /// the last takes the link down and fails every exchange in flight.
-    /// All circuits falling silent together is as likely a starved host
-    /// (this one or the peer) as an outage of every path, and neither end
-    /// can tell which circuit will come back first, so both wait for the
-    /// evidence instead of guessing (a guess could differ between the two
-    /// ends, each keeping the circuit the other closed).
-    fn spare_last_circuits(&self, dead: Vec<usize>, now: Instant) -> Vec<usize> {
-        if !self.enhanced || dead.is_empty() || dead.len() < self.circuits.len() {
-            return dead;
+    /// Enhanced mode: which of the circuits past the dead interval
+    /// (`silent`) are declared dead. Losing one circuit of several costs a
+    /// resend on a survivor; losing the last takes the link down and fails
+    /// every exchange in flight, and the two ends must not each keep a
+    /// circuit the other closed. So:
+    ///
+    /// - a circuit is dead only if another was heard half a dead interval
+    ///   after it fell silent: circuits cut together go quiet a tick apart,
+    ///   and the first past the interval must not be closed while the
+    ///   others, as silent but a tick younger, still count as alive (seen
+    ///   once in CI: the two ends each closed a different one);
+    /// - when every circuit is silent, none is dead until one is heard from
+    ///   again or all have been silent for K_A_TOV: all falling silent
+    ///   together is as likely a starved host (this one or the peer) as an
+    ///   outage of every path, and neither end can tell which will come
+    ///   back first;
+    /// - the first circuit back after that gives the others a whole dead
+    ///   interval from now to be heard from too, since each end may hear a
+    ///   different one first.
+    fn enhanced_dead(&mut self, mut silent: Vec<usize>, now: Instant) -> Vec<usize> {
+        if silent.is_empty() {
+            // Nothing past the interval: not every circuit is silent.
+            self.all_silent = false;
+            return silent;
         }
+        if silent.len() < self.circuits.len() {
+            let margin = self.cfg.dead_after / 2;
+            silent.retain(|s| {
+                let Some(quiet_since) = self.circuits.get(s).map(|c| c.last_rx) else {
+                    return false;
+                };
+                self.circuits
+                    .iter()
+                    .any(|(o, c)| o != s && c.last_rx > quiet_since + margin)
+            });
+            if std::mem::take(&mut self.all_silent) {
+                for s in silent.drain(..) {
+                    if let Some(c) = self.circuits.get_mut(&s) {
+                        c.last_rx = now;
+                    }
+                }
+            }
+            return silent;
+        }
+        // Every circuit is past the interval.
         let newest = self
             .circuits
             .values()
@@ -1130,9 +1161,11 @@ impl Actor {
             .min()
             .unwrap_or_default();
         if newest <= Duration::from_millis(u64::from(self.cfg.k_a_tov)) {
+            self.all_silent = true;
             Vec::new()
         } else {
-            dead
+            self.all_silent = false;
+            silent
         }
     }
 
@@ -1147,46 +1180,8 @@ impl Actor {
             })
             .map(|(s, _)| *s)
             .collect();
-        if self.enhanced && dead.len() < self.circuits.len() {
-            // A circuit is dead only if another was heard well after it
-            // fell silent. Circuits cut together do not go quiet in the
-            // same tick: without this the first past the dead interval was
-            // closed while the others, as silent but a tick younger, still
-            // counted as alive, and the two ends could each close a
-            // different one (seen once in CI: every circuit "closed by the
-            // peer").
-            let margin = self.cfg.dead_after / 2;
-            dead.retain(|s| {
-                let Some(quiet_since) = self.circuits.get(s).map(|c| c.last_rx) else {
-                    return false;
-                };
-                self.circuits
-                    .iter()
-                    .any(|(o, c)| o != s && c.last_rx > quiet_since + margin)
-            });
-        }
-        let mut dead = self.spare_last_circuits(dead, now);
-        if self.enhanced && !self.circuits.is_empty() {
-            let all_silent = dead.is_empty()
-                && self
-                    .circuits
-                    .values()
-                    .all(|c| now.duration_since(c.last_rx) > self.cfg.dead_after);
-            if all_silent {
-                self.all_silent = true;
-            } else if std::mem::take(&mut self.all_silent) {
-                // The first circuit back after all of them fell silent:
-                // the others get a whole dead interval from now to be
-                // heard from too. Both ends saw the same silence, but each
-                // may hear a different circuit first; closing the others
-                // at once could leave each end keeping the circuit the
-                // other closed, and so no circuit at all.
-                for s in dead.drain(..) {
-                    if let Some(c) = self.circuits.get_mut(&s) {
-                        c.last_rx = now;
-                    }
-                }
-            }
+        if self.enhanced {
+            dead = self.enhanced_dead(dead, now);
         }
         for s in dead {
             self.circuit_down(s, "keep-alive timeout (nothing received)");

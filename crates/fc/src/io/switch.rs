@@ -118,8 +118,10 @@ impl Switch {
     }
 }
 
-/// A port of the switch: frames handed to it enter the fabric.
-#[derive(Debug)]
+/// A port of the switch: frames handed to it enter the fabric. A clone is
+/// another handle on the same port (frames through either enter the fabric
+/// as the port's).
+#[derive(Debug, Clone)]
 pub struct FabricPort {
     switch: Switch,
     index: PortIndex,

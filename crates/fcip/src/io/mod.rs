@@ -12,6 +12,10 @@
 //!   connection (chosen by weight), so FC's in-order delivery holds.
 //!   Keep-alive: an FSPF HLO on class F every `keepalive`; class F
 //!   silent for `dead_after` takes the link down.
+//!   While the link is up, class 3 frames take a fast path: the fabric's
+//!   call writes a frame to its circuit's socket, and the circuit's reader
+//!   gives what it decodes to the fabric, without a hand-off to the
+//!   tunnel's task (order kept; see `fast.rs`).
 //! - Enhanced mode (`LinkMode::Enhanced`, both ends unifab): every
 //!   circuit carries numbered batches (class F first); heartbeats on every
 //!   circuit every `keepalive`; a circuit silent for `dead_after` is dead
@@ -32,6 +36,7 @@
 //! [`Listener::stop`]. Dropping the handles does not stop them.
 
 pub mod controller;
+mod fast;
 pub mod listener;
 pub mod tls;
 pub mod tunnel;

@@ -24,6 +24,7 @@ use unifab_fc::wire::header::FcType;
 use unifab_fc::wire::{FcId, OxId, RxId, Sof, Wwn};
 
 use super::controller::{InterSwitch, LinkHandle};
+use super::fast::{FastCircuit, FastPath, FastRx, rfc_pick};
 use super::{LinkMode, TunnelConfig, tcp_rtt_us};
 use crate::codec::{Decoder, DecoderConfig, Item};
 use crate::proto::compress::{Compressor, decompress};
@@ -124,6 +125,12 @@ pub struct TunnelStats {
     pub duplicates: u64,
     /// Frames the fabric handed over while the tunnel could not take them.
     pub dropped: u64,
+    /// RFC mode: class 3 frames sent and received on the fast path,
+    /// written to a circuit by the fabric's call or given to the fabric by
+    /// the circuit's reader, without the tunnel's task.
+    pub fast_tx: u64,
+    /// See `fast_tx`.
+    pub fast_rx: u64,
     /// Enhanced mode: acks sent on their own, because no batch toward the
     /// peer carried them within the ack delay (heartbeats not counted).
     pub standalone_acks: u64,
@@ -151,18 +158,12 @@ enum Ev {
 struct TunnelLink {
     tx: mpsc::Sender<Frame>,
     name: String,
-    dropped: Arc<AtomicU64>,
+    fast: Arc<FastPath>,
 }
 
 impl FcLink for TunnelLink {
     fn transmit(&self, frame: Frame) -> Result<(), LinkError> {
-        self.tx.try_send(frame).map_err(|e| {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            match e {
-                mpsc::error::TrySendError::Full(_) => LinkError::Full,
-                mpsc::error::TrySendError::Closed(_) => LinkError::Down,
-            }
-        })
+        self.fast.transmit(frame, &self.tx)
     }
 
     fn describe(&self) -> String {
@@ -179,6 +180,8 @@ pub struct Tunnel {
     stopped: tokio::sync::watch::Receiver<bool>,
     stats: Arc<Mutex<TunnelStats>>,
     dropped: Arc<AtomicU64>,
+    /// The byte and fast-path counters, read live by `stats`.
+    fast: Arc<FastPath>,
 }
 
 impl Tunnel {
@@ -189,10 +192,11 @@ impl Tunnel {
         let (ev_tx, ev_rx) = mpsc::channel(4096);
         let (ctl_tx, ctl_rx) = mpsc::channel(1024);
         let dropped = Arc::new(AtomicU64::new(0));
+        let fast = Arc::new(FastPath::new(cfg.circuits.len(), dropped.clone()));
         let link = TunnelLink {
             tx: fab_tx,
             name: cfg.name.clone(),
-            dropped: dropped.clone(),
+            fast: fast.clone(),
         };
         let port = ctl.switch().attach_e_port(&cfg.name, Arc::new(link));
         let stats = Arc::new(Mutex::new(TunnelStats {
@@ -214,11 +218,12 @@ impl Tunnel {
             ev_tx.clone(),
             ctl_tx,
             stats.clone(),
-            dropped.clone(),
+            fast.clone(),
         );
         let stop_rx = actor.stop.subscribe();
         let t = Tunnel {
             dropped,
+            fast,
             cfg: cfg.clone(),
             ev: ev_tx.clone(),
             stopped: stop_rx.clone(),
@@ -284,6 +289,14 @@ impl Tunnel {
     pub fn stats(&self) -> TunnelStats {
         let mut st = self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone();
         st.dropped = self.dropped.load(Ordering::Relaxed);
+        st.fast_tx = self.fast.fast_tx.load(Ordering::Relaxed);
+        st.fast_rx = self.fast.fast_rx.load(Ordering::Relaxed);
+        for c in &mut st.circuits {
+            if let Some(b) = self.fast.bytes.get(c.slot) {
+                c.tx_bytes = b.tx.load(Ordering::Relaxed);
+                c.rx_bytes = b.rx.load(Ordering::Relaxed);
+            }
+        }
         st
     }
 }
@@ -553,10 +566,14 @@ struct Circuit {
     backlog_bytes: usize,
     /// See `Conn::direct`.
     direct: Option<socket2::Socket>,
-    /// Writes handed to the writer task and not yet written by it: the
-    /// tunnel writes directly only while this is zero, so bytes never
+    /// Writes handed to the writer task and not yet written by it, plus
+    /// one while the backlog is not empty: the tunnel (and RFC mode's fast
+    /// path) writes directly only while this is zero, so bytes never
     /// overtake one another.
     queued: Arc<AtomicUsize>,
+    /// Frames the reader handed to the tunnel's task and the task has not
+    /// yet handled (RFC mode's fast path waits for none).
+    unhandled: Arc<AtomicUsize>,
 }
 
 /// Bytes a circuit's backlog may hold (bounded memory per peer).
@@ -582,7 +599,12 @@ impl Circuit {
         }
         let backlog = std::mem::take(&mut self.backlog);
         match self.hand_over(backlog) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => self.backlog_bytes = 0,
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.backlog_bytes = 0;
+                // The backlog's own count, after the hand-over's: `queued`
+                // never reads zero while its bytes are still unwritten.
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+            }
             Err(mpsc::error::TrySendError::Full(b)) => self.backlog = b,
         }
     }
@@ -602,7 +624,8 @@ impl Circuit {
     /// ahead of it, else to the writer, or behind the backlog. Err: the
     /// writer is closed, or the backlog is full.
     fn queue(&mut self, mut bufs: Vec<Bytes>, n: usize) -> Result<(), ()> {
-        if self.backlog.is_empty() && self.queued.load(Ordering::Acquire) == 0 {
+        // `queued` counts a non-empty backlog too.
+        if self.queued.load(Ordering::Acquire) == 0 {
             if let Some(f) = &self.direct {
                 // What the socket did not take (or all of it, on an error,
                 // which the writer then reports) goes through the writer.
@@ -618,6 +641,7 @@ impl Circuit {
                 Err(mpsc::error::TrySendError::Full(b)) => {
                     self.backlog = b;
                     self.backlog_bytes = n;
+                    self.queued.fetch_add(1, Ordering::AcqRel);
                     Ok(())
                 }
             };
@@ -640,6 +664,8 @@ struct Actor {
     ctl_tx: mpsc::Sender<Frame>,
     stats: Arc<Mutex<TunnelStats>>,
     dropped: Arc<AtomicU64>,
+    /// RFC mode's fast path (see `super::fast`).
+    fast: Arc<FastPath>,
     circuits: HashMap<usize, Circuit>,
     counters: HashMap<usize, CircuitStats>,
     epoch: u64,
@@ -691,7 +717,7 @@ impl Actor {
         ev: mpsc::Sender<Ev>,
         ctl_tx: mpsc::Sender<Frame>,
         stats: Arc<Mutex<TunnelStats>>,
-        dropped: Arc<AtomicU64>,
+        fast: Arc<FastPath>,
     ) -> Actor {
         let local_wwn = ctl.switch().with_fabric(|f| f.switch_name());
         let port_no = port.index().0 as u32 + 1;
@@ -721,7 +747,8 @@ impl Actor {
             ev,
             ctl_tx,
             stats,
-            dropped,
+            dropped: fast.dropped.clone(),
+            fast,
             circuits: HashMap::new(),
             counters,
             epoch: 0,
@@ -786,7 +813,9 @@ impl Actor {
                                 Err(_) => break,
                             }
                         }
+                        let n = batch.len();
                         self.outbound(batch);
+                        self.fast.handled(n);
                     }
                     None => return,
                 },
@@ -902,8 +931,14 @@ impl Actor {
         match e {
             Ev::Up(slot, conn, done) => self.circuit_up(slot, conn, done),
             Ev::Rx(slot, epoch, item) => {
-                if self.circuits.get(&slot).is_some_and(|c| c.epoch == epoch) {
+                let unhandled = self
+                    .circuits
+                    .get(&slot)
+                    .filter(|c| c.epoch == epoch)
+                    .map(|c| c.unhandled.clone());
+                if let Some(u) = unhandled {
                     self.on_rx(slot, item);
+                    u.fetch_sub(1, Ordering::AcqRel);
                 }
             }
             Ev::Closed(slot, epoch, why) => {
@@ -928,7 +963,11 @@ impl Actor {
         self.stop.send_replace(true);
         let n = self.circuits.len();
         // Dropping a circuit aborts its reader and writer, which closes
-        // the socket; its connector, told to stop, does not reconnect.
+        // the socket (the fast path's handle on it goes too); its
+        // connector, told to stop, does not reconnect.
+        for s in self.circuits.keys() {
+            self.fast.remove(*s);
+        }
         self.circuits.clear();
         self.port.detach();
         self.isolated = None;
@@ -966,7 +1005,32 @@ impl Actor {
             self.room.clone(),
             queued.clone(),
         ));
-        let r = tokio::spawn(reader(rd, conn.leftover, self.ev.clone(), slot, epoch));
+        let unhandled = Arc::new(AtomicUsize::new(0));
+        let mut fast_rx = None;
+        if self.cfg.mode == LinkMode::Rfc && slot >= 1 {
+            self.fast.add(FastCircuit {
+                slot,
+                weight: self.cfg.circuits[slot - 1].weight,
+                sock: conn.direct.as_ref().and_then(|d| d.try_clone().ok()),
+                writer: wtx.clone(),
+                queued: queued.clone(),
+            });
+            fast_rx = Some(FastRx {
+                fast: self.fast.clone(),
+                port: self.port.clone(),
+                slot,
+                unhandled: unhandled.clone(),
+            });
+        }
+        let r = tokio::spawn(reader(
+            rd,
+            conn.leftover,
+            self.ev.clone(),
+            slot,
+            epoch,
+            unhandled.clone(),
+            fast_rx,
+        ));
         let now = Instant::now();
         self.circuits.insert(
             slot,
@@ -984,6 +1048,7 @@ impl Actor {
                 backlog_bytes: 0,
                 direct: conn.direct,
                 queued,
+                unhandled,
             },
         );
         if let Some(c) = self.counters.get_mut(&slot) {
@@ -1050,6 +1115,7 @@ impl Actor {
         if self.eport.take().is_some() {
             warn!(tunnel = %self.cfg.name, reason = why, "link down");
         }
+        self.fast.set_open(false);
         if self.up.take().is_some() {
             self.ctl.link_down(self.port_no);
         }
@@ -1072,6 +1138,7 @@ impl Actor {
         let Some(mut c) = self.circuits.remove(&slot) else {
             return;
         };
+        self.fast.remove(slot);
         if let Some(d) = c.done.take() {
             let _ = d.send(());
         }
@@ -1252,6 +1319,10 @@ impl Actor {
             let Some(c) = self.counters.get_mut(&s) else {
                 continue;
             };
+            if let Some(b) = self.fast.bytes.get(s) {
+                c.tx_bytes = b.tx.load(Ordering::Relaxed);
+                c.rx_bytes = b.rx.load(Ordering::Relaxed);
+            }
             let (ptx, prx) = self.last_bytes.get(&s).copied().unwrap_or((0, 0));
             c.tx_mbps = (c.tx_bytes - ptx) as f64 / dt / 1e6;
             c.rx_mbps = (c.rx_bytes - prx) as f64 / dt / 1e6;
@@ -1289,9 +1360,7 @@ impl Actor {
             self.circuit_down(slot, "special frame after the handshake");
             return;
         };
-        if let Some(s) = self.counters.get_mut(&slot) {
-            s.rx_bytes += bytes.len() as u64;
-        }
+        self.fast.count_rx(slot, bytes.len());
         let frame = match FcipFrame::new_checked(bytes).and_then(|f| f.to_fc_frame()) {
             Ok(f) => f,
             Err(e) => {
@@ -1408,6 +1477,8 @@ impl Actor {
                 } => {
                     info!(tunnel = %self.cfg.name, domain, switch = %switch_name, enhanced = self.enhanced, fastwrite = self.host.is_some(), "VE_Port up");
                     self.up = Some(domain);
+                    // RFC mode: class 3 frames may bypass this task now.
+                    self.fast.set_open(!self.enhanced);
                     self.set_state(format!("up (domain {domain}, {switch_name})"));
                     self.ctl.link_up(
                         self.port_no,
@@ -1422,6 +1493,7 @@ impl Actor {
                     tracing::error!(tunnel = %self.cfg.name, reason = %why, "VE_Port isolated");
                     self.isolated = Some(why.clone());
                     self.set_state(format!("isolated: {why}"));
+                    self.fast.set_open(false);
                     if self.up.take().is_some() {
                         self.ctl.link_down(self.port_no);
                     }
@@ -1517,29 +1589,13 @@ impl Actor {
             .filter(|s| self.circuits.contains_key(s))
             .map(|s| (s, self.cfg.circuits[s - 1].weight.max(1)))
             .collect();
-        let total: u32 = data.iter().map(|(_, w)| w).sum();
         let mut per: HashMap<usize, Vec<(Frame, u8)>> = HashMap::new();
         for (f, fl) in frames {
-            let slot = if f.sof == Sof::F || data.is_empty() {
+            let slot = if f.sof == Sof::F {
                 0
             } else {
-                let h = &f.header;
-                let (a, b) = if h.s_id < h.d_id {
-                    (h.s_id, h.d_id)
-                } else {
-                    (h.d_id, h.s_id)
-                };
-                let key = (a.get() as u64) << 40 ^ (b.get() as u64) << 16 ^ u64::from(h.ox_id.0);
-                let mut x = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % total;
-                let mut pick = data[0].0;
-                for (s, w) in &data {
-                    if x < *w {
-                        pick = *s;
-                        break;
-                    }
-                    x -= w;
-                }
-                pick
+                // The same choice as the fast path's.
+                rfc_pick(&f.header, &data).unwrap_or(0)
             };
             per.entry(slot).or_default().push((f, fl));
         }
@@ -1593,9 +1649,7 @@ impl Actor {
         if c.queue(bufs, n).is_err() {
             return false;
         }
-        if let Some(s) = self.counters.get_mut(&slot) {
-            s.tx_bytes += n as u64;
-        }
+        self.fast.count_tx(slot, n);
         true
     }
 
@@ -1706,7 +1760,7 @@ impl Actor {
 
 /// FCIP carries whole words: a payload that is not is padded with fill
 /// bytes, counted in F_CTL as FC-FS wants.
-fn word_aligned(mut f: Frame) -> Frame {
+pub(super) fn word_aligned(mut f: Frame) -> Frame {
     let fill = (4 - f.payload.len() % 4) % 4;
     if fill != 0 {
         let mut p = BytesMut::with_capacity(f.payload.len() + fill);
@@ -1720,7 +1774,7 @@ fn word_aligned(mut f: Frame) -> Frame {
 
 /// Fill bytes of solicited data are not data: they are dropped again on
 /// receive so the payload is exactly what the sender's FCP layer sent.
-fn strip_data_fill(mut f: Frame) -> Frame {
+pub(super) fn strip_data_fill(mut f: Frame) -> Frame {
     let fill = usize::from(f.header.f_ctl.fill_bytes());
     if fill != 0
         && f.header.fc_type == FcType::FCP
@@ -1776,7 +1830,7 @@ async fn writer(
 /// Writes `bufs` to the socket now, as far as it takes them without
 /// blocking; true when all went. What is left stays in `bufs` (a partly
 /// written slice is cut to its unwritten tail).
-fn write_now(f: &socket2::Socket, bufs: &mut Vec<Bytes>) -> bool {
+pub(super) fn write_now(f: &socket2::Socket, bufs: &mut Vec<Bytes>) -> bool {
     let mut start = 0;
     while start < bufs.len() {
         // A closed peer is an error here, never a SIGPIPE.
@@ -1834,6 +1888,8 @@ async fn reader(
     ev: mpsc::Sender<Ev>,
     slot: usize,
     epoch: u64,
+    unhandled: Arc<AtomicUsize>,
+    fast: Option<FastRx>,
 ) {
     let mut dec = Decoder::new(DecoderConfig::default());
     dec.extend(&leftover);
@@ -1841,6 +1897,14 @@ async fn reader(
         loop {
             match dec.decode() {
                 Ok(Some(item)) => {
+                    let item = match &fast {
+                        Some(f) => match f.deliver(item) {
+                            Some(item) => item,
+                            None => continue,
+                        },
+                        None => item,
+                    };
+                    unhandled.fetch_add(1, Ordering::AcqRel);
                     if ev.send(Ev::Rx(slot, epoch, item)).await.is_err() {
                         return;
                     }

@@ -1,0 +1,453 @@
+//! RFC mode's fast path: class 3 frames go between the fabric and the data
+//! circuits' sockets without a hand-off to the tunnel's task.
+//!
+//! Without it a frame crossing the tunnel passes through four tasks: the
+//! sending switch's caller hands it to the tunnel's task, which writes it
+//! to the socket; the far side's reader task decodes it and hands it to
+//! that tunnel's task, which gives it to the fabric. Each hand-off is a
+//! wake-up, and at 0 ms RTT they were most of the tunnel's cost (an FCP
+//! write crosses four times: command, FCP_XFER_RDY, data, response). On
+//! the fast path the fabric's call writes the frame to the socket itself,
+//! and the reader gives what it decodes to the fabric itself; the tunnel's
+//! task keeps everything else: class F, keep-alives, circuits coming and
+//! going, the link's state, and any frame the fast path does not take.
+//!
+//! It is open only while the link is up in RFC mode (enhanced mode's
+//! batches, acks and FastWrite need the tunnel's task). Order is kept, per
+//! circuit and so per exchange (an exchange's frames always take the same
+//! circuit, [`rfc_pick`]):
+//!
+//! - sending: a frame takes the fast path only when no frame handed to the
+//!   tunnel's task is still on its way to a socket (`pending`) and the
+//!   circuit's writer task has nothing queued; what the socket does not
+//!   take at once goes to that writer, so later frames queue behind it;
+//! - receiving: a reader delivers a frame itself only when every frame it
+//!   passed to the tunnel's task has been handled.
+//!
+//! Writing from the fabric's call means the socket write happens under the
+//! switch's lock; it never blocks (the socket is non-blocking, and what it
+//! does not take goes to the writer task).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use unifab_fc::io::FabricPort;
+use unifab_fc::link::{FcLink, LinkError};
+use unifab_fc::wire::frame::Frame;
+use unifab_fc::wire::header::FcHeaderRepr;
+use unifab_fc::wire::{FcId, Sof};
+
+use super::tunnel::{strip_data_fill, word_aligned, write_now};
+use crate::codec::Item;
+use crate::wire::enhanced;
+use crate::wire::frame::{FcipFrame, FcipFrameRepr};
+
+/// The circuit for an RFC-mode class 3 frame among the data circuits that
+/// are up (`data`: slot and weight, in slot order): by a hash of the
+/// exchange (both N_Port IDs and the OX_ID), weighted, so that every frame
+/// of an exchange, in either direction, takes the same circuit.
+pub(super) fn rfc_pick(h: &FcHeaderRepr, data: &[(usize, u32)]) -> Option<usize> {
+    let total: u32 = data.iter().map(|(_, w)| *w).sum();
+    let first = data.first()?.0;
+    if total == 0 {
+        return Some(first);
+    }
+    let (a, b) = if h.s_id < h.d_id {
+        (h.s_id, h.d_id)
+    } else {
+        (h.d_id, h.s_id)
+    };
+    let key = (a.get() as u64) << 40 ^ (b.get() as u64) << 16 ^ u64::from(h.ox_id.0);
+    let mut x = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % total;
+    for (s, w) in data {
+        if x < *w {
+            return Some(*s);
+        }
+        x -= w;
+    }
+    Some(first)
+}
+
+/// A data circuit as the sending side of the fast path sees it.
+#[derive(Debug)]
+pub(super) struct FastCircuit {
+    pub slot: usize,
+    pub weight: u32,
+    /// The socket, for writes that bypass the writer task; `None` for a
+    /// TLS circuit (its frames take the tunnel's task).
+    pub sock: Option<socket2::Socket>,
+    /// The circuit's writer task.
+    pub writer: mpsc::Sender<Vec<Bytes>>,
+    /// Writes queued at the writer task or in the circuit's backlog.
+    pub queued: Arc<AtomicUsize>,
+}
+
+#[derive(Debug, Default)]
+struct Tx {
+    /// RFC mode and the link is up.
+    open: bool,
+    /// Frames handed to the tunnel's task that it has not yet queued on a
+    /// circuit.
+    pending: usize,
+    /// The data circuits that are up, in slot order.
+    data: Vec<FastCircuit>,
+    /// `data`'s slots and weights, for [`rfc_pick`].
+    weights: Vec<(usize, u32)>,
+}
+
+/// Per-slot byte counters, shared by both paths.
+#[derive(Debug, Default)]
+pub(super) struct SlotBytes {
+    pub tx: AtomicU64,
+    pub rx: AtomicU64,
+}
+
+/// The state the fast path shares between the fabric's calls, the readers
+/// and the tunnel's task.
+#[derive(Debug)]
+pub(super) struct FastPath {
+    tx: Mutex<Tx>,
+    /// The receive side is open: RFC mode and the link is up.
+    rx_open: AtomicBool,
+    /// Byte counters by slot (0 the class F connection).
+    pub bytes: Box<[SlotBytes]>,
+    /// Frames sent and received on the fast path.
+    pub fast_tx: AtomicU64,
+    pub fast_rx: AtomicU64,
+    /// The tunnel's count of frames dropped (the fast path's share: a
+    /// circuit closing under a write).
+    pub dropped: Arc<AtomicU64>,
+}
+
+impl FastPath {
+    /// A closed fast path for a tunnel of `circuits` data circuits.
+    pub fn new(circuits: usize, dropped: Arc<AtomicU64>) -> FastPath {
+        FastPath {
+            tx: Mutex::new(Tx::default()),
+            rx_open: AtomicBool::new(false),
+            bytes: (0..=circuits).map(|_| SlotBytes::default()).collect(),
+            fast_tx: AtomicU64::new(0),
+            fast_rx: AtomicU64::new(0),
+            dropped,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tx> {
+        // A panic elsewhere while holding the lock leaves nothing half
+        // done that matters here: carry on with the state as it is.
+        self.tx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts `n` bytes sent on `slot`.
+    pub fn count_tx(&self, slot: usize, n: usize) {
+        if let Some(b) = self.bytes.get(slot) {
+            b.tx.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts `n` bytes received on `slot`.
+    pub fn count_rx(&self, slot: usize, n: usize) {
+        if let Some(b) = self.bytes.get(slot) {
+            b.rx.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Opens (RFC mode, link up) or closes both sides.
+    pub fn set_open(&self, open: bool) {
+        let mut g = self.lock();
+        g.open = open;
+        self.rx_open.store(open, Ordering::Release);
+    }
+
+    /// A data circuit came up (replacing any on the same slot).
+    pub fn add(&self, c: FastCircuit) {
+        let mut g = self.lock();
+        g.data.retain(|d| d.slot != c.slot);
+        let at = g.data.partition_point(|d| d.slot < c.slot);
+        g.data.insert(at, c);
+        g.weights = g.data.iter().map(|d| (d.slot, d.weight.max(1))).collect();
+    }
+
+    /// A data circuit went down.
+    pub fn remove(&self, slot: usize) {
+        let mut g = self.lock();
+        g.data.retain(|d| d.slot != slot);
+        g.weights = g.data.iter().map(|d| (d.slot, d.weight.max(1))).collect();
+    }
+
+    /// The tunnel's task queued `n` frames it took from the fabric.
+    pub fn handled(&self, n: usize) {
+        let mut g = self.lock();
+        g.pending = g.pending.saturating_sub(n);
+    }
+
+    /// A frame from the fabric: written to its circuit's socket when the
+    /// fast path may take it, else handed to the tunnel's task through
+    /// `slow`.
+    pub fn transmit(&self, frame: Frame, slow: &mpsc::Sender<Frame>) -> Result<(), LinkError> {
+        let mut g = self.lock();
+        let frame = match self.try_fast(&g, frame) {
+            Ok(()) => return Ok(()),
+            Err(f) => f,
+        };
+        g.pending += 1;
+        slow.try_send(frame).map_err(|e| {
+            g.pending -= 1;
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            match e {
+                mpsc::error::TrySendError::Full(_) => LinkError::Full,
+                mpsc::error::TrySendError::Closed(_) => LinkError::Down,
+            }
+        })
+    }
+
+    /// Writes `frame` on the fast path, or gives it back.
+    fn try_fast(&self, g: &Tx, frame: Frame) -> Result<(), Frame> {
+        if !g.open || g.pending != 0 || frame.sof == Sof::F {
+            return Err(frame);
+        }
+        let Some(slot) = rfc_pick(&frame.header, &g.weights) else {
+            return Err(frame);
+        };
+        let Some(c) = g.data.iter().find(|c| c.slot == slot) else {
+            return Err(frame);
+        };
+        let Some(sock) = &c.sock else {
+            return Err(frame);
+        };
+        if c.queued.load(Ordering::Acquire) != 0 {
+            return Err(frame);
+        }
+        let r = FcipFrameRepr::new(word_aligned(frame));
+        let Ok((head, tail)) = r.head_tail() else {
+            // The tunnel's task logs and counts it.
+            return Err(r.frame);
+        };
+        tracing::trace!(s_id = %r.frame.header.s_id, d_id = %r.frame.header.d_id, r_ctl = r.frame.header.r_ctl.0, ox = r.frame.header.ox_id.0, slot, "tx (fast)");
+        let n = head.len() + r.frame.payload.len() + tail.len();
+        let mut bufs = vec![
+            Bytes::copy_from_slice(&head),
+            r.frame.payload,
+            Bytes::copy_from_slice(&tail),
+        ];
+        self.count_tx(slot, n);
+        self.fast_tx.fetch_add(1, Ordering::Relaxed);
+        if write_now(sock, &mut bufs) {
+            return Ok(());
+        }
+        // The socket took part of it (or failed, which the writer then
+        // reports): the rest goes through the writer, which has nothing
+        // else queued, and later frames queue behind it.
+        c.queued.fetch_add(1, Ordering::AcqRel);
+        if c.writer.try_send(bufs).is_err() {
+            // Closed: the circuit is going down.
+            c.queued.fetch_sub(1, Ordering::AcqRel);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// The receiving side of the fast path, one per data circuit's reader.
+#[derive(Debug)]
+pub(super) struct FastRx {
+    pub fast: Arc<FastPath>,
+    pub port: FabricPort,
+    pub slot: usize,
+    /// Items this reader passed to the tunnel's task that it has not yet
+    /// handled.
+    pub unhandled: Arc<AtomicUsize>,
+}
+
+impl FastRx {
+    /// Delivers a class 3 frame to the fabric itself when it may; gives
+    /// back what the tunnel's task must handle (the reader counts it in
+    /// `unhandled` until the task has).
+    pub fn deliver(&self, item: Item) -> Option<Item> {
+        if self.fast.rx_open.load(Ordering::Acquire) && self.unhandled.load(Ordering::Acquire) == 0
+        {
+            if let Item::Frame(bytes) = &item {
+                if let Some(f) = Self::class_3(bytes) {
+                    tracing::trace!(s_id = %f.header.s_id, d_id = %f.header.d_id, r_ctl = f.header.r_ctl.0, ox = f.header.ox_id.0, slot = self.slot, "rx (fast)");
+                    self.fast.count_rx(self.slot, bytes.len());
+                    self.fast.fast_rx.fetch_add(1, Ordering::Relaxed);
+                    let _ = self.port.transmit(strip_data_fill(f));
+                    return None;
+                }
+            }
+        }
+        Some(item)
+    }
+
+    /// The frame, if it is class 3 between N_Ports: not class F, not an
+    /// enhanced-mode fragment (an error on an RFC link), not for the
+    /// fabric controller or a domain controller. Anything else, a frame
+    /// that does not parse included, is the tunnel task's to handle.
+    fn class_3(bytes: &Bytes) -> Option<Frame> {
+        let f = FcipFrame::new_checked(bytes.clone())
+            .and_then(|f| f.to_fc_frame())
+            .ok()?;
+        let d = f.header.d_id;
+        let plain = f.sof != Sof::F
+            && !enhanced::is_fragment(&f.header)
+            && d != FcId::FABRIC_CONTROLLER
+            && unifab_fc::fabric::isl::controller_domain(d).is_none();
+        plain.then_some(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use unifab_fc::wire::OxId;
+
+    fn header(s: u32, d: u32, ox: u16) -> FcHeaderRepr {
+        FcHeaderRepr {
+            s_id: FcId::new(s),
+            d_id: FcId::new(d),
+            ox_id: OxId(ox),
+            ..FcHeaderRepr::default()
+        }
+    }
+
+    #[test]
+    fn an_exchange_takes_one_circuit_both_ways_and_weights_share_them() {
+        let data = [(1, 1), (2, 3)];
+        let mut per = [0u32; 3];
+        for ox in 0..4000u16 {
+            let there = rfc_pick(&header(0x01_00_01, 0x02_00_01, ox), &data).unwrap();
+            let back = rfc_pick(&header(0x02_00_01, 0x01_00_01, ox), &data).unwrap();
+            assert_eq!(there, back, "OX_ID {ox}");
+            per[there] += 1;
+        }
+        // Weights 1 and 3: about a quarter and three quarters.
+        assert!((800..1200).contains(&per[1]), "{per:?}");
+        assert!((2800..3200).contains(&per[2]), "{per:?}");
+        assert_eq!(rfc_pick(&header(1, 2, 3), &[]), None);
+    }
+
+    /// The FC frame in FCIP bytes read from `s`.
+    fn read_frame(s: &mut std::net::TcpStream) -> Frame {
+        use std::io::Read;
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        FcipFrame::new_checked(Bytes::copy_from_slice(&buf[..n]))
+            .and_then(|f| f.to_fc_frame())
+            .unwrap()
+    }
+
+    #[test]
+    fn frames_bypass_the_task_only_when_nothing_is_ahead_of_them() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let (wtx, mut wrx) = mpsc::channel(4);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let fast = FastPath::new(1, Arc::new(AtomicU64::new(0)));
+        fast.add(FastCircuit {
+            slot: 1,
+            weight: 1,
+            sock: Some(socket2::Socket::from(a)),
+            writer: wtx,
+            queued: queued.clone(),
+        });
+        let (slow, mut task) = mpsc::channel(8);
+        let frame = |ox| {
+            Frame::new(
+                header(0x01_00_01, 0x02_00_01, ox),
+                Bytes::from_static(b"data"),
+            )
+        };
+        let ox = |f: Frame| f.header.ox_id.0;
+
+        // Closed (the link is not up): the tunnel's task takes it.
+        fast.transmit(frame(1), &slow).unwrap();
+        assert_eq!(task.try_recv().map(ox), Ok(1));
+        fast.set_open(true);
+        // Frame 1 is not yet on a circuit: frame 2 follows it to the task.
+        fast.transmit(frame(2), &slow).unwrap();
+        assert_eq!(task.try_recv().map(ox), Ok(2));
+        fast.handled(1);
+        fast.transmit(frame(3), &slow).unwrap();
+        assert_eq!(task.try_recv().map(ox), Ok(3));
+        fast.handled(2);
+        // Nothing ahead of it: straight to the socket.
+        fast.transmit(frame(4), &slow).unwrap();
+        assert!(task.try_recv().is_err());
+        assert_eq!(read_frame(&mut b).header.ox_id.0, 4);
+        assert_eq!(fast.fast_tx.load(Ordering::Relaxed), 1);
+        assert!(fast.bytes[1].tx.load(Ordering::Relaxed) > 4);
+        // The circuit's writer holds a write: frame 5 goes behind it.
+        queued.store(1, Ordering::Release);
+        fast.transmit(frame(5), &slow).unwrap();
+        assert_eq!(task.try_recv().map(ox), Ok(5));
+        fast.handled(1);
+        queued.store(0, Ordering::Release);
+        // Class F is never the fast path's.
+        let mut f = frame(6);
+        f.sof = Sof::F;
+        fast.transmit(f, &slow).unwrap();
+        assert_eq!(task.try_recv().map(ox), Ok(6));
+        fast.handled(1);
+        // The circuit gone: the task's again.
+        fast.remove(1);
+        fast.transmit(frame(7), &slow).unwrap();
+        assert_eq!(task.try_recv().map(ox), Ok(7));
+        assert!(wrx.try_recv().is_err(), "nothing went through the writer");
+    }
+
+    #[test]
+    fn what_the_socket_does_not_take_goes_to_the_writer_and_later_frames_behind_it() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_b, _) = l.accept().unwrap(); // never read
+        a.set_nonblocking(true).unwrap();
+        let (wtx, mut wrx) = mpsc::channel(4);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let fast = FastPath::new(1, Arc::new(AtomicU64::new(0)));
+        fast.add(FastCircuit {
+            slot: 1,
+            weight: 1,
+            sock: Some(socket2::Socket::from(a)),
+            writer: wtx,
+            queued: queued.clone(),
+        });
+        fast.set_open(true);
+        let (slow, mut task) = mpsc::channel(8);
+        let payload = Bytes::from(vec![7u8; 2048]);
+        let mut sent = 0u16;
+        let rest = loop {
+            assert!(sent < 60_000, "the socket never filled");
+            let f = Frame::new(header(0x01_00_01, 0x02_00_01, 9), payload.clone());
+            fast.transmit(f, &slow).unwrap();
+            sent += 1;
+            if let Ok(rest) = wrx.try_recv() {
+                break rest;
+            }
+        };
+        assert!(
+            task.try_recv().is_err(),
+            "every frame up to the full socket was written directly"
+        );
+        let rest_len: usize = rest.iter().map(|b| b.len()).sum();
+        // The FCIP header (28), SOF (4), FC header (24), payload, CRC and EOF.
+        assert!(
+            rest_len > 0 && rest_len <= 28 + 4 + 24 + 2048 + 4 + 4,
+            "{rest_len}"
+        );
+        assert_eq!(
+            queued.load(Ordering::Acquire),
+            1,
+            "the writer's share is counted"
+        );
+        // The next frame must not overtake what the writer holds.
+        let f = Frame::new(header(0x01_00_01, 0x02_00_01, 9), payload);
+        fast.transmit(f, &slow).unwrap();
+        assert!(task.try_recv().is_ok());
+        assert_eq!(fast.fast_tx.load(Ordering::Relaxed), u64::from(sent));
+    }
+}

@@ -5,8 +5,8 @@
 //! SW_RSCN both ways (local changes announced to every domain; a remote
 //! announcement re-fetches that domain).
 //!
-//! Every frame the controller sends is class F from FFFC<own domain>:
-//! FSPF frames go on the link they concern, everything else to FFFC<d>
+//! Every frame the controller sends is class F from `FFFC<own domain>`:
+//! FSPF frames go on the link they concern, everything else to `FFFC<d>`
 //! through the route to `d` (intermediate switches forward it like any
 //! other frame).
 
@@ -261,7 +261,7 @@ impl InterSwitch {
         tx.is_some_and(|t| t.try_send(f).is_ok())
     }
 
-    /// A frame for this switch's domain controller (FFFC<domain>) that
+    /// A frame for this switch's domain controller (`FFFC<domain>`) that
     /// arrived over a tunnel: CT replies to our queries, SW_RSCN.
     pub fn deliver(&self, f: Frame) {
         let h = f.header;

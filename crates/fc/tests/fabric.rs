@@ -48,6 +48,9 @@ struct Sim {
     log: Vec<FrameRepr>,
     tracker: ReplyTracker,
     ids: u64,
+    /// Each FCP_DATA frame is delivered this many times more (a target
+    /// that sends the same offsets again).
+    repeat_data: usize,
 }
 
 const T_WWPN: Wwn = Wwn(0x2100_0000_0000_00a1);
@@ -72,6 +75,7 @@ impl Sim {
             log: Vec::new(),
             tracker: ReplyTracker::new(),
             ids: 0,
+            repeat_data: 0,
         }
     }
 
@@ -134,6 +138,11 @@ impl Sim {
                     self.record(&f);
                 }
                 if let Some(n) = self.nodes.iter_mut().find(|n| n.fport == p) {
+                    if f.header.r_ctl == RCtl::FCP_DATA {
+                        for _ in 0..self.repeat_data {
+                            n.port.handle_frame(self.now, f.clone());
+                        }
+                    }
                     n.port.handle_frame(self.now, f);
                 }
             }
@@ -591,6 +600,24 @@ fn abts_in_the_middle_of_an_exchange() {
     s.nodes[t].hold = false;
     // The exchange is gone at both ends and I/O goes on.
     let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+    assert_eq!(s.result(i, id).unwrap().status, Status::GOOD);
+}
+
+#[test]
+fn a_target_sending_data_in_twice_is_cut_off_at_the_read_length() {
+    let (mut s, _t, i) = pair(64 * 1024);
+    // Every data frame a thousand times: the initiator holds no more than
+    // the command reads, fails it at once and aborts the exchange.
+    s.repeat_data = 1000;
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
+    assert_eq!(
+        s.result(i, id).unwrap_err(),
+        InitiatorError::Protocol("data-in beyond the expected length")
+    );
+    assert!(s.count(|f| matches!(&f.payload, PayloadRepr::Bls(b) if b.r_ctl() == RCtl::ABTS)) >= 1);
+    // A well-behaved target again: I/O goes on.
+    s.repeat_data = 0;
+    let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
     assert_eq!(s.result(i, id).unwrap().status, Status::GOOD);
 }
 

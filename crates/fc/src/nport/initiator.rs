@@ -88,6 +88,9 @@ enum Kind {
         /// Data-in that did not (a gap before it, or an overlap), kept
         /// with its offset and merged when the response comes.
         scattered: Vec<(u32, Bytes)>,
+        /// Bytes in `data_in` and `scattered`: never more than
+        /// `read_len`, however often a target sends the same offsets.
+        received: u64,
     },
     Tmf {
         function: TmfFunction,
@@ -402,6 +405,7 @@ impl NPort {
                         data_in: Vec::new(),
                         in_order: 0,
                         scattered: Vec::new(),
+                        received: 0,
                     },
                 )
             }
@@ -650,6 +654,7 @@ impl NPort {
             data_in,
             in_order,
             scattered,
+            received,
             ..
         } = &mut c.kind
         else {
@@ -657,12 +662,19 @@ impl NPort {
             return;
         };
         let len = frame.payload.len() as u64;
+        if len == 0 {
+            // Carries nothing; kept, a flood of them would cost memory.
+            self.stats.discarded += 1;
+            return;
+        }
         let ro = if h.f_ctl.relative_offset_present() {
             u64::from(h.parameter)
         } else {
-            *in_order + scattered.iter().map(|(_, b)| b.len() as u64).sum::<u64>()
+            *received
         };
-        if ro + len > u64::from(*read_len) {
+        // Past the end, or more bytes than the command reads (offsets sent
+        // twice): a target breaking the data protocol.
+        if ro + len > u64::from(*read_len) || *received + len > u64::from(*read_len) {
             // Answer now; the abort only recovers the exchange.
             let (id, before) = (c.id, c.aborting.take());
             self.initiator.by_id.remove(&id);
@@ -680,8 +692,9 @@ impl NPort {
             }
             return;
         }
+        *received += len;
         if ro == *in_order {
-            if data_in.is_empty() && len > 0 {
+            if data_in.is_empty() {
                 // Room for the whole transfer in frames like this one (a
                 // MiB is 512 of them), so the list does not grow nine
                 // times; capped, since the frame size is the peer's.

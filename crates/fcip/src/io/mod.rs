@@ -99,7 +99,10 @@ pub struct TunnelConfig {
     /// how long every circuit may be silent at once before the link is
     /// taken down.
     pub k_a_tov: u32,
-    /// Unacknowledged bytes a tunnel may have in flight (enhanced).
+    /// Unacknowledged bytes a tunnel may have in flight (enhanced). It
+    /// also bounds what this end holds for the peer: batches waiting for
+    /// an earlier one may take twice this (plus two batches); beyond that
+    /// the circuit they came on is closed. Configure both ends alike.
     pub window_bytes: usize,
     /// Writes (batches, or frames in RFC mode) each circuit's socket writer
     /// may have queued. When every circuit that carries data is this far

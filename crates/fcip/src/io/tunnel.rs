@@ -677,7 +677,7 @@ struct Actor {
     /// `enhanced_dead`).
     all_silent: bool,
     send: SendWindow,
-    recv: ReceiveWindow,
+    recv: ReceiveWindow<HeldBatch>,
     comp: Compressor,
     host: Option<HostSide>,
     target: Option<TargetSide>,
@@ -701,6 +701,30 @@ struct Actor {
     unsent: bool,
     /// Set when the tunnel stops: the connector loops end.
     stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// A data batch as received, held in the receive window until it is in
+/// order.
+#[derive(Debug)]
+struct HeldBatch {
+    /// The circuit it came on.
+    slot: usize,
+    codec: Codec,
+    raw_len: usize,
+    body: Bytes,
+}
+
+/// The receive window: batches held waiting for an earlier one are
+/// bounded at twice the window this end sends with, plus two batches of
+/// slack (a sender may pass its window by one round of batches). A peer
+/// configured with a larger window than that, or one that withholds a
+/// batch and sends on, has its circuit closed.
+fn receive_window(cfg: &TunnelConfig) -> ReceiveWindow<HeldBatch> {
+    let max_held = cfg
+        .window_bytes
+        .saturating_mul(2)
+        .saturating_add(2 * enhanced::MAX_BATCH_BODY);
+    ReceiveWindow::new(1 << 20, max_held)
 }
 
 /// Writes a circuit writer must have room for before the tunnel takes
@@ -739,7 +763,7 @@ impl Actor {
         Actor {
             comp: Compressor::new(cfg.compression),
             send: SendWindow::new(cfg.window_bytes),
-            recv: ReceiveWindow::new(1 << 20),
+            recv: receive_window(&cfg),
             cfg,
             port,
             port_no,
@@ -1128,7 +1152,7 @@ impl Actor {
         self.host = None;
         self.target = None;
         self.send = SendWindow::new(self.cfg.window_bytes);
-        self.recv = ReceiveWindow::new(1 << 20);
+        self.recv = receive_window(&self.cfg);
         if self.isolated.is_none() {
             self.set_state(format!("down: {why}"));
         }
@@ -1392,16 +1416,28 @@ impl Actor {
         self.send.on_ack(h.ack);
         match BatchKind(h.kind) {
             BatchKind::DATA => {
-                let raw = match decompress(h.codec, body, h.raw_len as usize) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.circuit_down(slot, &format!("bad batch: {e}"));
-                        return;
-                    }
+                // Held as it came (compressed) while it waits for an
+                // earlier batch; decompressed once in order.
+                let len = body.len();
+                let held = HeldBatch {
+                    slot,
+                    codec: h.codec,
+                    raw_len: h.raw_len as usize,
+                    body,
                 };
-                match self.recv.accept(h.seq, raw) {
+                match self.recv.accept(h.seq, held, len) {
                     Ok(ready) => {
-                        for b in ready {
+                        for held in ready {
+                            let b = match decompress(held.codec, held.body, held.raw_len) {
+                                Ok(b) => b,
+                                Err(e) => {
+                                    // Its frames are lost (FCP recovers the
+                                    // exchanges); the circuit that carried
+                                    // it is not to be trusted.
+                                    self.circuit_down(held.slot, &format!("bad batch: {e}"));
+                                    continue;
+                                }
+                            };
                             match records(&b) {
                                 Ok(fs) => {
                                     for (f, fl) in fs {
@@ -1577,6 +1613,21 @@ impl Actor {
 
     fn send_class_f(&mut self, f: Frame) {
         if self.enhanced {
+            // Class F is not held back by the window (the link's own
+            // traffic must flow), but a peer that never acknowledges
+            // cannot make it grow without bound either: past twice the
+            // window, class F is dropped and counted like any frame the
+            // tunnel cannot take.
+            let limit = self
+                .cfg
+                .window_bytes
+                .saturating_mul(2)
+                .saturating_add(2 * enhanced::MAX_BATCH_BODY);
+            if self.send.in_flight() > limit {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                debug!(tunnel = %self.cfg.name, in_flight = self.send.in_flight(), "class F dropped: the peer acknowledges nothing");
+                return;
+            }
             self.send_batches(vec![(f, 0)]);
         } else if let Some(s) = self.class_f_slot() {
             self.write_or_drop(s, vec![(f, 0)]);

@@ -192,27 +192,60 @@ pub enum StreamError {
         /// Delivered so far.
         delivered: u64,
     },
+    /// The batches held for an earlier one would pass the byte bound: the
+    /// peer sends more than any window allows without the batch it owes.
+    #[error(
+        "{held} bytes held waiting for batch {missing}, past the bound of {max} (the peer sends beyond its window)"
+    )]
+    HeldTooMuch {
+        /// Bytes held (with the batch that would pass the bound).
+        held: usize,
+        /// The batch everything waits for.
+        missing: u64,
+        /// The bound.
+        max: usize,
+    },
 }
 
-/// The receiver's side.
+/// What a held batch is charged beyond its bytes (its place in the map),
+/// so that a flood of tiny batches is bounded too.
+const HELD_OVERHEAD: usize = 128;
+
+/// The receiver's side: puts batches back in sequence order. `T` is what a
+/// batch carries (the tunnel keeps it as received, compressed, and
+/// decompresses it once it is in order).
 #[derive(Debug)]
-pub struct ReceiveWindow {
+pub struct ReceiveWindow<T = Bytes> {
     delivered: u64,
-    pending: BTreeMap<u64, Bytes>,
+    pending: BTreeMap<u64, (T, usize)>,
     max_ahead: u64,
+    /// Bytes held in `pending`, each batch charged `HELD_OVERHEAD` more.
+    held: usize,
+    max_held: usize,
     /// Batches received twice (after a failover) and dropped.
     pub duplicates: u64,
 }
 
-impl ReceiveWindow {
-    /// Accepts batches at most `max_ahead` beyond the last delivered.
-    pub fn new(max_ahead: u64) -> ReceiveWindow {
+impl<T> ReceiveWindow<T> {
+    /// Accepts batches at most `max_ahead` beyond the last delivered, and
+    /// holds at most `max_held` bytes of them waiting for an earlier one.
+    /// A sender keeps at most its window in flight, and only batches in
+    /// flight can be held, so a bound above the sender's window is never
+    /// reached by a peer that keeps to it.
+    pub fn new(max_ahead: u64, max_held: usize) -> ReceiveWindow<T> {
         ReceiveWindow {
             delivered: 0,
             pending: BTreeMap::new(),
             max_ahead: max_ahead.max(1),
+            held: 0,
+            max_held,
             duplicates: 0,
         }
+    }
+
+    /// Bytes held waiting for an earlier batch (with the per-batch charge).
+    pub fn held(&self) -> usize {
+        self.held
     }
 
     /// The cumulative acknowledgement to send.
@@ -225,9 +258,9 @@ impl ReceiveWindow {
         self.pending.len()
     }
 
-    /// Takes batch `seq` (its decompressed body); returns the bodies that
+    /// Takes batch `seq` (`body`, of `len` bytes); returns the bodies that
     /// are now in order, oldest first.
-    pub fn accept(&mut self, seq: u64, body: Bytes) -> Result<Vec<Bytes>, StreamError> {
+    pub fn accept(&mut self, seq: u64, body: T, len: usize) -> Result<Vec<T>, StreamError> {
         if seq <= self.delivered || self.pending.contains_key(&seq) {
             self.duplicates += 1;
             return Ok(Vec::new());
@@ -238,9 +271,26 @@ impl ReceiveWindow {
                 delivered: self.delivered,
             });
         }
-        self.pending.insert(seq, body);
         let mut out = Vec::new();
-        while let Some(b) = self.pending.remove(&(self.delivered + 1)) {
+        if seq == self.delivered + 1 {
+            // In order: never held.
+            self.delivered += 1;
+            out.push(body);
+        } else {
+            let charge = len.saturating_add(HELD_OVERHEAD);
+            let held = self.held.saturating_add(charge);
+            if held > self.max_held {
+                return Err(StreamError::HeldTooMuch {
+                    held,
+                    missing: self.delivered + 1,
+                    max: self.max_held,
+                });
+            }
+            self.held = held;
+            self.pending.insert(seq, (body, charge));
+        }
+        while let Some((b, charge)) = self.pending.remove(&(self.delivered + 1)) {
+            self.held -= charge;
             self.delivered += 1;
             out.push(b);
         }
@@ -257,7 +307,7 @@ mod tests {
     #[test]
     fn failover_is_lossless_and_ordered() {
         let mut tx = SendWindow::new(1 << 20);
-        let mut rx = ReceiveWindow::new(1024);
+        let mut rx = ReceiveWindow::new(1024, 1 << 20);
         let mut wire: Vec<(usize, u64, Bytes)> = Vec::new();
         for i in 0..20u8 {
             let c = usize::from(i % 2);
@@ -268,7 +318,7 @@ mod tests {
         let mut got = Vec::new();
         for (c, seq, b) in &wire {
             if *c == 0 {
-                got.extend(rx.accept(*seq, b.clone()).unwrap());
+                got.extend(rx.accept(*seq, b.clone(), b.len()).unwrap());
             }
         }
         assert_eq!(got.len(), 1, "only batch 1 is deliverable before the gap");
@@ -282,15 +332,48 @@ mod tests {
         );
         // The resent batches arrive, and one of circuit 0's again (duplicate).
         for (_, h, b) in &resend {
-            got.extend(rx.accept(h.seq, b.clone()).unwrap());
+            got.extend(rx.accept(h.seq, b.clone(), b.len()).unwrap());
         }
-        got.extend(rx.accept(2, Bytes::from(vec![1])).unwrap());
+        got.extend(rx.accept(2, Bytes::from(vec![1]), 1).unwrap());
         let order: Vec<u8> = got.iter().map(|b| b[0]).collect();
         assert_eq!(order, (0..20).collect::<Vec<u8>>());
         assert_eq!(rx.duplicates, 1);
         assert_eq!(tx.on_ack(rx.ack()), 19);
         assert_eq!(tx.outstanding(), 0);
-        assert!(rx.accept(5000, Bytes::new()).is_err());
+        assert!(rx.accept(5000, Bytes::new(), 0).is_err());
+    }
+
+    /// A peer that withholds one batch and sends on cannot make the
+    /// receiver hold more than its bound, however small the batches; what
+    /// arrives in order is never held.
+    #[test]
+    fn held_batches_are_bounded_in_bytes() {
+        let mut rx: ReceiveWindow<u64> = ReceiveWindow::new(1 << 20, 64 << 10);
+        // In order: delivered at once, nothing held, whatever the size.
+        assert_eq!(rx.accept(1, 1, 1 << 20).unwrap(), vec![1]);
+        assert_eq!(rx.held(), 0);
+        // Batch 2 withheld; tiny batches after it are charged their
+        // overhead too, so the flood stops well short of the window.
+        let mut seq = 3;
+        let err = loop {
+            match rx.accept(seq, seq, 1) {
+                Ok(v) => assert!(v.is_empty()),
+                Err(e) => break e,
+            }
+            seq += 1;
+            assert!(seq < 10_000, "never refused");
+        };
+        assert!(
+            matches!(err, StreamError::HeldTooMuch { missing: 2, .. }),
+            "{err}"
+        );
+        assert!(rx.held() <= 64 << 10);
+        assert!(seq - 3 < 1000, "{} tiny batches held", seq - 3);
+        // The missing batch comes: everything held is delivered in order
+        // and the count goes back to zero.
+        let got = rx.accept(2, 2, 10).unwrap();
+        assert_eq!(got, (2..seq).collect::<Vec<u64>>());
+        assert_eq!(rx.held(), 0);
     }
 
     /// A batch that never reached a writer goes out later as a first send;

@@ -261,6 +261,11 @@ struct Cmd<T> {
     data_in: Vec<Bytes>,
     data_in_got: u32,
     exp_data_sn: u32,
+    /// Bytes R2Ts have asked for on this attempt: at ErrorRecoveryLevel 0
+    /// no byte is asked for twice, so never more than `data_out_len` (a
+    /// target that asks again cannot make the initiator queue data
+    /// without bound).
+    solicited: u32,
     /// An ABORT TASK for it is outstanding.
     aborting: bool,
     /// Task management asked for it to end (its outcome is Aborted).
@@ -614,6 +619,7 @@ impl<T> Session<T> {
             data_in: Vec::new(),
             data_in_got: 0,
             exp_data_sn: 0,
+            solicited: 0,
             aborting: false,
             abort_requested: false,
             corrupt: false,
@@ -1405,6 +1411,7 @@ impl<T> Session<T> {
         c.data_in.clear();
         c.data_in_got = 0;
         c.exp_data_sn = 0;
+        c.solicited = 0;
         c.corrupt = false;
         c.error = None;
         c.aborting = false;
@@ -1643,6 +1650,16 @@ impl<T> Session<T> {
                 c.error = Some("R2T outside the command's data-out");
             }
             return;
+        }
+        let Some(c) = self.cmd_mut(slot) else {
+            return;
+        };
+        match c.solicited.checked_add(r.desired_data_transfer_length) {
+            Some(total) if total <= c.data_out_len => c.solicited = total,
+            _ => {
+                c.error = Some("R2Ts ask for more data than the command carries");
+                return;
+            }
         }
         self.queue_data_out(slot, r.ttt, r.buffer_offset, r.desired_data_transfer_length);
     }

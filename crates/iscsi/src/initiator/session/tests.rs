@@ -102,6 +102,9 @@ struct Pair {
     next_token: u32,
     /// The largest data segment the initiator sent.
     largest_segment: usize,
+    /// Each R2T the target sends reaches the initiator this many times
+    /// more (a target asking for the same data again).
+    repeat_r2t: usize,
 }
 
 impl Pair {
@@ -137,6 +140,7 @@ impl Pair {
             corrupt_next_data_in: false,
             next_token: 1,
             largest_segment: 0,
+            repeat_r2t: 0,
         };
         p.connect(1000, 500);
         // Clear the power-on unit attention.
@@ -218,6 +222,16 @@ impl Pair {
     }
 
     fn deliver_to_initiator(&mut self, o: TOut) {
+        if matches!(o.pdu, Pdu::R2t(_)) {
+            let n = std::mem::take(&mut self.repeat_r2t);
+            for _ in 0..n {
+                self.deliver_to_initiator(TOut {
+                    pdu: o.pdu,
+                    data: o.data.clone(),
+                });
+            }
+            self.repeat_r2t = n;
+        }
         self.seen.push(Seen::Tgt(o.pdu));
         let mut wire = encode(&o.pdu, &[], &o.data, self.digests);
         if self.corrupt_next_data_in && matches!(o.pdu, Pdu::DataIn(_)) && self.digests.data {
@@ -464,6 +478,36 @@ fn immediate_and_unsolicited_data_respect_first_burst() {
     // 4 KiB immediate + 12 KiB unsolicited in 4 KiB PDUs, the rest by R2T.
     assert_eq!(unsolicited, 3);
     assert_eq!(solicited, (64 - 16) / 4);
+}
+
+#[test]
+fn a_target_asking_for_the_same_data_again_gets_it_once_and_the_command_fails() {
+    let mut p = Pair::new(
+        SessionConfig::default(),
+        params(false, true, 8192, 65536, 262_144),
+        SessionLimits::default(),
+    );
+    // Every R2T a thousand times over: the data goes once (eight 8 KiB
+    // Data-Outs for 64 KiB), not a thousand times, and the command fails
+    // with the protocol error once the target answers.
+    p.repeat_r2t = 1000;
+    let w = p.submit(write16(0, pattern(64 * 1024, 3)));
+    p.run();
+    let data_outs = p
+        .seen
+        .iter()
+        .filter(|s| matches!(s, Seen::Ini(Pdu::DataOut(_))))
+        .count();
+    assert_eq!(data_outs, 8);
+    assert_eq!(
+        p.err(w),
+        InitiatorError::Protocol("R2Ts ask for more data than the command carries")
+    );
+    // A target that asks once: the session goes on.
+    p.repeat_r2t = 0;
+    let w = p.submit(write16(0, pattern(64 * 1024, 4)));
+    p.run();
+    assert_eq!(p.ok(w).status, Status::GOOD);
 }
 
 #[test]

@@ -151,6 +151,9 @@ pub struct EnodeCounters {
     pub cvl_received: u64,
     /// Times the FCF was lost (advertisements stopped).
     pub fcf_lost: u64,
+    /// FCF candidates forgotten to make room for a new one (the list
+    /// holds at most `MAX_CANDIDATES`).
+    pub candidates_evicted: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +188,10 @@ struct VnPort {
     next_keep_alive: Instant,
 }
 
+/// FCFs an ENode remembers at once (FC-BB-5 sets no number; a segment
+/// with more FCFs than this is not a real one).
+pub const MAX_CANDIDATES: usize = 64;
+
 /// The ENode state machine.
 #[derive(Debug)]
 pub struct Enode {
@@ -192,6 +199,8 @@ pub struct Enode {
     vlan: Option<u16>,
     state: State,
     candidates: HashMap<MacAddr, FcfInfo>,
+    /// When each candidate's last advertisement came.
+    heard: HashMap<MacAddr, Instant>,
     selected: Option<Selected>,
     vn_ports: HashMap<FcId, VnPort>,
     /// Open fabric logins and logouts by (OX_ID, S_ID): N_Ports sharing
@@ -223,6 +232,7 @@ impl Enode {
             cfg,
             state,
             candidates: HashMap::new(),
+            heard: HashMap::new(),
             selected: None,
             vn_ports: HashMap::new(),
             pending: HashMap::new(),
@@ -400,7 +410,24 @@ impl Enode {
         };
     }
 
+    /// Forgets candidates not heard from for 2.5 × their FKA_ADV_PERIOD
+    /// (as the selected FCF is lost), except the selected one, which
+    /// `online_timeout` watches.
+    fn prune_candidates(&mut self, now: Instant) {
+        let selected = self.selected.as_ref().map(|s| s.info.mac);
+        let heard = &self.heard;
+        self.candidates.retain(|mac, c| {
+            Some(*mac) == selected
+                || heard
+                    .get(mac)
+                    .is_some_and(|t| now.saturating_duration_since(*t) < c.fka_adv_period * 5 / 2)
+        });
+        let candidates = &self.candidates;
+        self.heard.retain(|mac, _| candidates.contains_key(mac));
+    }
+
     fn select(&mut self, now: Instant) {
+        self.prune_candidates(now);
         let best = self
             .candidates
             .values()
@@ -428,6 +455,7 @@ impl Enode {
             warn!(enode = %self.cfg.mac, fcf = %s.info.mac, "FCF advertisements stopped: FCF lost");
             self.counters.fcf_lost += 1;
             self.candidates.remove(&s.info.mac);
+            self.heard.remove(&s.info.mac);
             self.lose(now, "FCF lost (advertisements stopped)");
             return;
         }
@@ -598,7 +626,28 @@ impl Enode {
                 s.info.no_vn_keep_alives = d;
             }
         }
+        if !self.candidates.contains_key(&mac) && self.candidates.len() >= MAX_CANDIDATES {
+            // Any host on the segment can advertise from fresh MACs: the
+            // list is bounded. Stale candidates go first, then the one
+            // heard from longest ago (never the selected FCF).
+            self.prune_candidates(now);
+            if self.candidates.len() >= MAX_CANDIDATES {
+                let selected = self.selected.as_ref().map(|s| s.info.mac);
+                let oldest = self
+                    .heard
+                    .iter()
+                    .filter(|(m, _)| Some(**m) != selected)
+                    .min_by_key(|(_, t)| **t)
+                    .map(|(m, _)| *m);
+                if let Some(m) = oldest {
+                    self.candidates.remove(&m);
+                    self.heard.remove(&m);
+                    self.counters.candidates_evicted += 1;
+                }
+            }
+        }
         self.candidates.insert(mac, info);
+        self.heard.insert(mac, now);
     }
 
     fn ls_reply(&mut self, now: Instant, fip: &FipRepr) {

@@ -18,7 +18,8 @@ use unifab_fcoe::enode::{Enode, EnodeConfig, EnodeEvent};
 use unifab_fcoe::fcf::{Fcf, FcfConfig, FcfEvent, VfPortId};
 use unifab_fcoe::out::{EthBody, EthOut};
 use unifab_fcoe::wire::{
-    Descriptor, EtherType, EthernetRepr, FipFlags, FipOp, FipRepr, FipSubcode, MacAddr, VlanTag,
+    Descriptor, EtherType, EthernetRepr, FcMap, FipFlags, FipOp, FipRepr, FipSubcode, MacAddr,
+    VlanTag,
 };
 
 const FCF_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xfc, 0x01]);
@@ -329,6 +330,80 @@ fn clear_virtual_links_and_fcf_loss_recover() {
     w.fcf.clear_all();
     w.run_for(Duration::from_secs(10));
     assert!(w.sees_target(0), "no recovery after the FCF came back");
+}
+
+/// A multicast FCF advertisement from `src` (no FCF behind it).
+fn spoofed_advertisement(src: MacAddr) -> Bytes {
+    EthOut {
+        eth: EthernetRepr {
+            dst: MacAddr::ALL_ENODE_MACS,
+            src,
+            vlan: None,
+            ethertype: EtherType::FIP,
+        },
+        body: EthBody::Fip(FipRepr::new(
+            FipOp::DISCOVERY,
+            FipSubcode::ADVERTISEMENT,
+            FipFlags::FP | FipFlags::F | FipFlags::A,
+            vec![
+                Descriptor::Priority(1),
+                Descriptor::MacAddress(src),
+                Descriptor::NameIdentifier(Wwn(0x1000_0000_0000_0099)),
+                Descriptor::Fabric {
+                    vf_id: 0,
+                    fc_map: FcMap::DEFAULT,
+                    fabric_name: Wwn(0x1000_0000_0000_0099),
+                },
+                Descriptor::FkaAdvPeriod {
+                    no_vn_keep_alives: false,
+                    period_ms: 8000,
+                },
+            ],
+        )),
+    }
+    .to_bytes()
+    .unwrap()
+}
+
+#[test]
+fn a_flood_of_advertisements_from_fresh_macs_is_bounded_and_io_goes_on() {
+    let mut w = World::new(None, 1);
+    w.run_for(Duration::from_secs(3));
+    assert!(w.sees_target(0));
+    let fcf = w.hosts[0].enode.fcf().unwrap().mac;
+    for k in 0..1000u32 {
+        let src = MacAddr([0x02, 0xee, 0, (k >> 16) as u8, (k >> 8) as u8, k as u8]);
+        w.hosts[0]
+            .enode
+            .handle_ethernet(w.now, spoofed_advertisement(src));
+    }
+    let e = &w.hosts[0].enode;
+    assert_eq!(e.candidates().len(), unifab_fcoe::enode::MAX_CANDIDATES);
+    assert_eq!(
+        e.counters().candidates_evicted,
+        1000 - (unifab_fcoe::enode::MAX_CANDIDATES as u64 - 1)
+    );
+    // The selected FCF is never the one evicted, and the host stays on it.
+    assert!(e.candidates().iter().any(|c| c.mac == fcf));
+    w.run_for(Duration::from_secs(3));
+    assert_eq!(w.hosts[0].enode.fcf().map(|f| f.mac), Some(fcf));
+    assert!(w.sees_target(0));
+    // The spoofed ones, never heard again, are forgotten after 2.5 × their
+    // FKA_ADV_PERIOD (8 s) once the ENode next looks at the list.
+    w.run_for(Duration::from_secs(21));
+    w.hosts[0].enode.handle_ethernet(
+        w.now,
+        spoofed_advertisement(MacAddr([0x02, 0xef, 0, 0, 0, 1])),
+    );
+    let e = &w.hosts[0].enode;
+    let left: Vec<MacAddr> = e.candidates().iter().map(|c| c.mac).collect();
+    assert_eq!(left.len(), 2, "the real FCF and the newest: {left:?}");
+    assert!(left.contains(&fcf));
+    assert_eq!(
+        e.counters().candidates_evicted,
+        1000 - (unifab_fcoe::enode::MAX_CANDIDATES as u64 - 1),
+        "stale ones are pruned, not evicted"
+    );
 }
 
 fn flogi_request(src: MacAddr, ox: u16, wwpn: u64) -> Bytes {

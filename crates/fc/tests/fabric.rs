@@ -12,6 +12,7 @@ use unifab_fc::fabric::zoning::{Zone, ZoneMember, ZoneSet};
 use unifab_fc::fabric::{Fabric, FabricConfig, PortIndex};
 use unifab_fc::nport::{CommandId, NPort, NPortConfig, NPortEvent, TaskId};
 use unifab_fc::wire::ct::{CtBody, CtCommand, NsAccept};
+use unifab_fc::wire::els::{ElsRepr, LsRjtExplanation};
 use unifab_fc::wire::frame::Frame;
 use unifab_fc::wire::header::{FcType, RCtl};
 use unifab_fc::wire::{FcId, FrameRepr, PayloadRepr, ReplyTracker, Wwn};
@@ -316,6 +317,50 @@ fn pair_with(max_burst: u32, fast_io_fail: Option<Duration>) -> (Sim, usize, usi
     assert_eq!(r.sense.unwrap()[2] & 0x0f, 0x06, "UNIT ATTENTION");
     s.log.clear();
     (s, t, i)
+}
+
+/// A target port takes at most `max_logins` remote ports: one more is
+/// refused with LS_RJT (insufficient resources) and counted, and the
+/// ports logged in keep doing I/O.
+#[test]
+fn logins_past_the_limit_are_refused_and_the_others_go_on() {
+    let mut s = Sim::new();
+    let scsi = ScsiTarget::new();
+    scsi.insert(Lun(0), lu(8));
+    let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
+    cfg.target = true;
+    cfg.max_logins = 2;
+    let t = s.add(cfg, Some(scsi));
+    s.run();
+    let i1 = s.initiator(I_WWPN);
+    s.run();
+    let i2 = s.initiator(I2_WWPN);
+    s.run();
+    assert_eq!(s.nodes[t].port.stats().logins_refused, 0);
+    let i3 = s.initiator(Wwn(0x2100_0000_0000_00b3));
+    s.run();
+    assert!(s.nodes[t].port.stats().logins_refused >= 1);
+    let refused = s.count(|f| {
+        matches!(
+            &f.payload,
+            PayloadRepr::Els(ElsRepr::LsRjt(r))
+                if r.explanation == LsRjtExplanation::INSUFFICIENT_RESOURCES
+        )
+    });
+    assert!(refused >= 1, "an LS_RJT went to the third initiator");
+    let ready = |s: &Sim, i: usize| s.nodes[i].up.iter().any(|(_, w, _)| *w == T_WWPN);
+    assert!(ready(&s, i1) && ready(&s, i2));
+    assert!(!ready(&s, i3), "the third initiator is not logged in");
+    for i in [i1, i2] {
+        let ua = s.submit(
+            i,
+            T_WWPN,
+            Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+        );
+        assert!(s.result(i, ua).is_ok());
+        let id = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 1), 512));
+        assert_eq!(s.result(i, id).unwrap().status, Status::GOOD);
+    }
 }
 
 #[test]

@@ -672,7 +672,7 @@ impl FcPlane {
         type Get = fn(&unifab_fc::io::NodePortView) -> u64;
         // (name, help, value); a name ending in _total is a counter, the
         // rest gauges.
-        let series: [(&str, &str, Get); 9] = [
+        let series: [(&str, &str, Get); 10] = [
             (
                 "unifab_fc_port_rx_frames_total",
                 "FC frames the N_Port received.",
@@ -702,6 +702,11 @@ impl FcPlane {
                 "unifab_fc_port_write_refusals_total",
                 "Writes refused as larger than the whole write-data budget.",
                 |p| p.stats.write_refusals,
+            ),
+            (
+                "unifab_fc_port_logins_refused_total",
+                "PLOGIs refused because the port had its most remote ports logged in.",
+                |p| p.stats.logins_refused,
             ),
             (
                 "unifab_fc_port_writes_deferred_total",

@@ -93,9 +93,18 @@ pub struct NPortConfig {
     pub max_write_held: u64,
     /// Most open exchanges in each role.
     pub max_exchanges: usize,
+    /// Most remote ports logged in at once (PLOGI). A PLOGI from one more
+    /// is refused with LS_RJT, insufficient resources (FC-LS-3), as an
+    /// array port refuses logins past its limit: every S_ID a fabric
+    /// delivers (or a switch across an FCIP link claims) costs a login's
+    /// state, and the address space is 2^24.
+    pub max_logins: usize,
     /// Relative target port identifier (SPC-4), for the target's nexuses.
     pub relative_port_id: u16,
 }
+
+/// Default for [`NPortConfig::max_logins`].
+pub const MAX_LOGINS: usize = 2048;
 
 impl NPortConfig {
     /// Defaults for a port with these names.
@@ -115,6 +124,7 @@ impl NPortConfig {
             max_burst: 256 * 1024,
             max_write_held: target::MAX_WRITE_HELD,
             max_exchanges: 4096,
+            max_logins: MAX_LOGINS,
             relative_port_id: 1,
         }
     }
@@ -207,6 +217,8 @@ pub struct NPortStats {
     /// Write commands that waited for the write-data budget before their
     /// FCP_XFER_RDY.
     pub writes_deferred: u64,
+    /// PLOGIs refused because `max_logins` ports were logged in.
+    pub logins_refused: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -665,6 +677,18 @@ impl NPort {
                         &rjt(
                             LsRjtReason::UNABLE_TO_PERFORM,
                             LsRjtExplanation::SERVICE_PARAM_ERROR_OPTIONS,
+                        ),
+                    );
+                    return;
+                }
+                if !self.remotes.contains_key(&h.s_id) && self.remotes.len() >= self.cfg.max_logins
+                {
+                    self.stats.logins_refused += 1;
+                    self.answer_els(
+                        &h,
+                        &rjt(
+                            LsRjtReason::UNABLE_TO_PERFORM,
+                            LsRjtExplanation::INSUFFICIENT_RESOURCES,
                         ),
                     );
                     return;

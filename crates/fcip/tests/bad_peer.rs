@@ -115,14 +115,26 @@ async fn misbehaving_peers_are_refused_and_other_tunnels_are_untouched() {
     let (l, ta, tb_x) = setup(None, None).await;
     assert!(wait_up(&ta).await, "{:?}", ta.stats());
     let addr = l.local_addr();
+    // The listener closes a refused connection, then records why: wait
+    // for the record.
+    let refusal = |n: u64| {
+        let l = &l;
+        async move {
+            for _ in 0..200 {
+                let st = l.stats();
+                if st.refused >= n {
+                    return st.last_refusal;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("refusal {n} never recorded: {:?}", l.stats());
+        }
+    };
     // 1. An FSF for another switch: closed without an echo.
     let got = exchange(addr, &fsf(1, Wwn(0x1234), 0), &[]).await;
     assert!(got.is_empty());
-    assert!(
-        l.stats().last_refusal.contains("is for switch"),
-        "{:?}",
-        l.stats()
-    );
+    let why = refusal(1).await;
+    assert!(why.contains("is for switch"), "{why}");
     // 2. A valid FSF is echoed; the same nonce again is refused.
     let good = fsf(2, SW_B, 0);
     let mut s = TcpStream::connect(addr).await.unwrap();
@@ -137,11 +149,8 @@ async fn misbehaving_peers_are_refused_and_other_tunnels_are_untouched() {
     assert!(closed.is_ok(), "garbage did not close the connection");
     let got = exchange(addr, &good, &[]).await;
     assert!(got.is_empty(), "a replayed nonce was echoed");
-    assert!(
-        l.stats().last_refusal.contains("replayed"),
-        "{:?}",
-        l.stats()
-    );
+    let why = refusal(2).await;
+    assert!(why.contains("replayed"), "{why}");
     // 4. A switch no tunnel is for.
     let mut unknown = SpecialFrameRepr::parse(
         &unifab_fcip::wire::fsf::SpecialFrame::new_checked(&fsf(3, SW_B, 0)[..]).unwrap(),
@@ -149,15 +158,12 @@ async fn misbehaving_peers_are_refused_and_other_tunnels_are_untouched() {
     unknown.source_wwn = Wwn(0x1000_0000_0000_00dd);
     let got = exchange(addr, &unknown.to_bytes(), &[]).await;
     assert!(got.is_empty());
-    assert!(
-        l.stats().last_refusal.contains("no tunnel"),
-        "{:?}",
-        l.stats()
-    );
+    let why = refusal(3).await;
+    assert!(why.contains("no tunnel"), "{why}");
     // 5. Not even a special frame.
     let got = exchange(addr, &[0u8; 76], &[]).await;
     assert!(got.is_empty());
-    assert!(l.stats().refused >= 4, "{:?}", l.stats());
+    refusal(4).await;
     // The good tunnel never noticed.
     let st = ta.stats();
     assert!(st.state.starts_with("up"), "{st:?}");

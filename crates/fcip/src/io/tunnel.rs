@@ -29,7 +29,9 @@ use super::{LinkMode, TunnelConfig, tcp_rtt_us};
 use crate::codec::{Decoder, DecoderConfig, Item};
 use crate::proto::compress::{Compressor, decompress};
 use crate::proto::eport::{EPort, LocalSwitch, Output, ZoneDb};
-use crate::proto::fastwrite::{DEFAULT_MAX_BYTES, DEFAULT_TABLE, HostAction, HostSide, TargetSide};
+use crate::proto::fastwrite::{
+    DEFAULT_MAX_BYTES, DEFAULT_TABLE, HostAction, HostSide, SWEEP_EVERY, TargetSide,
+};
 use crate::proto::handshake::check_echo;
 use crate::proto::stream::{ReceiveWindow, SendWindow};
 use crate::wire::encap::EncapFlags;
@@ -691,6 +693,8 @@ struct Actor {
     /// Data batches received since the peer was last sent an ack.
     unacked_rx: u32,
     last_rate: Instant,
+    /// When FastWrite's target side last swept idle exchanges.
+    last_sweep: Instant,
     last_bytes: HashMap<usize, (u64, u64)>,
     local_wwn: Wwn,
     /// Signalled by a circuit writer each time it takes writes off its
@@ -788,6 +792,7 @@ impl Actor {
             ack_at: None,
             unacked_rx: 0,
             last_rate: Instant::now(),
+            last_sweep: Instant::now(),
             last_bytes: HashMap::new(),
             local_wwn,
             room: Arc::new(Notify::new()),
@@ -1311,6 +1316,15 @@ impl Actor {
         }
         if now.duration_since(self.last_rate) >= Duration::from_secs(1) {
             self.update_stats(now);
+        }
+        if now.duration_since(self.last_sweep) >= SWEEP_EVERY {
+            self.last_sweep = now;
+            if let Some(t) = &mut self.target {
+                let n = t.sweep();
+                if n > 0 {
+                    warn!(tunnel = %self.cfg.name, exchanges = n, "FastWrite: idle accelerated writes dropped with their held data");
+                }
+            }
         }
     }
 

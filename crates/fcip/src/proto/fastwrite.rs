@@ -182,7 +182,13 @@ struct TargetEntry {
     /// The target's RX_ID and the ranges it asked for.
     target_rx: Option<RxId>,
     granted: Vec<(u32, u32)>,
+    /// A frame of the exchange passed since the last [`TargetSide::sweep`].
+    touched: bool,
 }
+
+/// How often the tunnel sweeps idle exchanges out of the target side's
+/// table ([`TargetSide::sweep`]).
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// FastWrite near the target.
 #[derive(Debug)]
@@ -195,6 +201,8 @@ pub struct TargetSide {
     /// Accelerated commands refused (table full: the write fails and the
     /// host retries it).
     pub refused: u64,
+    /// Exchanges dropped by [`TargetSide::sweep`], with their held data.
+    pub swept: u64,
 }
 
 impl TargetSide {
@@ -206,7 +214,30 @@ impl TargetSide {
             max_bytes,
             held_bytes: 0,
             refused: 0,
+            swept: 0,
         }
+    }
+
+    /// Drops the exchanges no frame has passed for since the last sweep,
+    /// with the data they hold; returns how many. Called every
+    /// `SWEEP_EVERY`, it ends an exchange idle for one to two intervals:
+    /// the host's command timed out and was aborted long before, and an
+    /// ABTS or FCP_RSP that never came (a target gone quiet, a peer that
+    /// sends commands for ports that do not exist) cannot pin the memory.
+    pub fn sweep(&mut self) -> usize {
+        let before = self.table.len();
+        let mut freed = 0;
+        self.table.retain(|_, e| {
+            let keep = std::mem::take(&mut e.touched);
+            if !keep {
+                freed += e.held_bytes;
+            }
+            keep
+        });
+        self.held_bytes -= freed;
+        let n = before - self.table.len();
+        self.swept += n as u64;
+        n
     }
 
     /// Exchanges in the table.
@@ -238,7 +269,13 @@ impl TargetSide {
         }
         if flags & crate::wire::enhanced::RECORD_FASTWRITE != 0 && is_fcp(&h, RCtl::FCP_CMND) {
             if self.table.len() < self.cap && write_len(&f, self.max_bytes).is_some() {
-                self.table.insert(key, TargetEntry::default());
+                self.table.insert(
+                    key,
+                    TargetEntry {
+                        touched: true,
+                        ..TargetEntry::default()
+                    },
+                );
             } else {
                 self.refused += 1;
             }
@@ -247,6 +284,7 @@ impl TargetSide {
         let Some(e) = self.table.get_mut(&key) else {
             return vec![f];
         };
+        e.touched = true;
         if !is_fcp(&h, RCtl::FCP_DATA) {
             return vec![f];
         }
@@ -284,6 +322,7 @@ impl TargetSide {
         let Some(e) = self.table.get_mut(&key) else {
             return (Some(f), Vec::new());
         };
+        e.touched = true;
         if is_fcp(&h, RCtl::FCP_XFER_RDY) {
             let Ok(v) = XferRdy::new_checked(&f.payload[..]) else {
                 return (Some(f), Vec::new());
@@ -461,6 +500,31 @@ mod tests {
         tgt.inbound(data(RxId(1), 0, 1024), 0);
         assert_eq!(tgt.held_bytes, 1024);
         tgt.inbound(abts, 0);
+        assert_eq!((tgt.len(), tgt.held_bytes), (0, 0));
+    }
+
+    /// An accelerated write whose exchange goes quiet (no XFER_RDY, no
+    /// FCP_RSP, no ABTS ever) is swept out with its data on the second
+    /// sweep; one that saw a frame in between stays.
+    #[test]
+    fn idle_exchanges_are_swept_with_their_data() {
+        let mut tgt = TargetSide::new(4, DEFAULT_MAX_BYTES);
+        let mut quiet = cmnd(4096);
+        quiet.header.ox_id = OxId(21);
+        let mut q_data = data(RxId(1), 0, 2048);
+        q_data.header.ox_id = OxId(21);
+        tgt.inbound(quiet, crate::wire::enhanced::RECORD_FASTWRITE);
+        tgt.inbound(q_data, 0);
+        tgt.inbound(cmnd(4096), crate::wire::enhanced::RECORD_FASTWRITE);
+        tgt.inbound(data(RxId(1), 0, 1024), 0);
+        assert_eq!((tgt.len(), tgt.held_bytes), (2, 3072));
+        // Both were active since they began: the first sweep keeps them.
+        assert_eq!(tgt.sweep(), 0);
+        // One more frame for the second exchange only.
+        tgt.inbound(data(RxId(1), 1024, 1024), 0);
+        assert_eq!(tgt.sweep(), 1);
+        assert_eq!((tgt.len(), tgt.held_bytes, tgt.swept), (1, 2048, 1));
+        assert_eq!(tgt.sweep(), 1);
         assert_eq!((tgt.len(), tgt.held_bytes), (0, 0));
     }
 }

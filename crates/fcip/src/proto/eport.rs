@@ -35,8 +35,30 @@ pub struct ZoneDb {
     pub active: Option<(String, Vec<Zone>)>,
 }
 
-/// Merges two active configurations, or says why they cannot merge.
+/// Zones a merged active zone set may hold.
+pub const MAX_ZONES: usize = 4096;
+/// Members all the zones of a merged active zone set may have together.
+pub const MAX_ZONE_MEMBERS: usize = 65_536;
+
+/// Merges two active configurations, or says why they cannot merge. The
+/// result is bounded ([`MAX_ZONES`], [`MAX_ZONE_MEMBERS`]): a neighbour
+/// that keeps sending merge requests with new zones cannot grow the
+/// fabric's zoning without end.
 pub fn merge(local: &ZoneDb, remote: &ZoneDb) -> Result<ZoneDb, String> {
+    let m = merge_unbounded(local, remote)?;
+    if let Some((_, zones)) = &m.active {
+        let members: usize = zones.iter().map(|z| z.members.len()).sum();
+        if zones.len() > MAX_ZONES || members > MAX_ZONE_MEMBERS {
+            return Err(format!(
+                "zone merge refused: the merged zone set would hold {} zones with {members} members (at most {MAX_ZONES} and {MAX_ZONE_MEMBERS})",
+                zones.len()
+            ));
+        }
+    }
+    Ok(m)
+}
+
+fn merge_unbounded(local: &ZoneDb, remote: &ZoneDb) -> Result<ZoneDb, String> {
     match (&local.active, &remote.active) {
         (None, None) => Ok(ZoneDb::default()),
         (Some(_), None) => Ok(local.clone()),
@@ -671,6 +693,41 @@ mod tests {
         };
         assert_eq!(applied(&ox), applied(&oy));
         assert_eq!(applied(&ox).active.unwrap().1.len(), 2);
+    }
+
+    /// Merging is bounded: a far side that sends zone after new zone
+    /// (each MR adding a few, as a peer repeating merge requests would)
+    /// is refused once the result passes the limit, with the reason.
+    #[test]
+    fn merged_zoning_is_bounded() {
+        let mut db = ZoneDb {
+            active: Some((
+                "cfg".into(),
+                (1..MAX_ZONES as u64)
+                    .map(|k| zone(&format!("z{k}"), k))
+                    .collect(),
+            )),
+        };
+        let one_more = |k: u64| ZoneDb {
+            active: Some(("cfg".into(), vec![zone(&format!("new{k}"), k)])),
+        };
+        // Up to the limit: merged.
+        db = merge(&db, &one_more(1)).unwrap();
+        assert_eq!(db.active.as_ref().unwrap().1.len(), MAX_ZONES);
+        // One past it: refused, with the reason.
+        let why = merge(&db, &one_more(2)).unwrap_err();
+        assert!(why.contains("at most 4096"), "{why}");
+        // Members count too.
+        let fat = Zone {
+            name: "fat".into(),
+            members: (0..MAX_ZONE_MEMBERS as u64 + 1)
+                .map(|w| ZoneMember::PortName(Wwn(w)))
+                .collect(),
+        };
+        let theirs = ZoneDb {
+            active: Some(("cfg".into(), vec![fat])),
+        };
+        assert!(merge(&ZoneDb::default(), &theirs).is_err());
     }
 
     #[test]

@@ -339,13 +339,20 @@ mod tests {
             .unwrap()
     }
 
-    #[test]
-    fn frames_bypass_the_task_only_when_nothing_is_ahead_of_them() {
+    /// A fast path with one data circuit on a loopback connection: the
+    /// path, the connection's far end, the circuit's writer queue and its
+    /// `queued` count.
+    fn one_circuit() -> (
+        FastPath,
+        std::net::TcpStream,
+        mpsc::Receiver<Vec<Bytes>>,
+        Arc<AtomicUsize>,
+    ) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (mut b, _) = l.accept().unwrap();
+        let (b, _) = l.accept().unwrap();
         a.set_nonblocking(true).unwrap();
-        let (wtx, mut wrx) = mpsc::channel(4);
+        let (wtx, wrx) = mpsc::channel(4);
         let queued = Arc::new(AtomicUsize::new(0));
         let fast = FastPath::new(1, Arc::new(AtomicU64::new(0)));
         fast.add(FastCircuit {
@@ -355,6 +362,12 @@ mod tests {
             writer: wtx,
             queued: queued.clone(),
         });
+        (fast, b, wrx, queued)
+    }
+
+    #[test]
+    fn frames_bypass_the_task_only_when_nothing_is_ahead_of_them() {
+        let (fast, mut b, mut wrx, queued) = one_circuit();
         let (slow, mut task) = mpsc::channel(8);
         let frame = |ox| {
             Frame::new(
@@ -402,20 +415,7 @@ mod tests {
 
     #[test]
     fn what_the_socket_does_not_take_goes_to_the_writer_and_later_frames_behind_it() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (_b, _) = l.accept().unwrap(); // never read
-        a.set_nonblocking(true).unwrap();
-        let (wtx, mut wrx) = mpsc::channel(4);
-        let queued = Arc::new(AtomicUsize::new(0));
-        let fast = FastPath::new(1, Arc::new(AtomicU64::new(0)));
-        fast.add(FastCircuit {
-            slot: 1,
-            weight: 1,
-            sock: Some(socket2::Socket::from(a)),
-            writer: wtx,
-            queued: queued.clone(),
-        });
+        let (fast, _b, mut wrx, queued) = one_circuit(); // never read
         fast.set_open(true);
         let (slow, mut task) = mpsc::channel(8);
         let payload = Bytes::from(vec![7u8; 2048]);

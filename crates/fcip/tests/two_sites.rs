@@ -105,18 +105,11 @@ async fn rfc_mode_carries_scsi_between_sites() {
     // the circuits' byte counters saw them.
     for (name, st) in [("A", s.ta.stats()), ("B", s.tb.stats())] {
         assert!(st.fast_tx > 0 && st.fast_rx > 0, "site {name}: {st:?}");
-        let data_tx: u64 = st
+        let (data_tx, data_rx) = st
             .circuits
             .iter()
             .filter(|c| c.slot > 0)
-            .map(|c| c.tx_bytes)
-            .sum();
-        let data_rx: u64 = st
-            .circuits
-            .iter()
-            .filter(|c| c.slot > 0)
-            .map(|c| c.rx_bytes)
-            .sum();
+            .fold((0u64, 0u64), |(t, r), c| (t + c.tx_bytes, r + c.rx_bytes));
         // 256 KiB written and read back, and 32 × 4 KiB each way.
         assert!(
             data_tx > 256 << 10 && data_rx > 256 << 10,

@@ -179,6 +179,14 @@ pub const COPY_RESULTS_KEPT: usize = 16;
 
 /// Most unit attentions queued per I_T nexus.
 const UA_QUEUE: usize = 8;
+/// Initiator ports (I_T nexuses) a LU keeps unit attention state for.
+/// State for a nexus outlives its connection (SAM-5: a nexus that comes
+/// back hears I_T NEXUS LOSS OCCURRED), so without a bound every new ISID
+/// or WWPN would add an entry for good. Past it, an entry with nothing
+/// queued goes first (else any other): that initiator, if it returns,
+/// hears POWER ON, RESET OR BUS DEVICE RESET OCCURRED, which it handles
+/// as it would after a reset.
+pub const MAX_NEXUSES: usize = 4096;
 /// MAXIMUM COMPARE AND WRITE LENGTH.
 const MAX_CAW_BLOCKS: u32 = 255;
 /// MAXIMUM WRITE SAME LENGTH.
@@ -565,6 +573,17 @@ impl Inner {
     fn enter(&self, st: &mut LuState, nexus: &ItNexus) -> PortKey {
         let key = PortKey::of(nexus);
         if !st.ua.contains_key(&key) {
+            if st.ua.len() >= MAX_NEXUSES {
+                let victim = st
+                    .ua
+                    .iter()
+                    .find(|(_, q)| q.is_empty())
+                    .or_else(|| st.ua.iter().next())
+                    .map(|(k, _)| k.clone());
+                if let Some(q) = victim.and_then(|v| st.ua.remove(&v)) {
+                    self.ua_total.fetch_sub(q.len(), Ordering::AcqRel);
+                }
+            }
             st.ua.insert(
                 key.clone(),
                 VecDeque::from([asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED]),

@@ -143,6 +143,38 @@ fn pr_params(rk: u64, sark: u64, flags: u8) -> Vec<u8> {
 }
 
 #[tokio::test]
+async fn unit_attention_state_is_kept_for_a_bounded_number_of_nexuses() {
+    let lu = lu();
+    // More initiator ports than the bound, each seen once and gone.
+    for k in 0..MAX_NEXUSES + 100 {
+        let n = nexus(&format!("iqn.2026-11.test:host-{k}"));
+        assert_ua(
+            &run(&lu, &n, &tur(), &[]).await,
+            asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED,
+        );
+        lu.nexus_loss(&n);
+    }
+    assert_eq!(lu.inner.lock().ua.len(), MAX_NEXUSES);
+    // Each of them, coming back, hears that its nexus was lost if its
+    // state was kept, or a reset if it was let go (100 of them: one per
+    // nexus past the bound), and then works.
+    let (mut lost, mut reset) = (0, 0);
+    for k in 0..MAX_NEXUSES + 100 {
+        let n = nexus(&format!("iqn.2026-11.test:host-{k}"));
+        let code = sense_of(&run(&lu, &n, &tur(), &[]).await).asc;
+        if code == asc::I_T_NEXUS_LOSS_OCCURRED {
+            lost += 1;
+        } else {
+            assert_eq!(code, asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED);
+            reset += 1;
+        }
+        assert_good(&run(&lu, &n, &tur(), &[]).await);
+    }
+    assert!(reset >= 100 && lost > 0, "{lost} lost, {reset} reset");
+    assert_eq!(lu.inner.lock().ua.len(), MAX_NEXUSES);
+}
+
+#[tokio::test]
 async fn power_on_ua_then_inquiry_exempt() {
     let lu = lu();
     let n = nexus("a");

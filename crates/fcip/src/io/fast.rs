@@ -39,10 +39,10 @@ use unifab_fc::wire::frame::Frame;
 use unifab_fc::wire::header::FcHeaderRepr;
 use unifab_fc::wire::{FcId, Sof};
 
-use super::tunnel::{strip_data_fill, word_aligned, write_now};
+use super::tunnel::{encode, strip_data_fill, write_now};
 use crate::codec::Item;
 use crate::wire::enhanced;
-use crate::wire::frame::{FcipFrame, FcipFrameRepr};
+use crate::wire::frame::FcipFrame;
 
 /// The circuit for an RFC-mode class 3 frame among the data circuits that
 /// are up (`data`: slot and weight, in slot order): by a hash of the
@@ -220,18 +220,14 @@ impl FastPath {
         if c.queued.load(Ordering::Acquire) != 0 {
             return Err(frame);
         }
-        let r = FcipFrameRepr::new(word_aligned(frame));
-        let Ok((head, tail)) = r.head_tail() else {
+        let h = frame.header;
+        let (three, n) = match encode(frame) {
+            Ok(e) => e,
             // The tunnel's task logs and counts it.
-            return Err(r.frame);
+            Err((f, _)) => return Err(f),
         };
-        tracing::trace!(s_id = %r.frame.header.s_id, d_id = %r.frame.header.d_id, r_ctl = r.frame.header.r_ctl.0, ox = r.frame.header.ox_id.0, slot, "tx (fast)");
-        let n = head.len() + r.frame.payload.len() + tail.len();
-        let mut bufs = vec![
-            Bytes::copy_from_slice(&head),
-            r.frame.payload,
-            Bytes::copy_from_slice(&tail),
-        ];
+        tracing::trace!(s_id = %h.s_id, d_id = %h.d_id, r_ctl = h.r_ctl.0, ox = h.ox_id.0, slot, "tx (fast)");
+        let mut bufs = Vec::from(three);
         self.count_tx(slot, n);
         self.fast_tx.fetch_add(1, Ordering::Relaxed);
         if write_now(sock, &mut bufs) {

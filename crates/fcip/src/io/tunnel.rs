@@ -719,16 +719,19 @@ struct HeldBatch {
 }
 
 /// The receive window: batches held waiting for an earlier one are
-/// bounded at twice the window this end sends with, plus two batches of
-/// slack (a sender may pass its window by one round of batches). A peer
-/// configured with a larger window than that, or one that withholds a
-/// batch and sends on, has its circuit closed.
+/// bounded by `peer_bound`. A peer configured with a larger window than
+/// that, or one that withholds a batch and sends on, has its circuit
+/// closed.
 fn receive_window(cfg: &TunnelConfig) -> ReceiveWindow<HeldBatch> {
-    let max_held = cfg
-        .window_bytes
+    ReceiveWindow::new(1 << 20, peer_bound(cfg))
+}
+
+/// What a peer may make this end hold, either way: twice the window plus
+/// two batches (a sender may pass its window by one round of batches).
+fn peer_bound(cfg: &TunnelConfig) -> usize {
+    cfg.window_bytes
         .saturating_mul(2)
-        .saturating_add(2 * enhanced::MAX_BATCH_BODY);
-    ReceiveWindow::new(1 << 20, max_held)
+        .saturating_add(2 * enhanced::MAX_BATCH_BODY)
 }
 
 /// Writes a circuit writer must have room for before the tunnel takes
@@ -960,14 +963,13 @@ impl Actor {
         match e {
             Ev::Up(slot, conn, done) => self.circuit_up(slot, conn, done),
             Ev::Rx(slot, epoch, item) => {
-                let unhandled = self
-                    .circuits
-                    .get(&slot)
-                    .filter(|c| c.epoch == epoch)
-                    .map(|c| c.unhandled.clone());
-                if let Some(u) = unhandled {
+                if self.circuits.get(&slot).is_some_and(|c| c.epoch == epoch) {
                     self.on_rx(slot, item);
-                    u.fetch_sub(1, Ordering::AcqRel);
+                    // Handled (if the circuit went with it, so did its
+                    // reader and the count).
+                    if let Some(c) = self.circuits.get(&slot).filter(|c| c.epoch == epoch) {
+                        c.unhandled.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
             }
             Ev::Closed(slot, epoch, why) => {
@@ -1632,12 +1634,7 @@ impl Actor {
             // cannot make it grow without bound either: past twice the
             // window, class F is dropped and counted like any frame the
             // tunnel cannot take.
-            let limit = self
-                .cfg
-                .window_bytes
-                .saturating_mul(2)
-                .saturating_add(2 * enhanced::MAX_BATCH_BODY);
-            if self.send.in_flight() > limit {
+            if self.send.in_flight() > peer_bound(&self.cfg) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 debug!(tunnel = %self.cfg.name, in_flight = self.send.in_flight(), "class F dropped: the peer acknowledges nothing");
                 return;
@@ -1690,19 +1687,16 @@ impl Actor {
         let mut bufs = Vec::with_capacity(frames.len() * 3);
         let mut n = 0;
         for (f, _) in frames {
-            let r = FcipFrameRepr::new(word_aligned(f));
-            let (head, tail) = match r.head_tail() {
-                Ok(ht) => ht,
-                Err(e) => {
-                    warn!(tunnel = %self.cfg.name, slot, error = %e, s_id = %r.frame.header.s_id, d_id = %r.frame.header.d_id, "frame not sent: it does not fit FCIP's length field");
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    continue;
+            match encode(f) {
+                Ok((three, len)) => {
+                    n += len;
+                    bufs.extend(three);
                 }
-            };
-            n += head.len() + r.frame.payload.len() + tail.len();
-            bufs.push(Bytes::copy_from_slice(&head));
-            bufs.push(r.frame.payload);
-            bufs.push(Bytes::copy_from_slice(&tail));
+                Err((f, e)) => {
+                    warn!(tunnel = %self.cfg.name, slot, error = %e, s_id = %f.header.s_id, d_id = %f.header.d_id, "frame not sent: it does not fit FCIP's length field");
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
         if bufs.is_empty() {
             return true;
@@ -1825,7 +1819,28 @@ impl Actor {
 
 /// FCIP carries whole words: a payload that is not is padded with fill
 /// bytes, counted in F_CTL as FC-FS wants.
-pub(super) fn word_aligned(mut f: Frame) -> Frame {
+/// A frame as FCIP puts it on a connection: encapsulation header and SOF,
+/// the frame (its payload not copied), CRC and EOF; and their length. Err:
+/// the frame is too long for FCIP's length field (given back).
+pub(super) fn encode(f: Frame) -> Result<([Bytes; 3], usize), (Frame, crate::wire::WireError)> {
+    let r = FcipFrameRepr::new(word_aligned(f));
+    match r.head_tail() {
+        Ok((head, tail)) => {
+            let n = head.len() + r.frame.payload.len() + tail.len();
+            Ok((
+                [
+                    Bytes::copy_from_slice(&head),
+                    r.frame.payload,
+                    Bytes::copy_from_slice(&tail),
+                ],
+                n,
+            ))
+        }
+        Err(e) => Err((r.frame, e)),
+    }
+}
+
+fn word_aligned(mut f: Frame) -> Frame {
     let fill = (4 - f.payload.len() % 4) % 4;
     if fill != 0 {
         let mut p = BytesMut::with_capacity(f.payload.len() + fill);

@@ -198,9 +198,8 @@ pub struct Enode {
     cfg: EnodeConfig,
     vlan: Option<u16>,
     state: State,
-    candidates: HashMap<MacAddr, FcfInfo>,
-    /// When each candidate's last advertisement came.
-    heard: HashMap<MacAddr, Instant>,
+    /// FCFs heard from, and when each last advertised.
+    candidates: HashMap<MacAddr, (FcfInfo, Instant)>,
     selected: Option<Selected>,
     vn_ports: HashMap<FcId, VnPort>,
     /// Open fabric logins and logouts by (OX_ID, S_ID): N_Ports sharing
@@ -232,7 +231,6 @@ impl Enode {
             cfg,
             state,
             candidates: HashMap::new(),
-            heard: HashMap::new(),
             selected: None,
             vn_ports: HashMap::new(),
             pending: HashMap::new(),
@@ -260,7 +258,7 @@ impl Enode {
 
     /// FCFs heard from.
     pub fn candidates(&self) -> Vec<FcfInfo> {
-        let mut v: Vec<FcfInfo> = self.candidates.values().cloned().collect();
+        let mut v: Vec<FcfInfo> = self.candidates.values().map(|(c, _)| c.clone()).collect();
         v.sort_by_key(|c| (c.priority, c.mac));
         v
     }
@@ -415,15 +413,10 @@ impl Enode {
     /// `online_timeout` watches.
     fn prune_candidates(&mut self, now: Instant) {
         let selected = self.selected.as_ref().map(|s| s.info.mac);
-        let heard = &self.heard;
-        self.candidates.retain(|mac, c| {
+        self.candidates.retain(|mac, (c, heard)| {
             Some(*mac) == selected
-                || heard
-                    .get(mac)
-                    .is_some_and(|t| now.saturating_duration_since(*t) < c.fka_adv_period * 5 / 2)
+                || now.saturating_duration_since(*heard) < c.fka_adv_period * 5 / 2
         });
-        let candidates = &self.candidates;
-        self.heard.retain(|mac, _| candidates.contains_key(mac));
     }
 
     fn select(&mut self, now: Instant) {
@@ -431,6 +424,7 @@ impl Enode {
         let best = self
             .candidates
             .values()
+            .map(|(c, _)| c)
             .filter(|c| c.available && c.verified)
             .min_by_key(|c| (c.priority, c.mac))
             .cloned();
@@ -455,7 +449,6 @@ impl Enode {
             warn!(enode = %self.cfg.mac, fcf = %s.info.mac, "FCF advertisements stopped: FCF lost");
             self.counters.fcf_lost += 1;
             self.candidates.remove(&s.info.mac);
-            self.heard.remove(&s.info.mac);
             self.lose(now, "FCF lost (advertisements stopped)");
             return;
         }
@@ -607,7 +600,7 @@ impl Enode {
         let verified = solicited && fip_len >= usize::from(self.cfg.max_fcoe_size);
         let period = Duration::from_millis(u64::from(ms.max(250)));
         let mac = eth.src;
-        let prev_verified = self.candidates.get(&mac).is_some_and(|c| c.verified);
+        let prev_verified = self.candidates.get(&mac).is_some_and(|(c, _)| c.verified);
         let info = FcfInfo {
             mac,
             priority,
@@ -634,20 +627,18 @@ impl Enode {
             if self.candidates.len() >= MAX_CANDIDATES {
                 let selected = self.selected.as_ref().map(|s| s.info.mac);
                 let oldest = self
-                    .heard
+                    .candidates
                     .iter()
                     .filter(|(m, _)| Some(**m) != selected)
-                    .min_by_key(|(_, t)| **t)
+                    .min_by_key(|(_, (_, heard))| *heard)
                     .map(|(m, _)| *m);
                 if let Some(m) = oldest {
                     self.candidates.remove(&m);
-                    self.heard.remove(&m);
                     self.counters.candidates_evicted += 1;
                 }
             }
         }
-        self.candidates.insert(mac, info);
-        self.heard.insert(mac, now);
+        self.candidates.insert(mac, (info, now));
     }
 
     fn ls_reply(&mut self, now: Instant, fip: &FipRepr) {

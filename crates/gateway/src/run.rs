@@ -282,6 +282,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics = Arc::new(Metrics::default());
     let mut server_handle = None;
+    // Bound before the portal is printed: whoever reads that line (an
+    // operator, a script, a test) can run `unifab show` at once (the
+    // connection waits in the backlog until the endpoint serves).
+    let admin_listener = tokio::net::TcpListener::bind(cfg.admin.listen).await;
     let mut tasks = Vec::new();
 
     if let Some(iscsi) = &cfg.iscsi {
@@ -362,7 +366,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         server_handle = Some(server);
     }
 
-    match tokio::net::TcpListener::bind(cfg.admin.listen).await {
+    match admin_listener {
         Ok(l) => {
             let view = Arc::new(View {
                 server: server_handle.clone(),

@@ -261,6 +261,19 @@ async fn overhead() {
     let local = local().await;
     let rfc = sites(LinkMode::Rfc, false, compress::Mode::None, None).await;
     let fw = sites(LinkMode::Enhanced, true, compress::Mode::None, None).await;
+    if let Ok(only) = std::env::var("FCIP_WAN_PROFILE") {
+        // For a profiler: one path only, for a while, nothing printed
+        // per round.
+        let s = match only.as_str() {
+            "local" => &local,
+            "rfc" => &rfc,
+            "fastwrite" => &fw,
+            other => panic!("FCIP_WAN_PROFILE: {other}: local, rfc or fastwrite"),
+        };
+        let (m, _) = qd1(s, 50_000).await;
+        println!("{only}: {m:.1} µs median over 50,000 writes");
+        return;
+    }
     println!("| round | without FCIP | RFC | FastWrite | RFC − without | FastWrite − without |");
     println!("|---|---|---|---|---|---|");
     let (mut d_rfc, mut d_fw) = (Vec::new(), Vec::new());

@@ -31,6 +31,19 @@ pub trait FcLink: Send + Sync + fmt::Debug {
     /// now says so and the frame is dropped (and counted by the caller).
     fn transmit(&self, frame: Frame) -> Result<(), LinkError>;
 
+    /// Hands over every frame in `frames`, in order, leaving it empty;
+    /// returns how many the link did not take (dropped, as with
+    /// [`FcLink::transmit`]). A link that can send several frames at once
+    /// (one system call for all) does; by default each goes through
+    /// `transmit`.
+    fn transmit_batch(&self, frames: &mut Vec<Frame>) -> usize {
+        frames
+            .drain(..)
+            .map(|f| self.transmit(f))
+            .filter(Result::is_err)
+            .count()
+    }
+
     /// What the link is, for `unifab show` and logs.
     fn describe(&self) -> String;
 }

@@ -188,10 +188,60 @@ impl FastPath {
     /// `slow`.
     pub fn transmit(&self, frame: Frame, slow: &mpsc::Sender<Frame>) -> Result<(), LinkError> {
         let mut g = self.lock();
-        let frame = match self.try_fast(&g, frame) {
-            Ok(()) => return Ok(()),
-            Err(f) => f,
+        let Some(slot) = self.fast_slot(&g, &frame) else {
+            return self.to_task(&mut g, frame, slow);
         };
+        let mut bufs = Vec::with_capacity(3);
+        match self.encode_into(frame, slot, &mut bufs) {
+            Ok(()) => {
+                self.write(&g, slot, bufs);
+                Ok(())
+            }
+            Err(frame) => self.to_task(&mut g, frame, slow),
+        }
+    }
+
+    /// Frames from the fabric, in order, leaving `frames` empty: each run
+    /// of frames for one circuit that the fast path may take goes out in
+    /// one vectored write (an FCP sequence's data frames, say); from the
+    /// first frame it may not take on, the rest go to the tunnel's task.
+    /// Returns how many were dropped.
+    pub fn transmit_batch(&self, frames: &mut Vec<Frame>, slow: &mpsc::Sender<Frame>) -> usize {
+        let mut g = self.lock();
+        let mut run: Option<(usize, Vec<Bytes>)> = None;
+        let mut frames = frames.drain(..);
+        let mut first_slow = None;
+        for frame in frames.by_ref() {
+            let Some(slot) = self.fast_slot(&g, &frame) else {
+                first_slow = Some(frame);
+                break;
+            };
+            if let Some((s, bufs)) = run.take_if(|(s, _)| *s != slot) {
+                self.write(&g, s, bufs);
+            }
+            let (_, bufs) = run.get_or_insert_with(|| (slot, Vec::with_capacity(6)));
+            if let Err(frame) = self.encode_into(frame, slot, bufs) {
+                first_slow = Some(frame);
+                break;
+            }
+        }
+        if let Some((s, bufs)) = run {
+            self.write(&g, s, bufs);
+        }
+        let mut dropped = 0;
+        for f in first_slow.into_iter().chain(frames) {
+            dropped += usize::from(self.to_task(&mut g, f, slow).is_err());
+        }
+        dropped
+    }
+
+    /// Hands `frame` to the tunnel's task.
+    fn to_task(
+        &self,
+        g: &mut Tx,
+        frame: Frame,
+        slow: &mpsc::Sender<Frame>,
+    ) -> Result<(), LinkError> {
         g.pending += 1;
         slow.try_send(frame).map_err(|e| {
             g.pending -= 1;
@@ -203,46 +253,49 @@ impl FastPath {
         })
     }
 
-    /// Writes `frame` on the fast path, or gives it back.
-    fn try_fast(&self, g: &Tx, frame: Frame) -> Result<(), Frame> {
+    /// The circuit `frame` takes on the fast path, if it may take it now.
+    fn fast_slot(&self, g: &Tx, frame: &Frame) -> Option<usize> {
         if !g.open || g.pending != 0 || frame.sof == Sof::F {
-            return Err(frame);
+            return None;
         }
-        let Some(slot) = rfc_pick(&frame.header, &g.weights) else {
-            return Err(frame);
-        };
-        let Some(c) = g.data.iter().find(|c| c.slot == slot) else {
-            return Err(frame);
-        };
-        let Some(sock) = &c.sock else {
-            return Err(frame);
-        };
-        if c.queued.load(Ordering::Acquire) != 0 {
-            return Err(frame);
-        }
+        let slot = rfc_pick(&frame.header, &g.weights)?;
+        let c = g.data.iter().find(|c| c.slot == slot)?;
+        (c.sock.is_some() && c.queued.load(Ordering::Acquire) == 0).then_some(slot)
+    }
+
+    /// Appends `frame`'s encoding to `bufs` and counts it, or gives the
+    /// frame back (it does not encode: the tunnel's task logs and counts
+    /// it).
+    fn encode_into(&self, frame: Frame, slot: usize, bufs: &mut Vec<Bytes>) -> Result<(), Frame> {
         let h = frame.header;
-        let (three, n) = match encode(frame) {
-            Ok(e) => e,
-            // The tunnel's task logs and counts it.
-            Err((f, _)) => return Err(f),
-        };
+        let (three, n) = encode(frame).map_err(|(f, _)| f)?;
         tracing::trace!(s_id = %h.s_id, d_id = %h.d_id, r_ctl = h.r_ctl.0, ox = h.ox_id.0, slot, "tx (fast)");
-        let mut bufs = Vec::from(three);
+        bufs.extend(three);
         self.count_tx(slot, n);
         self.fast_tx.fetch_add(1, Ordering::Relaxed);
-        if write_now(sock, &mut bufs) {
-            return Ok(());
+        Ok(())
+    }
+
+    /// Writes encoded frames to circuit `slot`'s socket ([`fast_slot`]
+    /// found it idle): what the socket does not take at once goes to the
+    /// circuit's writer, and later frames queue behind it.
+    fn write(&self, g: &Tx, slot: usize, mut bufs: Vec<Bytes>) {
+        let Some(c) = g.data.iter().find(|c| c.slot == slot) else {
+            return;
+        };
+        if let Some(sock) = &c.sock {
+            if write_now(sock, &mut bufs) {
+                return;
+            }
         }
         // The socket took part of it (or failed, which the writer then
-        // reports): the rest goes through the writer, which has nothing
-        // else queued, and later frames queue behind it.
+        // reports).
         c.queued.fetch_add(1, Ordering::AcqRel);
         if c.writer.try_send(bufs).is_err() {
             // Closed: the circuit is going down.
             c.queued.fetch_sub(1, Ordering::AcqRel);
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(())
     }
 }
 
@@ -445,5 +498,73 @@ mod tests {
         fast.transmit(f, &slow).unwrap();
         assert!(task.try_recv().is_ok());
         assert_eq!(fast.fast_tx.load(Ordering::Relaxed), u64::from(sent));
+    }
+
+    /// The frames of a batch the fast path may take are written together,
+    /// in order; from the first it may not take (class F here), the rest
+    /// go to the tunnel's task, fast-path frames behind it included.
+    #[test]
+    fn a_batch_goes_out_in_one_write_until_a_frame_must_take_the_task() {
+        use std::io::Read;
+        let (fast, mut b, mut wrx, _queued) = one_circuit();
+        fast.set_open(true);
+        let (slow, mut task) = mpsc::channel(8);
+        let frame = |ox, sof| {
+            let mut f = Frame::new(
+                header(0x01_00_01, 0x02_00_01, 7),
+                Bytes::from(vec![ox as u8; 2048]),
+            );
+            f.header.seq_cnt = ox;
+            f.sof = sof;
+            f
+        };
+        let mut batch = vec![frame(0, Sof::I3), frame(1, Sof::N3), frame(2, Sof::N3)];
+        assert_eq!(fast.transmit_batch(&mut batch, &slow), 0);
+        assert!(batch.is_empty());
+        assert!(task.try_recv().is_err());
+        assert_eq!(fast.fast_tx.load(Ordering::Relaxed), 3);
+        // All three, whole and in order, on the socket.
+        b.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut dec = crate::codec::Decoder::new(crate::codec::DecoderConfig::default());
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 16384];
+        while got.len() < 3 {
+            let n = b.read(&mut buf).unwrap();
+            assert!(n > 0);
+            dec.extend(&buf[..n]);
+            while let Some(Item::Frame(f)) = dec.decode().unwrap() {
+                let f = FcipFrame::new_checked(f)
+                    .and_then(|f| f.to_fc_frame())
+                    .unwrap();
+                got.push((f.header.seq_cnt, f.payload[0]));
+            }
+        }
+        assert_eq!(got, vec![(0, 0), (1, 1), (2, 2)]);
+        // A class F frame in the middle: it and everything after it go to
+        // the task, in order.
+        let mut batch = vec![frame(3, Sof::N3), frame(4, Sof::F), frame(5, Sof::N3)];
+        assert_eq!(fast.transmit_batch(&mut batch, &slow), 0);
+        assert_eq!(fast.fast_tx.load(Ordering::Relaxed), 4);
+        assert_eq!(task.try_recv().map(|f| f.header.seq_cnt), Ok(4));
+        assert_eq!(task.try_recv().map(|f| f.header.seq_cnt), Ok(5));
+        // Frame 3 went first, straight to the socket.
+        let n = b.read(&mut buf).unwrap();
+        dec.extend(&buf[..n]);
+        let Ok(Some(Item::Frame(f))) = dec.decode() else {
+            panic!("frame 3 not on the socket");
+        };
+        let f = FcipFrame::new_checked(f)
+            .and_then(|f| f.to_fc_frame())
+            .unwrap();
+        assert_eq!(f.header.seq_cnt, 3);
+        // While those two are not yet on a circuit, a batch goes to the
+        // task whole; past the task queue's room (8), one is dropped.
+        let mut batch: Vec<Frame> = (6..15).map(|i| frame(i, Sof::N3)).collect();
+        assert_eq!(fast.transmit_batch(&mut batch, &slow), 1);
+        for i in 6..14 {
+            assert_eq!(task.try_recv().map(|f| f.header.seq_cnt), Ok(i));
+        }
+        assert!(wrx.try_recv().is_err(), "nothing went through the writer");
     }
 }

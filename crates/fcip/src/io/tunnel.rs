@@ -168,6 +168,10 @@ impl FcLink for TunnelLink {
         self.fast.transmit(frame, &self.tx)
     }
 
+    fn transmit_batch(&self, frames: &mut Vec<Frame>) -> usize {
+        self.fast.transmit_batch(frames, &self.tx)
+    }
+
     fn describe(&self) -> String {
         format!("fcip:{}", self.name)
     }

@@ -28,6 +28,7 @@
 //! switch's lock; it never blocks (the socket is non-blocking, and what it
 //! does not take goes to the writer task).
 
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -39,7 +40,7 @@ use unifab_fc::wire::frame::Frame;
 use unifab_fc::wire::header::FcHeaderRepr;
 use unifab_fc::wire::{FcId, Sof};
 
-use super::tunnel::{encode, strip_data_fill, write_now};
+use super::tunnel::{Wire, strip_data_fill};
 use crate::codec::Item;
 use crate::wire::enhanced;
 use crate::wire::frame::FcipFrame;
@@ -191,10 +192,9 @@ impl FastPath {
         let Some(slot) = self.fast_slot(&g, &frame) else {
             return self.to_task(&mut g, frame, slow);
         };
-        let mut bufs = Vec::with_capacity(3);
-        match self.encode_into(frame, slot, &mut bufs) {
-            Ok(()) => {
-                self.write(&g, slot, bufs);
+        match self.encode(frame, slot) {
+            Ok(w) => {
+                self.write(&g, slot, std::slice::from_ref(&w));
                 Ok(())
             }
             Err(frame) => self.to_task(&mut g, frame, slow),
@@ -208,7 +208,7 @@ impl FastPath {
     /// Returns how many were dropped.
     pub fn transmit_batch(&self, frames: &mut Vec<Frame>, slow: &mpsc::Sender<Frame>) -> usize {
         let mut g = self.lock();
-        let mut run: Option<(usize, Vec<Bytes>)> = None;
+        let mut run: Option<(usize, Vec<Wire>)> = None;
         let mut frames = frames.drain(..);
         let mut first_slow = None;
         for frame in frames.by_ref() {
@@ -216,17 +216,19 @@ impl FastPath {
                 first_slow = Some(frame);
                 break;
             };
-            if let Some((s, bufs)) = run.take_if(|(s, _)| *s != slot) {
-                self.write(&g, s, bufs);
+            if let Some((s, wires)) = run.take_if(|(s, _)| *s != slot) {
+                self.write(&g, s, &wires);
             }
-            let (_, bufs) = run.get_or_insert_with(|| (slot, Vec::with_capacity(6)));
-            if let Err(frame) = self.encode_into(frame, slot, bufs) {
-                first_slow = Some(frame);
-                break;
+            match self.encode(frame, slot) {
+                Ok(w) => run.get_or_insert_with(|| (slot, Vec::new())).1.push(w),
+                Err(frame) => {
+                    first_slow = Some(frame);
+                    break;
+                }
             }
         }
-        if let Some((s, bufs)) = run {
-            self.write(&g, s, bufs);
+        if let Some((s, wires)) = run {
+            self.write(&g, s, &wires);
         }
         let mut dropped = 0;
         for f in first_slow.into_iter().chain(frames) {
@@ -263,40 +265,89 @@ impl FastPath {
         (c.sock.is_some() && c.queued.load(Ordering::Acquire) == 0).then_some(slot)
     }
 
-    /// Appends `frame`'s encoding to `bufs` and counts it, or gives the
-    /// frame back (it does not encode: the tunnel's task logs and counts
-    /// it).
-    fn encode_into(&self, frame: Frame, slot: usize, bufs: &mut Vec<Bytes>) -> Result<(), Frame> {
+    /// Encodes `frame` for `slot` and counts it, or gives the frame back
+    /// (it does not encode: the tunnel's task logs and counts it).
+    fn encode(&self, frame: Frame, slot: usize) -> Result<Wire, Frame> {
         let h = frame.header;
-        let (three, n) = encode(frame).map_err(|(f, _)| f)?;
+        let w = Wire::new(frame).map_err(|(f, _)| f)?;
         tracing::trace!(s_id = %h.s_id, d_id = %h.d_id, r_ctl = h.r_ctl.0, ox = h.ox_id.0, slot, "tx (fast)");
-        bufs.extend(three);
-        self.count_tx(slot, n);
+        self.count_tx(slot, w.len());
         self.fast_tx.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(w)
     }
 
     /// Writes encoded frames to circuit `slot`'s socket ([`fast_slot`]
     /// found it idle): what the socket does not take at once goes to the
     /// circuit's writer, and later frames queue behind it.
-    fn write(&self, g: &Tx, slot: usize, mut bufs: Vec<Bytes>) {
+    fn write(&self, g: &Tx, slot: usize, wires: &[Wire]) {
         let Some(c) = g.data.iter().find(|c| c.slot == slot) else {
             return;
         };
-        if let Some(sock) = &c.sock {
-            if write_now(sock, &mut bufs) {
-                return;
-            }
+        let done = c.sock.as_ref().map_or(0, |sock| send_now(sock, wires));
+        if done == wires.iter().map(Wire::len).sum::<usize>() {
+            return;
         }
         // The socket took part of it (or failed, which the writer then
         // reports).
         c.queued.fetch_add(1, Ordering::AcqRel);
-        if c.writer.try_send(bufs).is_err() {
+        if c.writer.try_send(unsent(wires, done)).is_err() {
             // Closed: the circuit is going down.
             c.queued.fetch_sub(1, Ordering::AcqRel);
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Writes `wires` to the socket as far as it takes them without blocking,
+/// with the I/O vectors on the stack; returns the bytes written.
+fn send_now(sock: &socket2::Socket, wires: &[Wire]) -> usize {
+    const MAX: usize = 48;
+    let total: usize = wires.iter().map(Wire::len).sum();
+    let mut done = 0;
+    while done < total {
+        let mut iov = [IoSlice::new(&[]); MAX];
+        let mut n = 0;
+        let mut skip = done;
+        for part in wires.iter().flat_map(Wire::parts) {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            let Some(v) = iov.get_mut(n) else { break };
+            *v = IoSlice::new(&part[skip..]);
+            skip = 0;
+            n += 1;
+        }
+        // A closed peer is an error here, never a SIGPIPE.
+        match sock.send_vectored_with_flags(&iov[..n], libc::MSG_NOSIGNAL) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    done
+}
+
+/// What is left of `wires` after the first `done` bytes, for the writer.
+fn unsent(wires: &[Wire], done: usize) -> Vec<Bytes> {
+    let mut skip = done;
+    let mut out = Vec::new();
+    for w in wires {
+        for (i, part) in w.parts().into_iter().enumerate() {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            out.push(if i == 1 {
+                w.payload.slice(skip..)
+            } else {
+                Bytes::copy_from_slice(&part[skip..])
+            });
+            skip = 0;
+        }
+    }
+    out
 }
 
 /// The receiving side of the fast path, one per data circuit's reader.
@@ -566,5 +617,30 @@ mod tests {
             assert_eq!(task.try_recv().map(|f| f.header.seq_cnt), Ok(i));
         }
         assert!(wrx.try_recv().is_err(), "nothing went through the writer");
+    }
+
+    /// What the writer gets after a partial write is exactly the bytes
+    /// the socket did not take, wherever the write stopped.
+    #[test]
+    fn the_unsent_part_is_exactly_the_rest() {
+        let wires: Vec<Wire> = [3usize, 2048, 0]
+            .iter()
+            .map(|&n| {
+                let payload: Vec<u8> = (0..n).map(|i| i as u8).collect();
+                let f = Frame::new(header(0x01_00_01, 0x02_00_01, 1), Bytes::from(payload));
+                Wire::new(f).map_err(|_| "encode").unwrap()
+            })
+            .collect();
+        let all: Vec<u8> = wires
+            .iter()
+            .flat_map(Wire::parts)
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(all.len(), wires.iter().map(Wire::len).sum::<usize>());
+        for done in 0..=all.len() {
+            let rest: Vec<u8> = unsent(&wires, done).concat();
+            assert!(rest == all[done..], "after {done} bytes");
+        }
     }
 }

@@ -1827,20 +1827,49 @@ impl Actor {
 /// the frame (its payload not copied), CRC and EOF; and their length. Err:
 /// the frame is too long for FCIP's length field (given back).
 pub(super) fn encode(f: Frame) -> Result<([Bytes; 3], usize), (Frame, crate::wire::WireError)> {
-    let r = FcipFrameRepr::new(word_aligned(f));
-    match r.head_tail() {
-        Ok((head, tail)) => {
-            let n = head.len() + r.frame.payload.len() + tail.len();
-            Ok((
-                [
-                    Bytes::copy_from_slice(&head),
-                    r.frame.payload,
-                    Bytes::copy_from_slice(&tail),
-                ],
-                n,
-            ))
+    let w = Wire::new(f)?;
+    let n = w.len();
+    Ok((
+        [
+            Bytes::copy_from_slice(&w.head),
+            w.payload,
+            Bytes::copy_from_slice(&w.tail),
+        ],
+        n,
+    ))
+}
+
+/// A frame encoded for a connection, its header and trailer in place (no
+/// allocation): encapsulation header, SOF and FC header; the payload;
+/// CRC and EOF.
+pub(super) struct Wire {
+    pub head: [u8; crate::wire::ENCAP_LEN + 4 + unifab_fc::wire::header::HEADER_LEN],
+    pub payload: Bytes,
+    pub tail: [u8; 8],
+}
+
+impl Wire {
+    /// Encodes `f`; Err: too long for FCIP's length field (given back).
+    pub fn new(f: Frame) -> Result<Wire, (Frame, crate::wire::WireError)> {
+        let r = FcipFrameRepr::new(word_aligned(f));
+        match r.head_tail() {
+            Ok((head, tail)) => Ok(Wire {
+                head,
+                payload: r.frame.payload,
+                tail,
+            }),
+            Err(e) => Err((r.frame, e)),
         }
-        Err(e) => Err((r.frame, e)),
+    }
+
+    /// Bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len() + self.tail.len()
+    }
+
+    /// The three parts, in order.
+    pub fn parts(&self) -> [&[u8]; 3] {
+        [&self.head, &self.payload, &self.tail]
     }
 }
 

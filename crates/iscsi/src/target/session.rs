@@ -24,7 +24,9 @@
 //!   MaxBurstLength, status collapsed into the last Data-In when GOOD,
 //!   residual overflow/underflow;
 //! - task management with the RFC's answers for tasks already completed
-//!   ("Task does not exist") and never a response for an aborted task;
+//!   ("Task does not exist") and never a response for an aborted task; at
+//!   most [`MAX_PENDING_TMFS`] functions waiting at once (TMFs take no slot
+//!   of the CmdSN window, and immediate ones no CmdSN at all);
 //! - NOP-Out/NOP-In both ways with a dead-peer timeout, logout, and a
 //!   Reject for every malformed PDU.
 
@@ -378,6 +380,15 @@ pub enum SessionError {
 }
 
 const RECENTLY_ENDED_MAX: usize = 256;
+
+/// Task management functions one session may have waiting for the logical
+/// unit at once. A TMF takes no slot of the CmdSN window (and an immediate
+/// one no CmdSN), so without a bound a peer could keep any number waiting
+/// (on a remote LU each is a round trip). Past it, an immediate TMF is
+/// rejected ("too many immediate commands", RFC 7143 §11.17.1) and a
+/// non-immediate one, whose CmdSN is already spent, answered "Function
+/// rejected".
+pub const MAX_PENDING_TMFS: usize = 64;
 
 impl Session {
     /// A session entering full-feature phase after login.
@@ -1527,6 +1538,19 @@ impl Session {
     fn process_tmf(&mut self, t: TaskMgmtRequest, frame: PduFrame) {
         if self.tmfs.contains_key(&t.itt) || self.tasks.contains_key(&t.itt) {
             self.reject(RejectReason::TASK_IN_PROGRESS, &frame.bhs);
+            return;
+        }
+        if self.tmfs.len() >= MAX_PENDING_TMFS {
+            debug!(
+                itt = t.itt,
+                immediate = t.immediate,
+                "too many TMFs waiting; refused"
+            );
+            if t.immediate {
+                self.reject(RejectReason::IMMEDIATE_COMMAND_REJECT, &frame.bhs);
+            } else {
+                self.send_tmf_response(t.itt, TmfResponseCode::FUNCTION_REJECTED);
+            }
             return;
         }
         let lun = Lun(t.lun);

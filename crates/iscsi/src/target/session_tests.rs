@@ -653,6 +653,60 @@ fn lu_reset_waits_for_its_tasks() {
     assert!(matches!(out[0].pdu, Pdu::TaskMgmtResponse(_)));
 }
 
+/// TMFs waiting for the LU are bounded: past the bound an immediate one
+/// is rejected and a non-immediate one answered "Function rejected" at
+/// once, without reaching the LU; once one is answered, the next goes
+/// through again.
+#[test]
+fn waiting_task_management_functions_are_bounded() {
+    let mut h = Harness::default();
+    let tmf = |itt: u32, immediate: bool, cmd_sn: u32| {
+        Pdu::TaskMgmtRequest(TaskMgmtRequest {
+            immediate,
+            function: TmfCode::QUERY_TASK_SET,
+            itt,
+            referenced_task_tag: RESERVED_TAG,
+            cmd_sn,
+            ..TaskMgmtRequest::default()
+        })
+    };
+    for itt in 0..MAX_PENDING_TMFS as u32 {
+        h.feed(tmf(100 + itt, true, h.cmd_sn), &[]);
+    }
+    assert_eq!(h.events().len(), MAX_PENDING_TMFS);
+    assert!(h.out().is_empty());
+    // One more, immediate: a Reject, nothing for the LU.
+    h.feed(tmf(1000, true, h.cmd_sn), &[]);
+    assert!(h.events().is_empty());
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    match &out[0].pdu {
+        Pdu::Reject(r) => assert_eq!(r.reason, RejectReason::IMMEDIATE_COMMAND_REJECT),
+        other => panic!("{other:?}"),
+    }
+    // Non-immediate: its CmdSN is spent, so it gets an answer.
+    let sn = h.next_cmd_sn();
+    h.feed(tmf(1001, false, sn), &[]);
+    assert!(h.events().is_empty());
+    let out = h.out();
+    assert_eq!(out.len(), 1);
+    match &out[0].pdu {
+        Pdu::TaskMgmtResponse(r) => {
+            assert_eq!(r.itt, 1001);
+            assert_eq!(r.response, TmfResponseCode::FUNCTION_REJECTED);
+        }
+        other => panic!("{other:?}"),
+    }
+    // One answered: room for the next.
+    h.s.complete_tmf(100, TmfResponse::FunctionComplete);
+    assert_eq!(h.out().len(), 1);
+    h.feed(tmf(1002, true, h.cmd_sn), &[]);
+    assert!(matches!(
+        h.events()[..],
+        [Event::TaskManagement { itt: 1002, .. }]
+    ));
+}
+
 #[test]
 fn nop_echo_and_ping_timeout() {
     let limits = SessionLimits {

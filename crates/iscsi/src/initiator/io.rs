@@ -191,9 +191,21 @@ struct Outbox {
     scheduled: bool,
     /// A write failed: the connection is over.
     failed: bool,
+    /// Why the connection was failed here, when no write failed.
+    fail_reason: Option<&'static str>,
+    /// Bytes of answers to the target's pings (NOP-Out echoes) queued
+    /// since the socket last took everything.
+    echo_backlog: usize,
 }
 
 const IOV_MAX: usize = 64;
+
+/// The most a target's pings may make us queue while it reads nothing we
+/// send: each NOP-In with a Target Transfer Tag must be answered with its
+/// data, so a target that pings without reading would otherwise grow the
+/// queue without bound (and each NOP-In resets the idle timer that would
+/// make us ping it and find it dead).
+pub(crate) const MAX_ECHO_BACKLOG: usize = 1 << 20;
 
 /// Up to this many outstanding commands, a submitted command is written by
 /// the submitting thread at once; beyond, the writer task batches.
@@ -220,6 +232,22 @@ impl Core {
             return false;
         };
         while let Some(pdu) = self.session.poll_transmit() {
+            if o.busy
+                && matches!(&pdu.pdu, Pdu::NopOut(n) if n.itt == crate::target::session::RESERVED_TAG)
+            {
+                o.echo_backlog += BHS_LEN + pdu.data.len();
+                if o.echo_backlog > MAX_ECHO_BACKLOG {
+                    if !o.failed {
+                        warn!(
+                            queued = o.echo_backlog,
+                            "the target pings but does not read what we send; dropping the connection"
+                        );
+                        o.failed = true;
+                        o.fail_reason = Some("the target pings but does not read what we send");
+                    }
+                    continue;
+                }
+            }
             encode_out(&pdu, o.digests, &mut o.arena, &mut o.pending);
         }
         if o.arena.capacity() < 1024 {
@@ -1026,6 +1054,8 @@ async fn run_connection(shared: &Shared, c: Connected) -> ConnectionEnd {
             busy: false,
             scheduled: false,
             failed: false,
+            fail_reason: None,
+            echo_backlog: 0,
         });
         // What waited for this connection (commands sent again) goes now.
         core.flush()
@@ -1188,7 +1218,14 @@ async fn read_loop(
             while let Some(e) = s.poll_event() {
                 events.push(e);
             }
-            s.flush()
+            let wake = s.flush();
+            // The writer may be stuck waiting for a socket the target does
+            // not read: a failure declared here ends the connection from
+            // this side.
+            if let Some(why) = s.out.as_ref().and_then(|o| o.fail_reason) {
+                failed.get_or_insert(ConnectionEnd::Io(io::Error::other(why)));
+            }
+            wake
         };
         deliver(std::mem::take(&mut events));
         if wake {
@@ -1319,11 +1356,13 @@ async fn write_loop(shared: &Shared, stop: &Notify, stopped: &AtomicBool) -> Opt
             match core.out.as_mut() {
                 None => return None,
                 Some(o) if o.failed => {
-                    return Some(ConnectionEnd::Io(io::Error::other("a write failed")));
+                    let why = o.fail_reason.unwrap_or("a write failed");
+                    return Some(ConnectionEnd::Io(io::Error::other(why)));
                 }
                 Some(o) if o.busy => {
                     if o.pending.is_empty() {
                         o.busy = false;
+                        o.echo_backlog = 0;
                         None
                     } else {
                         Some((o.wr.clone(), std::mem::take(&mut o.pending)))

@@ -568,3 +568,97 @@ async fn a_factory_lists_its_sessions_up_and_down() {
     assert_eq!(s.len(), 1, "{s:?}");
     assert_eq!(s[0].initiator_name, "iqn.2026-11.io.unifab:unit-initiator");
 }
+
+/// A target that pings (NOP-In with a Target Transfer Tag, 64 KiB of data
+/// each) but never reads what we send: the answers queue only up to
+/// `MAX_ECHO_BACKLOG` once the socket is full, and the connection is then
+/// dropped with the reason. While the socket takes them, they are all sent.
+#[tokio::test]
+async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stream = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (_peer, _) = l.accept().await.unwrap(); // never read
+    let (_rd, wr) = stream.into_split();
+    let now = Instant::now();
+    let mut session = Session::new(SessionConfig::default(), now);
+    session.connected(
+        now,
+        FfpParams {
+            max_recv_data_segment_length: 1 << 20,
+            ..FfpParams::default()
+        },
+        StartSn {
+            cmd_sn: 1,
+            max_cmd_sn: 64,
+            exp_stat_sn: 1,
+        },
+    );
+    let mut core = Core {
+        session,
+        out: Some(Outbox {
+            wr: Arc::new(wr),
+            digests: Digests::default(),
+            arena: BytesMut::with_capacity(16384),
+            pending: VecDeque::new(),
+            busy: false,
+            scheduled: false,
+            failed: false,
+            fail_reason: None,
+            echo_backlog: 0,
+        }),
+    };
+    let framer = Framer {
+        digests: Digests::default(),
+        max_data_segment_length: 1 << 20,
+    };
+    let ping = Bytes::from(vec![0x5a; 64 << 10]);
+    let mut answered_while_full = 0usize;
+    for i in 0..2000u32 {
+        let wire = encode_pdu(
+            &Pdu::NopIn(crate::wire::NopIn {
+                lun: 0,
+                itt: crate::target::session::RESERVED_TAG,
+                ttt: 0x100 + i,
+                stat_sn: 1,
+                exp_cmd_sn: 1,
+                max_cmd_sn: 64,
+            }),
+            &[],
+            &ping,
+            Digests::default(),
+        )
+        .unwrap();
+        let frame = framer
+            .decode(&mut BytesMut::from(&wire[..]))
+            .unwrap()
+            .unwrap();
+        core.session.handle_frame(now, frame).unwrap();
+        let was_busy = core.out.as_ref().unwrap().busy;
+        core.flush();
+        let o = core.out.as_ref().unwrap();
+        if was_busy && !o.failed {
+            answered_while_full += 1;
+        }
+        if o.failed {
+            break;
+        }
+    }
+    let o = core.out.as_ref().unwrap();
+    assert!(o.failed, "the connection was never dropped");
+    assert_eq!(
+        o.fail_reason,
+        Some("the target pings but does not read what we send")
+    );
+    assert!(o.echo_backlog > MAX_ECHO_BACKLOG);
+    // Queued while the socket was full: no more than the bound allows.
+    let held: usize = o.pending.iter().map(Bytes::len).sum();
+    assert!(answered_while_full >= 1);
+    assert!(
+        answered_while_full * (BHS_LEN + ping.len()) <= MAX_ECHO_BACKLOG + BHS_LEN + ping.len(),
+        "{answered_while_full} answers queued while full"
+    );
+    assert!(
+        held <= MAX_ECHO_BACKLOG + 2 * (BHS_LEN + ping.len()),
+        "{held}"
+    );
+}

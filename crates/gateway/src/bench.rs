@@ -85,7 +85,7 @@ pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
 /// Options of `unifab bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// iscsi://[user%secret@]host[:port]/iqn/lun
+    /// `iscsi://[user%secret@]host[:port]/iqn/lun`
     pub url: String,
     /// wr | write | read | rw
     #[arg(long, value_enum, default_value = "wr")]

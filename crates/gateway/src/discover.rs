@@ -24,7 +24,7 @@ pub const TOOL_INITIATOR_NAME: &str = "iqn.2026-11.io.unifab:tools";
 /// Options of `unifab iscsi discover`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DiscoverArgs {
-    /// The portal: HOST[:PORT], or iscsi://[user%secret@]host[:port] to log
+    /// The portal: `HOST[:PORT]`, or `iscsi://[user%secret@]host[:port]` to log
     /// in with CHAP.
     pub portal: String,
     /// Our InitiatorName.

@@ -6,12 +6,13 @@
 //!
 //! The node's state (the sans-IO [`NPort`]s, their LU futures, the
 //! frame and control channels) sits behind one lock and is driven by
-//! [`Driver::drive`], from two places:
+//! the node's driver, from two places:
 //!
 //! - the node's own task, whenever something it waits on is ready (a
 //!   frame from another node's link, an LU future finishing on the blocking
 //!   pool, the timeout tick);
-//! - the caller of [`FcNode::submit`] (a remote LU forwarding a task), at
+//! - the caller that submits a task (a remote LU forwarding it through an
+//!   [`FcpInitiatorFactory`](super::FcpInitiatorFactory) initiator), at
 //!   once, when the lock is free: the FCP_CMND crosses the fabric, a target
 //!   port of this node runs the task, and an answer that is ready comes
 //!   back before `submit` returns — no task hop on the way there or back.

@@ -4,7 +4,7 @@
 //! send, the reaction to RSCN, and the two FCP engines:
 //!
 //! - the target engine ([`target`]) turns FCP_CMND into scsi-core
-//!   [`Task`]s (events) and their results into FCP_DATA and FCP_RSP;
+//!   [`Task`](unifab_scsi_core::Task)s (events) and their results into FCP_DATA and FCP_RSP;
 //! - the initiator engine ([`initiator`]) sends commands and task
 //!   management to remote targets and reports their answers.
 //!

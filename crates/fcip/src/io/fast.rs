@@ -276,7 +276,7 @@ impl FastPath {
         Ok(w)
     }
 
-    /// Writes encoded frames to circuit `slot`'s socket ([`fast_slot`]
+    /// Writes encoded frames to circuit `slot`'s socket ([`Self::fast_slot`]
     /// found it idle): what the socket does not take at once goes to the
     /// circuit's writer, and later frames queue behind it.
     fn write(&self, g: &Tx, slot: usize, wires: &[Wire]) {

@@ -250,8 +250,13 @@ enum Phase {
 
 #[derive(Debug)]
 struct Collect {
-    /// Slices in buffer-offset order; `received` is their total.
+    /// Slices in buffer-offset order; with `small`, `received` is their
+    /// total.
     segments: Vec<Bytes>,
+    /// Data-Out segments shorter than [`COALESCE_BELOW`] that arrived
+    /// since the last one kept as a slice, copied together (they follow
+    /// `segments`).
+    small: BytesMut,
     received: u32,
     /// Unsolicited sequence in progress (TTT = 0xffffffff) and its next DataSN.
     unsolicited_open: bool,
@@ -380,6 +385,38 @@ pub enum SessionError {
 }
 
 const RECENTLY_ENDED_MAX: usize = 256;
+
+/// Data-Out segments shorter than this are copied together instead of
+/// kept as slices of the receive buffer. The write budget counts data
+/// bytes; a peer sending a write's data one byte per Data-Out would
+/// otherwise make a session hold a slice entry (32 bytes) per data byte,
+/// and each tiny slice would keep a whole receive buffer alive. Normal
+/// Data-Outs are far longer and stay zero-copy.
+const COALESCE_BELOW: usize = 2048;
+
+impl Collect {
+    /// Takes a Data-Out segment, in buffer-offset order.
+    fn push(&mut self, data: Bytes) {
+        if data.len() < COALESCE_BELOW {
+            self.small.extend_from_slice(&data);
+        } else {
+            self.flush_small();
+            self.segments.push(data);
+        }
+    }
+
+    fn flush_small(&mut self) {
+        if !self.small.is_empty() {
+            self.segments.push(self.small.split().freeze());
+        }
+    }
+
+    /// Every segment, in order.
+    fn take(&mut self) -> Vec<Bytes> {
+        self.flush_small();
+        std::mem::take(&mut self.segments)
+    }
+}
 
 /// Task management functions one session may have waiting for the logical
 /// unit at once. A TMF takes no slot of the CmdSN window (and an immediate
@@ -944,6 +981,7 @@ impl Session {
                 } else {
                     Vec::new()
                 },
+                small: BytesMut::new(),
                 received: imm_len,
                 unsolicited_open: !cmd.final_flag,
                 unsolicited_data_sn: 0,
@@ -979,7 +1017,7 @@ impl Session {
             return;
         };
         if c.received >= write_len && c.r2ts.is_empty() && !c.unsolicited_open {
-            *data_out = std::mem::take(&mut c.segments);
+            *data_out = c.take();
             *phase = Phase::Ready;
             return;
         }
@@ -1097,7 +1135,7 @@ impl Session {
             return;
         }
         if len > 0 {
-            c.segments.push(frame.data.clone());
+            c.push(frame.data.clone());
             c.received += len;
         }
         match r2t_pos {

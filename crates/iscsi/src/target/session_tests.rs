@@ -292,6 +292,54 @@ fn write_with_immediate_data_and_r2ts() {
     assert!(!r.overflow && !r.underflow);
 }
 
+/// A write whose data comes one byte per Data-Out is held as a few
+/// coalesced buffers, not one slice per byte; a long Data-Out between
+/// them stays a slice of its own; the bytes and their order are exact.
+#[test]
+fn tiny_data_outs_are_coalesced_and_long_ones_kept() {
+    let params = FfpParams {
+        max_recv_data_segment_length: 65536,
+        max_burst_length: 65536,
+        initial_r2t: true,
+        immediate_data: false,
+        ..FfpParams::default()
+    };
+    let mut h = Harness::new(params, SessionLimits::default());
+    let total = 8192u32;
+    let data: Vec<u8> = (0..total).map(|i| (i * 7 + 3) as u8).collect();
+    h.command(5, 0x2a, 0, total, &[], true);
+    let out = h.out();
+    let Pdu::R2t(r) = out[0].pdu else {
+        panic!("{:?}", out[0].pdu)
+    };
+    assert_eq!(
+        (r.buffer_offset, r.desired_data_transfer_length),
+        (0, total)
+    );
+    // 100 single bytes, one 4 KiB Data-Out, then single bytes to the end.
+    let mut pieces: Vec<(u32, u32)> = (0..100).map(|o| (o, 1)).collect();
+    pieces.push((100, 4096));
+    pieces.extend((4196..total).map(|o| (o, 1)));
+    for (sn, &(off, len)) in pieces.iter().enumerate() {
+        h.feed(
+            Pdu::DataOut(DataOut {
+                final_flag: off + len == total,
+                lun: 0,
+                itt: 5,
+                ttt: r.ttt,
+                exp_stat_sn: 0,
+                data_sn: sn as u32,
+                buffer_offset: off,
+            }),
+            &data[off as usize..(off + len) as usize],
+        );
+    }
+    let (_, task) = h.execute_one();
+    assert_eq!(flatten(&task.data_out), data);
+    let lens: Vec<usize> = task.data_out.iter().map(Bytes::len).collect();
+    assert_eq!(lens, vec![100, 4096, 3996]);
+}
+
 #[test]
 fn unsolicited_data_out_when_initial_r2t_is_no() {
     let params = FfpParams {

@@ -198,6 +198,23 @@ struct Outbox {
     echo_backlog: usize,
 }
 
+impl Outbox {
+    /// The send side of a new connection: nothing queued.
+    fn new(wr: OwnedWriteHalf, digests: Digests) -> Outbox {
+        Outbox {
+            wr: Arc::new(wr),
+            digests,
+            arena: BytesMut::with_capacity(16384),
+            pending: VecDeque::new(),
+            busy: false,
+            scheduled: false,
+            failed: false,
+            fail_reason: None,
+            echo_backlog: 0,
+        }
+    }
+}
+
 const IOV_MAX: usize = 64;
 
 /// The most a target's pings may make us queue while it reads nothing we
@@ -1046,17 +1063,7 @@ async fn run_connection(shared: &Shared, c: Connected) -> ConnectionEnd {
     let (mut rd, wr) = stream.into_split();
     let wake = {
         let mut core = shared.lock();
-        core.out = Some(Outbox {
-            wr: Arc::new(wr),
-            digests,
-            arena: BytesMut::with_capacity(16384),
-            pending: VecDeque::new(),
-            busy: false,
-            scheduled: false,
-            failed: false,
-            fail_reason: None,
-            echo_backlog: 0,
-        });
+        core.out = Some(Outbox::new(wr, digests));
         // What waited for this connection (commands sent again) goes now.
         core.flush()
     };

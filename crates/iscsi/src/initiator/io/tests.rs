@@ -595,17 +595,7 @@ async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
     );
     let mut core = Core {
         session,
-        out: Some(Outbox {
-            wr: Arc::new(wr),
-            digests: Digests::default(),
-            arena: BytesMut::with_capacity(16384),
-            pending: VecDeque::new(),
-            busy: false,
-            scheduled: false,
-            failed: false,
-            fail_reason: None,
-            echo_backlog: 0,
-        }),
+        out: Some(Outbox::new(wr, Digests::default())),
     };
     let framer = Framer {
         digests: Digests::default(),

@@ -1821,12 +1821,10 @@ impl Actor {
     }
 }
 
-/// FCIP carries whole words: a payload that is not is padded with fill
-/// bytes, counted in F_CTL as FC-FS wants.
 /// A frame as FCIP puts it on a connection: encapsulation header and SOF,
 /// the frame (its payload not copied), CRC and EOF; and their length. Err:
 /// the frame is too long for FCIP's length field (given back).
-pub(super) fn encode(f: Frame) -> Result<([Bytes; 3], usize), (Frame, crate::wire::WireError)> {
+fn encode(f: Frame) -> Result<([Bytes; 3], usize), (Frame, crate::wire::WireError)> {
     let w = Wire::new(f)?;
     let n = w.len();
     Ok((
@@ -1873,6 +1871,8 @@ impl Wire {
     }
 }
 
+/// FCIP carries whole words: a payload that is not is padded with fill
+/// bytes, counted in F_CTL as FC-FS wants.
 fn word_aligned(mut f: Frame) -> Frame {
     let fill = (4 - f.payload.len() % 4) % 4;
     if fill != 0 {
@@ -1943,7 +1943,7 @@ async fn writer(
 /// Writes `bufs` to the socket now, as far as it takes them without
 /// blocking; true when all went. What is left stays in `bufs` (a partly
 /// written slice is cut to its unwritten tail).
-pub(super) fn write_now(f: &socket2::Socket, bufs: &mut Vec<Bytes>) -> bool {
+fn write_now(f: &socket2::Socket, bufs: &mut Vec<Bytes>) -> bool {
     let mut start = 0;
     while start < bufs.len() {
         // A closed peer is an error here, never a SIGPIPE.

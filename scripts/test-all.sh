@@ -7,7 +7,9 @@
 #   1. scripts/setup.sh            Debian peers, cargo-deny; versions; peers run
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings; the fuzz
-#      targets (fuzz/, outside the workspace) formatted and type-checked
+#      targets (fuzz/, outside the workspace) formatted and type-checked;
+#      the crates' API docs (cargo doc --workspace --no-deps) build with no
+#      warning: a broken intra-doc link fails the run
 #   4. cargo deny check bans licenses sources   (+ advisories when the RustSec
 #      database can be fetched: it lives on GitHub, which these machines do
 #      not reach; the step then says so loudly — see deny.toml)
@@ -107,6 +109,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "fuzz targets: cargo fmt --check, cargo check"
 cargo fmt --manifest-path fuzz/Cargo.toml --check
 cargo check --manifest-path fuzz/Cargo.toml --bins
+
+# 3c --------------------------------------------------------------------------
+# The protocol crates are libraries for other projects: their docs are part
+# of the product. Broken intra-doc links and bad doc markup fail here.
+step "cargo doc --workspace --no-deps (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 # 4 ---------------------------------------------------------------------------
 step "cargo deny check"

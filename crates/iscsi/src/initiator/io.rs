@@ -56,7 +56,7 @@ use crate::login::{
     InitiatorLogin, InitiatorLoginConfig, InitiatorStep, LoginError, LoginOutcome, LoginStatus,
 };
 use crate::negotiate::{Digest, NegotiationLimits};
-use crate::sock::{ReadOutcome, read_some};
+use crate::sock::{ReadOutcome, RecvAlloc, read_some};
 use crate::text::{TextAccumulator, TextParams};
 use crate::wire::{
     BHS_LEN, Check, Digests, Framer, LogoutReason, LogoutRequest, Pdu, PduFrame, TextRequest,
@@ -1109,6 +1109,10 @@ async fn read_loop(
     // MaxRecvDataSegmentLength and its padding.
     let max_pdu = BHS_LEN + 8 + framer.max_data_segment_length as usize + 3;
     let mut last_pdu = 0usize;
+    // The allocation the PDUs split off `rbuf` share: Data-In too small to
+    // be worth pinning it is copied before the session holds it
+    // (`RecvAlloc`).
+    let mut alloc = RecvAlloc::default();
     let sleep = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(sleep);
     loop {
@@ -1198,12 +1202,16 @@ async fn read_loop(
         let now = Instant::now();
         shared.touch();
         let mut failed = None;
+        // Only reads happened since the last reserve: the unread bytes are
+        // all in the allocation `rbuf` points into now.
+        alloc.note(rbuf);
         let wake = {
             let mut s = shared.lock();
             loop {
                 match framer.decode(rbuf) {
-                    Ok(Some(frame)) => {
+                    Ok(Some(mut frame)) => {
                         last_pdu = BHS_LEN + frame.ahs.len() + frame.data.len();
+                        frame.data = alloc.keepable(frame.data);
                         if let Err(e) = s.handle_frame(now, frame) {
                             failed = Some(ConnectionEnd::Session(e));
                             break;

@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use unifab_scsi_core::{BoxFuture, ItNexus, Keyed, Task, TaskResult, TmfRequest, TmfResponse};
 
 use super::session::{Event, FfpParams, OutPdu, Session, SessionLimits};
-use crate::sock::{ReadOutcome, read_some};
+use crate::sock::{ReadOutcome, RecvAlloc, read_some};
 use crate::wire::{Check, Digests, Framer, WireError, digest, encode_header, frame::padding};
 
 /// Where a target's SCSI tasks go: a LUN map with its logical units
@@ -301,14 +301,21 @@ pub(crate) async fn run_ffp(
 
     // Bytes read during login beyond the final Login Request.
     let mut pending_input = !rbuf.is_empty();
+    // The allocation the PDUs split off `rbuf` share: a data segment too
+    // small to be worth pinning it is copied (`RecvAlloc`).
+    let mut alloc = RecvAlloc::default();
 
     'outer: loop {
         if pending_input {
             pending_input = false;
             let now = Instant::now();
+            // Only reads happened since the last reserve: the unread bytes
+            // are all in the allocation `rbuf` points into now.
+            alloc.note(&rbuf);
             loop {
                 match framer.decode(&mut rbuf) {
-                    Ok(Some(frame)) => {
+                    Ok(Some(mut frame)) => {
+                        frame.data = alloc.keepable(frame.data);
                         if let Err(e) = session.handle_frame(now, frame) {
                             end_reason = format!("{e}");
                             break 'outer;

@@ -900,7 +900,10 @@ impl Session {
                 }
             }
         }
-        let cdb = Cdb::new(cdb_bytes.unwrap_or_else(|| cdb_for(&cmd.cdb, &frame.bhs)));
+        // A copy, not a slice of the BHS: the task may wait a long time (for
+        // its data, or its turn in CmdSN order), and a slice would keep the
+        // whole receive buffer it came in alive meanwhile.
+        let cdb = Cdb::new(cdb_bytes.unwrap_or_else(|| Bytes::copy_from_slice(&cmd.cdb)));
 
         let edtl = cmd.expected_data_transfer_length;
         let (read_len, write_len) = match (cmd.read, cmd.write) {
@@ -1854,8 +1857,10 @@ impl Session {
             max_cmd_sn: self.max_cmd_sn,
             data_sn: 0,
         });
-        // The data segment is the rejected PDU's header.
-        let header = bhs.slice(..bhs.len().min(crate::wire::BHS_LEN));
+        // The data segment is the rejected PDU's header, copied: a slice
+        // would keep its whole receive buffer alive until the Reject is
+        // written.
+        let header = Bytes::copy_from_slice(&bhs[..bhs.len().min(crate::wire::BHS_LEN)]);
         self.outbox.push_back(OutPdu {
             pdu,
             data: DataSegment::One(header),
@@ -1875,16 +1880,6 @@ impl Session {
         }
         self.next_ttt = t.wrapping_add(1);
         t
-    }
-}
-
-/// The CDB bytes of a 16-byte CDB field, as a slice of the received header
-/// (no copy).
-fn cdb_for(cdb: &[u8; 16], bhs: &Bytes) -> Bytes {
-    if bhs.len() >= 48 {
-        bhs.slice(32..48)
-    } else {
-        Bytes::copy_from_slice(cdb)
     }
 }
 

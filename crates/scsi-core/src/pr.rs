@@ -159,6 +159,23 @@ fn cdb_field(byte: u16, bit: Option<u8>) -> PrRefusal {
         bit,
     ))
 }
+/// Registrations one logical unit keeps at most. Each I_T nexus may
+/// register itself, and with SPEC_I_PT a REGISTER names any number of
+/// other initiator ports; unregistering only removes the caller's own
+/// registration, so without a limit a peer could register, unregister and
+/// register a new list again and again, growing the state (and the APTPL
+/// file) without bound. Past it, a registration is refused with
+/// INSUFFICIENT REGISTRATION RESOURCES, as SPC-4 (§5.14.7) provides, and
+/// nothing changes. A cluster of 64 hosts with 8 paths each needs 512.
+pub const MAX_REGISTRATIONS: usize = 1024;
+
+fn no_room() -> PrRefusal {
+    PrRefusal::Check(Sense::new(
+        crate::SenseKey::ILLEGAL_REQUEST,
+        asc::INSUFFICIENT_REGISTRATION_RESOURCES,
+    ))
+}
+
 fn param_len_error() -> PrRefusal {
     PrRefusal::Check(Sense::new(
         crate::SenseKey::ILLEGAL_REQUEST,
@@ -426,6 +443,9 @@ impl PrState {
                                     return Err(field((28 + at) as u16, None));
                                 }
                                 if !new.iter().any(|r| r.initiator == tid) {
+                                    if self.regs.len() + new.len() >= MAX_REGISTRATIONS {
+                                        return Err(no_room());
+                                    }
                                     new.push(Registration {
                                         key: sark,
                                         initiator: tid,
@@ -436,6 +456,9 @@ impl PrState {
                                 }
                                 at += n;
                             }
+                        }
+                        if self.regs.len() + new.len() > MAX_REGISTRATIONS {
+                            return Err(no_room());
                         }
                         for r in &new {
                             if self.regs.iter().any(|x| {
@@ -668,6 +691,11 @@ impl PrState {
             initiator: dest.clone(),
             target: me.target.clone(),
         };
+        // A new registration for the destination needs room, unless the
+        // requester's own goes (UNREG) in the same step.
+        if self.reg_of(&dest_key).is_none() && !unreg && self.regs.len() >= MAX_REGISTRATIONS {
+            return Err(no_room());
+        }
         match self.reg_of(&dest_key) {
             Some(i) => {
                 if let Some(r) = self.regs.get_mut(i) {
@@ -1099,6 +1127,77 @@ mod tests {
         out(&mut st, &b, 7, 1, &m).unwrap();
         assert!(st.is_holder(&PortKey::of(&c)));
         assert!(st.reg_of(&PortKey::of(&b)).is_none());
+    }
+
+    /// Registrations are bounded: a SPEC_I_PT list, or a REGISTER AND
+    /// MOVE, that would pass `MAX_REGISTRATIONS` is refused with
+    /// INSUFFICIENT REGISTRATION RESOURCES and changes nothing; once one
+    /// goes, there is room again.
+    #[test]
+    fn registrations_are_bounded() {
+        fn tids(names: impl Iterator<Item = String>) -> Vec<u8> {
+            let mut tid = Vec::new();
+            for n in names {
+                encode_transport_id(nexus(&n).initiator(), &mut tid);
+            }
+            tid
+        }
+        fn spec(key: u64, tid: &[u8]) -> Vec<u8> {
+            let mut p = params(0, key, 0x08);
+            p.extend_from_slice(&(tid.len() as u32).to_be_bytes());
+            p.extend_from_slice(tid);
+            p
+        }
+        let no_room = |r: Result<PrEffects, PrRefusal>| {
+            matches!(r, Err(PrRefusal::Check(s))
+                if s.key == crate::SenseKey::ILLEGAL_REQUEST
+                    && s.asc == asc::INSUFFICIENT_REGISTRATION_RESOURCES)
+        };
+        let mut st = PrState::new();
+        // a registers itself and MAX - 2 others: one slot left.
+        let a = nexus("a");
+        let others = tids((0..MAX_REGISTRATIONS - 2).map(|i| format!("x{i}")));
+        out(&mut st, &a, 0, 0, &spec(1, &others)).unwrap();
+        assert_eq!(st.regs.len(), MAX_REGISTRATIONS - 1);
+        let before = st.clone();
+
+        // b with two more does not fit, and nothing changes.
+        let b = nexus("b");
+        let two = tids(["y0".to_string()].into_iter());
+        assert!(no_room(out(&mut st, &b, 0, 0, &spec(2, &two))));
+        assert_eq!(st, before);
+        // A list far past the limit is refused the same way.
+        let many = tids((0..3 * MAX_REGISTRATIONS).map(|i| format!("z{i}")));
+        assert!(no_room(out(&mut st, &b, 0, 0, &spec(2, &many))));
+        assert_eq!(st, before);
+        // b alone fits: the last slot.
+        out(&mut st, &b, 0, 0, &params(0, 2, 0)).unwrap();
+        assert_eq!(st.regs.len(), MAX_REGISTRATIONS);
+        let c = nexus("c");
+        assert!(no_room(out(&mut st, &c, 6, 0, &params(0, 3, 0))));
+
+        // b reserves and moves its reservation to c: no room for c's
+        // registration while b keeps its own, room when b's goes.
+        out(&mut st, &b, 1, 1, &params(2, 0, 0)).unwrap();
+        let mut m = vec![0u8; 24];
+        m[0..8].copy_from_slice(&2u64.to_be_bytes());
+        m[8..16].copy_from_slice(&9u64.to_be_bytes());
+        m[18..20].copy_from_slice(&1u16.to_be_bytes());
+        let tid = tids(["c".to_string()].into_iter());
+        m[20..24].copy_from_slice(&(tid.len() as u32).to_be_bytes());
+        m.extend_from_slice(&tid);
+        let full = st.clone();
+        assert!(no_room(out(&mut st, &b, 7, 1, &m)));
+        assert_eq!(st, full);
+        m[17] = 0x02; // UNREG
+        out(&mut st, &b, 7, 1, &m).unwrap();
+        assert!(st.is_holder(&PortKey::of(&c)));
+        assert_eq!(st.regs.len(), MAX_REGISTRATIONS);
+
+        // Unregistering frees a slot for someone else.
+        out(&mut st, &a, 0, 0, &params(1, 0, 0)).unwrap();
+        out(&mut st, &nexus("d"), 6, 0, &params(0, 4, 0)).unwrap();
+        assert_eq!(st.regs.len(), MAX_REGISTRATIONS);
     }
 
     #[test]

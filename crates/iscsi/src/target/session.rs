@@ -339,9 +339,13 @@ pub struct Session {
     outstanding: u32,
     /// Immediate commands received and not yet completed.
     outstanding_immediate: u32,
-    /// Commands that arrived ahead of ExpCmdSN (MC/S or a misbehaving
-    /// initiator), held until the gap fills; bounded by the window.
+    /// Commands that arrived ahead of ExpCmdSN (a command lost to a data
+    /// digest error, or a misbehaving initiator), held until the gap
+    /// fills; bounded by the window in number and, with what they carry
+    /// (`ahead_bytes`), by the write budget in bytes.
     ahead: BTreeMap<u32, PduFrame>,
+    /// Bytes of the PDUs in `ahead`.
+    ahead_bytes: u64,
 
     tasks: IdMap<u32, TaskEntry>,
     /// ITTs in CmdSN order not yet handed to the LU.
@@ -458,6 +462,7 @@ impl Session {
             outstanding: 0,
             outstanding_immediate: 0,
             ahead: BTreeMap::new(),
+            ahead_bytes: 0,
             tasks: IdMap::default(),
             undelivered: VecDeque::new(),
             ttt_to_itt: IdMap::default(),
@@ -833,8 +838,24 @@ impl Session {
             return true;
         }
         if sn_lt(self.exp_cmd_sn, cmd_sn) && sn_le(cmd_sn, self.max_cmd_sn) {
-            if self.ahead.len() < self.limits.queue_depth as usize {
-                self.ahead.entry(cmd_sn).or_insert_with(|| frame.clone());
+            // What waits here is data in memory the write budget does not
+            // otherwise see (a command is charged when it is processed):
+            // it shares the budget with the writes in progress. A command
+            // that does not fit, like one past a full window, is not kept;
+            // the initiator's recovery for the gap resends it.
+            let len = pdu_bytes(frame);
+            let fits = self.ahead.len() < self.limits.queue_depth as usize
+                && self.budget_used + self.ahead_bytes + len <= self.limits.write_buffer_budget;
+            if fits && !self.ahead.contains_key(&cmd_sn) {
+                self.ahead.insert(cmd_sn, frame.clone());
+                self.ahead_bytes += len;
+            } else if !fits {
+                debug!(
+                    cmd_sn,
+                    held = self.ahead.len(),
+                    held_bytes = self.ahead_bytes,
+                    "command ahead of ExpCmdSN not kept: no room"
+                );
             }
             return false;
         }
@@ -849,6 +870,7 @@ impl Session {
 
     fn drain_ahead(&mut self) {
         while let Some(frame) = self.ahead.remove(&self.exp_cmd_sn) {
+            self.ahead_bytes = self.ahead_bytes.saturating_sub(pdu_bytes(&frame));
             self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
             match frame.parse() {
                 Ok(Pdu::ScsiCommand(c)) => self.process_command(c, frame),
@@ -1881,6 +1903,11 @@ impl Session {
         self.next_ttt = t.wrapping_add(1);
         t
     }
+}
+
+/// The bytes a received PDU holds in memory.
+fn pdu_bytes(frame: &PduFrame) -> u64 {
+    (frame.bhs.len() + frame.ahs.len() + frame.data.len()) as u64
 }
 
 fn truncate_slices(v: &mut Vec<Bytes>, max: usize) {

@@ -555,6 +555,65 @@ fn cmd_sn_window() {
     assert_eq!(itts, vec![21, 20]);
 }
 
+/// Commands waiting ahead of ExpCmdSN hold their immediate data in memory:
+/// with what the writes in progress hold, they stay within the write
+/// budget. One that does not fit is not kept (the gap's recovery resends
+/// it), and the ones kept run, in order, once the gap fills.
+#[test]
+fn commands_ahead_of_the_window_are_bounded_by_the_write_budget() {
+    let params = FfpParams {
+        max_recv_data_segment_length: 65536,
+        first_burst_length: 65_536,
+        initial_r2t: true,
+        ..FfpParams::default()
+    };
+    let limits = SessionLimits {
+        write_buffer_budget: 100_000,
+        ..SessionLimits::default()
+    };
+    let mut h = Harness::new(params, limits);
+    let data = vec![0x5au8; 40_000];
+    // CmdSN `gap` goes missing (say, lost to a data digest error).
+    let gap = h.next_cmd_sn();
+    h.command(1, 0x2a, 0, 40_000, &data, true); // kept: 40,048 bytes
+    h.command(2, 0x2a, 0, 40_000, &data, true); // kept: 80,096 in all
+    h.command(3, 0x2a, 0, 40_000, &data, true); // 120,144: not kept
+    h.command(4, 0x28, 512, 0, &[], true); // 48 bytes: kept
+    assert!(h.events().is_empty(), "nothing runs before the gap fills");
+    assert!(h.out().is_empty());
+
+    // The gap fills: the kept commands follow it, in CmdSN order.
+    h.cmd_sn = gap;
+    h.command(5, 0x28, 512, 0, &[], true);
+    let itts: Vec<u32> = h
+        .events()
+        .iter()
+        .map(|e| match e {
+            Event::Execute { itt, .. } => *itt,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(itts, vec![5, 1, 2], "3 was not kept; 4 waits behind it");
+
+    // The initiator resends 3 (its data then counts as a write in
+    // progress) and 4 runs after it.
+    for itt in [5, 1, 2] {
+        h.s.complete_task(itt, TaskResult::good());
+    }
+    h.out();
+    h.cmd_sn = gap + 3;
+    h.command(3, 0x2a, 0, 40_000, &data, true);
+    let itts: Vec<u32> = h
+        .events()
+        .iter()
+        .map(|e| match e {
+            Event::Execute { itt, .. } => *itt,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(itts, vec![3, 4]);
+}
+
 #[test]
 fn ordered_tasks_wait_for_older_data() {
     let mut h = Harness::default();

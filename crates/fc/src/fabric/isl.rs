@@ -21,6 +21,9 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+use tracing::warn;
+
 use super::name_server::NsEntry;
 use super::{Fabric, PortCounters, PortIndex, PortState};
 use crate::compose::{self, Route};
@@ -28,6 +31,14 @@ use crate::wire::ct::{CtBody, CtIu, CtReason, GsSubtype, GsType, NsReason};
 use crate::wire::frame::Frame;
 use crate::wire::header::{FcType, RCtl};
 use crate::wire::{FcId, Wwn};
+
+/// Name server entries learned from other switches that a fabric keeps,
+/// for all of them together. A peer switch answers our GA_NXT walk with
+/// as many ports as it likes, and FSPF can make up to 239 domains
+/// reachable: without a bound, one peer could fill memory with made-up
+/// ports. 16,384 is far beyond the FC SANs this gateway joins (the largest
+/// switch products support a few thousand devices per fabric).
+pub const MAX_REMOTE_ENTRIES: usize = 16_384;
 
 /// The domain controller address of `domain` (FFFCxx).
 pub const fn domain_controller(domain: u8) -> FcId {
@@ -109,9 +120,37 @@ impl Fabric {
     /// Replaces what the fabric knows of `domain`'s ports. Local ports
     /// registered for RSCN that may see a port that appeared, changed or
     /// went get an RSCN for it.
-    pub fn set_remote_entries(&mut self, domain: u8, entries: Vec<NsEntry>) {
+    ///
+    /// At most [`MAX_REMOTE_ENTRIES`] entries are kept for all other
+    /// domains together; a domain whose entries would pass it keeps as
+    /// many as fit (the lowest port IDs), and the rest are left out with a
+    /// warning. Symbolic names are copied, so an entry never keeps the
+    /// buffer its name server's answer arrived in alive.
+    pub fn set_remote_entries(&mut self, domain: u8, mut entries: Vec<NsEntry>) {
         if domain == self.cfg.domain {
             return;
+        }
+        let others = self
+            .isl
+            .remote
+            .keys()
+            .filter(|id| id.domain() != domain)
+            .count();
+        let room = MAX_REMOTE_ENTRIES.saturating_sub(others);
+        entries.retain(|e| e.fc_id.domain() == domain);
+        if entries.len() > room {
+            entries.sort_by_key(|e| e.fc_id);
+            warn!(
+                domain,
+                ports = entries.len(),
+                kept = room,
+                "remote name server entries past the limit of {MAX_REMOTE_ENTRIES} left out"
+            );
+            entries.truncate(room);
+        }
+        for e in &mut entries {
+            e.symbolic_port_name = Bytes::copy_from_slice(&e.symbolic_port_name);
+            e.symbolic_node_name = Bytes::copy_from_slice(&e.symbolic_node_name);
         }
         let before: BTreeMap<FcId, NsEntry> = self
             .isl
@@ -334,5 +373,70 @@ mod tests {
         assert_eq!(f.routes(), vec![(1, e1)]);
         assert_eq!(controller_domain(domain_controller(7)), Some(7));
         assert_eq!(controller_domain(FcId::NAME_SERVER), None);
+    }
+
+    /// Remote entries are bounded for all domains together: a domain that
+    /// would pass the bound keeps its lowest port IDs that fit, a domain's
+    /// own earlier entries do not count against its update, and names are
+    /// kept as copies, not as slices of the answer they came in.
+    #[test]
+    fn remote_entries_are_bounded_and_own_their_names() {
+        let mut f = Fabric::new(FabricConfig {
+            domain: 2,
+            ..FabricConfig::default()
+        });
+        let ids = |d: u32, n: usize| (0..n as u32).map(move |i| (d << 16) | (i + 1));
+        let answer = Bytes::from(vec![b'n'; 64 * 1024]);
+        let mut three: Vec<NsEntry> = ids(3, 10_000).map(|id| entry(id, u64::from(id))).collect();
+        three[0].symbolic_port_name = answer.slice(100..110);
+        three[0].symbolic_node_name = answer.slice(200..204);
+        f.set_remote_entries(3, three);
+        assert_eq!(f.remote_entries().len(), 10_000);
+        let kept = f
+            .remote_entries()
+            .into_iter()
+            .find(|e| e.fc_id == FcId::new(0x03_00_01))
+            .unwrap();
+        assert_eq!(&kept.symbolic_port_name[..], b"nnnnnnnnnn");
+        assert_eq!(kept.symbolic_node_name.len(), 4);
+        let in_answer = |b: &Bytes| {
+            let p = b.as_ptr() as usize;
+            let a = answer.as_ptr() as usize;
+            p >= a && p < a + answer.len()
+        };
+        assert!(!in_answer(&kept.symbolic_port_name));
+        assert!(!in_answer(&kept.symbolic_node_name));
+
+        // Domain 4 offers 10,000 more, in reverse order: 6,384 fit.
+        let mut four: Vec<NsEntry> = ids(4, 10_000).map(|id| entry(id, u64::from(id))).collect();
+        four.reverse();
+        f.set_remote_entries(4, four);
+        let all = f.remote_entries();
+        assert_eq!(all.len(), MAX_REMOTE_ENTRIES);
+        let of_four: Vec<u32> = all
+            .iter()
+            .filter(|e| e.fc_id.domain() == 4)
+            .map(|e| e.fc_id.get())
+            .collect();
+        assert_eq!(of_four.len(), MAX_REMOTE_ENTRIES - 10_000);
+        assert_eq!(of_four.iter().max(), Some(&(0x04_0000 | 6_384)));
+        assert_eq!(f.name_server().len(), MAX_REMOTE_ENTRIES);
+
+        // Domain 3 shrinks and then grows back: its own old entries never
+        // stand in its way, domain 4's do.
+        f.set_remote_entries(3, ids(3, 5).map(|id| entry(id, u64::from(id))).collect());
+        assert_eq!(f.remote_entries().len(), 5 + 6_384);
+        f.set_remote_entries(
+            3,
+            ids(3, 12_000).map(|id| entry(id, u64::from(id))).collect(),
+        );
+        assert_eq!(f.remote_entries().len(), MAX_REMOTE_ENTRIES);
+        assert_eq!(
+            f.remote_entries()
+                .iter()
+                .filter(|e| e.fc_id.domain() == 3)
+                .count(),
+            10_000
+        );
     }
 }

@@ -305,7 +305,10 @@ impl NameServer {
                 c.then_some(Changed(requester))
             }
             NsRequest::RspnId { name, .. } => {
-                e.symbolic_port_name = name.clone();
+                // Copied: the request's bytes are a slice of the buffer
+                // the frame arrived in, which a kept slice would pin for
+                // as long as the port stays registered.
+                e.symbolic_port_name = Bytes::copy_from_slice(name);
                 None
             }
             NsRequest::RsnnNn { node_name, name } => {
@@ -314,6 +317,7 @@ impl NameServer {
                 }
                 // Every port of the node carries the node's name.
                 let n = *node_name;
+                let name = Bytes::copy_from_slice(name);
                 for other in self.entries.values_mut().filter(|o| o.node_name == n) {
                     other.symbolic_node_name = name.clone();
                 }

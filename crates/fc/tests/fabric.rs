@@ -52,6 +52,9 @@ struct Sim {
     /// Each FCP_DATA frame is delivered this many times more (a target
     /// that sends the same offsets again).
     repeat_data: usize,
+    /// FCP_DATA frames are delivered cut into pieces of this many bytes
+    /// (with their relative offsets), last piece first when `.1`.
+    split_data: Option<(usize, bool)>,
 }
 
 const T_WWPN: Wwn = Wwn(0x2100_0000_0000_00a1);
@@ -77,6 +80,7 @@ impl Sim {
             tracker: ReplyTracker::new(),
             ids: 0,
             repeat_data: 0,
+            split_data: None,
         }
     }
 
@@ -142,6 +146,24 @@ impl Sim {
                     if f.header.r_ctl == RCtl::FCP_DATA {
                         for _ in 0..self.repeat_data {
                             n.port.handle_frame(self.now, f.clone());
+                        }
+                        if let Some((size, reversed)) = self.split_data {
+                            let mut pieces: Vec<Frame> = (0..f.payload.len())
+                                .step_by(size)
+                                .map(|at| {
+                                    let mut h = f.header;
+                                    h.parameter = f.header.parameter + at as u32;
+                                    let end = (at + size).min(f.payload.len());
+                                    Frame::new(h, f.payload.slice(at..end))
+                                })
+                                .collect();
+                            if reversed {
+                                pieces.reverse();
+                            }
+                            for piece in pieces {
+                                n.port.handle_frame(self.now, piece);
+                            }
+                            continue;
                         }
                     }
                     n.port.handle_frame(self.now, f);
@@ -553,6 +575,48 @@ fn write_data_held_by_a_target_is_bounded() {
     assert_eq!(joined(&s.result(i, rd).unwrap()), &[0u8; 1024][..]);
     let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(400, 2), 1024));
     assert_eq!(joined(&s.result(i, rd).unwrap()), &pattern(1024, 4)[..]);
+    assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
+}
+
+/// Write data cut into 4-byte frames: in offset order they are gathered
+/// and the write succeeds with its data intact; scattered out of order,
+/// so finely that each would be its own piece, the write is refused with
+/// FCP_RSP code 3 before the pieces outgrow the data, and the LU never
+/// sees it.
+#[test]
+fn write_data_in_tiny_frames_is_gathered_or_refused() {
+    let (mut s, t, i) = pair(64 * 1024);
+    s.split_data = Some((4, false));
+    let data = pattern(16 * 1024, 7);
+    let w = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(8, 32), data.clone()),
+    );
+    assert_eq!(s.result(i, w).unwrap().status, Status::GOOD);
+    s.split_data = None;
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(8, 32), 16 * 1024));
+    assert_eq!(joined(&s.result(i, rd).unwrap()), &data[..]);
+
+    s.split_data = Some((4, true));
+    let other = pattern(16 * 1024, 9);
+    let w = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(8, 32), other),
+    );
+    assert_eq!(
+        s.result(i, w).unwrap_err(),
+        InitiatorError::ServiceResponse(3),
+        "a write scattered into 4,096 pieces is refused with FCP_RSP code 3"
+    );
+    s.split_data = None;
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(8, 32), 16 * 1024));
+    assert_eq!(
+        joined(&s.result(i, rd).unwrap()),
+        &data[..],
+        "the refused write never reached the LU"
+    );
     assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
 }
 

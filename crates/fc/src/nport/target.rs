@@ -22,7 +22,7 @@ use crate::fastmap::FastMap;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use unifab_scsi_core::sense::asc;
 use unifab_scsi_core::{
     Cdb, ItNexus, Residual, Sense, SenseKey, Status, Task, TaskAttr, TaskResult, TmfFunction,
@@ -52,7 +52,7 @@ enum XState {
     Waiting,
     /// Waiting for data-out of the burst `[start, end)`.
     Receiving {
-        segs: Vec<(u32, Bytes)>,
+        segs: Pieces,
         got: u32,
         start: u32,
         end: u32,
@@ -85,6 +85,67 @@ enum PendingTmf {
     Fcp { peer: FcId, ox: OxId, rx: RxId },
     /// ABTS: answered with BA_ACC.
     Abts { peer: FcId, ox: OxId, rx: RxId },
+}
+
+/// Data frames with payloads shorter than this are copied together with
+/// the one before them when their relative offsets follow on, instead of
+/// each being kept as its own buffer: a peer sending a write's data four
+/// bytes per frame would otherwise make the port keep a buffer and an
+/// entry (~100 bytes) per four bytes, far more than the write budget
+/// counts. Full frames (2,048 bytes, as every HBA sends) stay zero-copy.
+const GATHER_BELOW: usize = 512;
+
+/// The most separate pieces a burst of `len` bytes may arrive in: one
+/// per 512 bytes, and a few more. Small frames that follow on are
+/// gathered into one piece, so only a sender that scatters small frames
+/// out of offset order comes near it.
+fn max_pieces(len: u32) -> usize {
+    len as usize / GATHER_BELOW + 8
+}
+
+/// The data-out of one burst as it arrives: pieces in arrival order, with
+/// small frames that follow on from the piece before gathered into it.
+#[derive(Debug, Default)]
+struct Pieces {
+    kept: Vec<(u32, Bytes)>,
+    /// Small payloads gathered since the last kept piece: the offset of
+    /// the first and the bytes.
+    gather: Option<(u32, BytesMut)>,
+}
+
+impl Pieces {
+    fn push(&mut self, ro: u32, payload: Bytes) {
+        if payload.len() < GATHER_BELOW {
+            if let Some((o, b)) = &mut self.gather {
+                if u64::from(*o) + b.len() as u64 == u64::from(ro) {
+                    b.extend_from_slice(&payload);
+                    return;
+                }
+            }
+            self.flush();
+            self.gather = Some((ro, BytesMut::from(&payload[..])));
+        } else {
+            self.flush();
+            self.kept.push((ro, payload));
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some((o, b)) = self.gather.take() {
+            self.kept.push((o, b.freeze()));
+        }
+    }
+
+    /// Pieces held now.
+    fn count(&self) -> usize {
+        self.kept.len() + usize::from(self.gather.is_some())
+    }
+
+    /// Every piece, in arrival order.
+    fn take(&mut self) -> Vec<(u32, Bytes)> {
+        self.flush();
+        std::mem::take(&mut self.kept)
+    }
 }
 
 /// Write data one N_Port's open exchanges may hold by default
@@ -393,7 +454,7 @@ impl NPort {
             t.write_held += len;
             let end = x.write_len.min(t.max_burst);
             x.state = XState::Receiving {
-                segs: Vec::new(),
+                segs: Pieces::default(),
                 got: 0,
                 start: 0,
                 end,
@@ -496,14 +557,21 @@ impl NPort {
             self.target_fail(now, peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
             return;
         }
-        segs.push((ro, frame.payload));
+        segs.push(ro, frame.payload);
+        if segs.count() > max_pieces(*end - *start) {
+            // Scattered this finely, the burst's bookkeeping would outgrow
+            // its data: refused like an offset that does not fit.
+            let (peer, ox, rx) = (h.s_id, h.ox_id, x.rx);
+            self.target_fail(now, peer, ox, rx, FcpRspCode::DATA_RO_MISMATCH);
+            return;
+        }
         *got += len;
         x.transferred = x.transferred.saturating_add(len);
         if *got < *end - *start {
             return;
         }
         // The burst is complete: check it covers [start, end) exactly.
-        let mut burst = std::mem::take(segs);
+        let mut burst = segs.take();
         burst.sort_by_key(|(o, _)| *o);
         let mut at = *start;
         let mut exact = true;
@@ -526,7 +594,7 @@ impl NPort {
                 .write_len
                 .min(burst_end.saturating_add(self.target.max_burst));
             x.state = XState::Receiving {
-                segs: Vec::new(),
+                segs: Pieces::default(),
                 got: 0,
                 start: burst_end,
                 end: next_end,
@@ -784,5 +852,49 @@ impl NPort {
             now,
             |x| matches!(x.state, XState::Receiving { deadline, .. } if deadline <= now),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small payloads that follow on are gathered into one piece; a full
+    /// frame is kept as it came; out-of-order small ones start new pieces.
+    #[test]
+    fn small_frames_that_follow_on_are_gathered() {
+        let full = Bytes::from(vec![1u8; 2048]);
+        let mut p = Pieces::default();
+        p.push(0, full.clone());
+        for i in 0..256u32 {
+            p.push(2048 + 4 * i, Bytes::copy_from_slice(&i.to_be_bytes()));
+        }
+        assert_eq!(p.count(), 2, "a full frame, then one gathered piece");
+        p.push(3072, full.clone());
+        // Out of order: 5,124 before 5,120; neither follows on.
+        p.push(5124, Bytes::from_static(b"late"));
+        p.push(5120, Bytes::from_static(b"back"));
+        assert_eq!(p.count(), 5);
+        let v = p.take();
+        assert_eq!(p.count(), 0);
+        let offsets: Vec<u32> = v.iter().map(|(o, _)| *o).collect();
+        assert_eq!(offsets, vec![0, 2048, 3072, 5124, 5120]);
+        assert_eq!(v[0].1.as_ptr(), full.as_ptr(), "full frames are not copied");
+        assert_eq!(v[1].1.len(), 1024);
+        let want: Vec<u8> = (0..256u32).flat_map(|i| i.to_be_bytes()).collect();
+        assert_eq!(&v[1].1[..], &want[..]);
+        assert_eq!(v[2].1.as_ptr(), full.as_ptr());
+    }
+
+    /// The bound on pieces leaves room for any in-order sender, down to
+    /// 512-byte frames, and for a few stragglers.
+    #[test]
+    fn the_piece_bound_fits_every_in_order_frame_size() {
+        for burst in [512u32, 4096, 256 * 1024, 1 << 20] {
+            for frame in [512u32, 1024, 2048, 2112] {
+                assert!(burst.div_ceil(frame) as usize <= max_pieces(burst));
+            }
+        }
+        assert_eq!(max_pieces(1 << 20), 2048 + 8);
     }
 }

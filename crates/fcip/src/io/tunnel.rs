@@ -1460,7 +1460,12 @@ impl Actor {
                             };
                             match records(&b) {
                                 Ok(fs) => {
-                                    for (f, fl) in fs {
+                                    for (mut f, fl) in fs {
+                                        // Not a slice of the batch (up to
+                                        // 4 MiB decompressed), which the
+                                        // frame would keep alive for as
+                                        // long as its exchange holds it.
+                                        f.payload = Bytes::copy_from_slice(&f.payload);
                                         self.dispatch(f, fl);
                                     }
                                 }
@@ -1995,6 +2000,22 @@ async fn write_all_vectored(
     Ok(())
 }
 
+/// `item` in a buffer of its own. The decoder hands out slices of the
+/// reader's buffer (64 KiB and more per read), and a frame is kept for
+/// as long as its exchange needs it (an FCP target holds a write's data
+/// until the command runs, its command longer): a slice would keep the
+/// whole buffer alive, so a peer sending small frames among large ones
+/// that are dropped at once could make each kept byte cost many times
+/// its size. A copy of one frame (at most 2,148 bytes) costs little next
+/// to the socket read that brought it; the decoder's buffer is then
+/// free again for the next read.
+fn owned(item: Item) -> Item {
+    match item {
+        Item::Frame(b) => Item::Frame(Bytes::copy_from_slice(&b)),
+        Item::Special(b) => Item::Special(Bytes::copy_from_slice(&b)),
+    }
+}
+
 async fn reader(
     mut r: tokio::io::ReadHalf<Box<dyn Stream>>,
     leftover: Bytes,
@@ -2010,6 +2031,7 @@ async fn reader(
         loop {
             match dec.decode() {
                 Ok(Some(item)) => {
+                    let item = owned(item);
                     let item = match &fast {
                         Some(f) => match f.deliver(item) {
                             Some(item) => item,
@@ -2053,6 +2075,26 @@ mod tests {
 
     /// Partial vectored writes: whole slices are passed, a partly written
     /// one keeps only its tail, and the bytes left are exactly the rest.
+    /// What the reader hands on is a copy in its own buffer, never a
+    /// slice of the read buffer.
+    #[test]
+    fn frames_leave_the_reader_in_their_own_buffers() {
+        let read = Bytes::from(vec![7u8; 64 * 1024]);
+        let within = |b: &Bytes| {
+            let (p, r) = (b.as_ptr() as usize, read.as_ptr() as usize);
+            p >= r && p < r + read.len()
+        };
+        for item in [
+            Item::Frame(read.slice(100..2_248)),
+            Item::Special(read.slice(3_000..3_076)),
+        ] {
+            let (Item::Frame(before) | Item::Special(before)) = item.clone();
+            let (Item::Frame(after) | Item::Special(after)) = owned(item);
+            assert_eq!(after, before);
+            assert!(within(&before) && !within(&after));
+        }
+    }
+
     #[test]
     fn consume_keeps_exactly_the_unwritten_bytes() {
         let all: Vec<u8> = (0..=255u8).collect();

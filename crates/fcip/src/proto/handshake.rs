@@ -71,33 +71,63 @@ pub fn check_echo(
     Ok(r)
 }
 
-/// Nonces seen per peer address, the most recent `per_peer` of each.
+/// Nonces seen per peer address, the most recent `per_peer` of each, for
+/// at most [`NonceCache::MAX_ADDRESSES`] addresses (the one heard from
+/// longest ago is forgotten first).
 #[derive(Debug, Clone)]
 pub struct NonceCache {
     per_peer: usize,
     seen: HashMap<IpAddr, VecDeque<u64>>,
+    /// Addresses in `seen`, least recently heard from first.
+    order: VecDeque<IpAddr>,
 }
 
 impl NonceCache {
+    /// Addresses remembered at once. The acceptor records a nonce only
+    /// for a connection from a switch it has a tunnel for, but on a
+    /// plaintext listener anyone can claim that switch's name, from any
+    /// number of addresses: without a bound, each would cost up to
+    /// `per_peer` × 8 bytes for as long as the process runs.
+    pub const MAX_ADDRESSES: usize = 64;
+
     /// Remembers up to `per_peer` nonces per address.
     pub fn new(per_peer: usize) -> NonceCache {
         NonceCache {
             per_peer: per_peer.max(1),
             seen: HashMap::new(),
+            order: VecDeque::new(),
         }
+    }
+
+    /// Whether `nonce` was seen from `peer` before.
+    pub fn seen(&self, peer: IpAddr, nonce: u64) -> bool {
+        self.seen.get(&peer).is_some_and(|q| q.contains(&nonce))
     }
 
     /// Records `nonce` from `peer`; `false` if it was seen before.
     pub fn check_and_insert(&mut self, peer: IpAddr, nonce: u64) -> bool {
-        let q = self.seen.entry(peer).or_default();
-        if q.contains(&nonce) {
+        if self.seen(peer, nonce) {
             return false;
         }
-        if q.len() == self.per_peer {
+        if let Some(i) = self.order.iter().position(|a| *a == peer) {
+            self.order.remove(i);
+        } else if self.order.len() >= Self::MAX_ADDRESSES {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        self.order.push_back(peer);
+        let q = self.seen.entry(peer).or_default();
+        if q.len() >= self.per_peer {
             q.pop_front();
         }
         q.push_back(nonce);
         true
+    }
+
+    /// Addresses remembered now.
+    pub fn addresses(&self) -> usize {
+        self.seen.len()
     }
 }
 
@@ -145,7 +175,10 @@ impl Acceptor {
     ) -> Result<Accepted, HandshakeError> {
         let v = SpecialFrame::new_checked(bytes).map_err(HandshakeError::Malformed)?;
         let repr = SpecialFrameRepr::parse(&v);
-        if !self.nonces.check_and_insert(peer, repr.nonce) {
+        // A replay is refused whatever else the frame says; a nonce is
+        // remembered only once the frame would join a tunnel (below), so
+        // strangers and questions cost no memory.
+        if self.nonces.seen(peer, repr.nonce) {
             return Err(HandshakeError::NonceReplay(repr.nonce));
         }
         if repr.destination_wwn == Wwn(0) {
@@ -163,6 +196,7 @@ impl Acceptor {
         if !known(&repr) {
             return Err(HandshakeError::UnknownPeer(repr.source_wwn));
         }
+        self.nonces.check_and_insert(peer, repr.nonce);
         let mut echo = [0u8; SPECIAL_FRAME_LEN];
         echo.copy_from_slice(bytes);
         Ok(Accepted::Join { repr, echo })
@@ -228,5 +262,37 @@ mod tests {
         let mut bad = sent;
         bad[50] ^= 1;
         assert_eq!(check_echo(&sent, &bad), Err(HandshakeError::EchoChanged));
+    }
+
+    /// Only a frame that joins a tunnel is remembered: strangers, wrong
+    /// destinations and questions leave nothing behind, however many
+    /// addresses they come from; known peers are remembered for at most
+    /// `MAX_ADDRESSES` addresses, the longest silent forgotten first.
+    #[test]
+    fn nonces_are_remembered_for_joining_peers_only_and_bounded() {
+        let mut a = Acceptor::new(Wwn(0xb));
+        let ip = |i: u32| IpAddr::from(std::net::Ipv6Addr::from(u128::from(i)));
+        for i in 0..10_000 {
+            let _ = a.accept(ip(i), &fsf(u64::from(i), 0xb), |_| false);
+            let _ = a.accept(ip(i), &fsf(u64::from(i), 0xc), |_| true);
+            let _ = a.accept(ip(i), &fsf(u64::from(i), 0), |_| true);
+        }
+        assert_eq!(a.nonces.addresses(), 0);
+        for i in 0..1_000 {
+            assert!(a.accept(ip(i), &fsf(7, 0xb), |_| true).is_ok());
+        }
+        assert_eq!(a.nonces.addresses(), NonceCache::MAX_ADDRESSES);
+        // The newest addresses still refuse a replay; the oldest were
+        // forgotten.
+        assert_eq!(
+            a.accept(ip(999), &fsf(7, 0xb), |_| true),
+            Err(HandshakeError::NonceReplay(7))
+        );
+        assert!(a.accept(ip(0), &fsf(7, 0xb), |_| true).is_ok());
+        // A replayed nonce is refused before anything else is looked at.
+        assert_eq!(
+            a.accept(ip(0), &fsf(7, 0), |_| true),
+            Err(HandshakeError::NonceReplay(7))
+        );
     }
 }

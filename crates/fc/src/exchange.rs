@@ -59,7 +59,9 @@ pub struct ExchangeManager {
     /// Identifiers of aborted exchanges, with the time they become free.
     held_ox: VecDeque<(Instant, u16)>,
     held_ox_set: FastSet<u16>,
-    held_rx: VecDeque<(Instant, u16)>,
+    /// Held RX_IDs: when each becomes free, and the exchange (originator,
+    /// OX_ID) it answered, which an RRQ must name to release it.
+    held_rx: VecDeque<(Instant, u16, FcId, u16)>,
     held_rx_set: FastSet<u16>,
 }
 
@@ -132,9 +134,12 @@ impl ExchangeManager {
         }
     }
 
-    /// RRQ was accepted: the held OX_ID is free.
+    /// RRQ was accepted: the held OX_ID is free. Its R_A_TOV entry goes
+    /// too, so a later hold of the same OX_ID is not cut short by it.
     pub fn release_ox(&mut self, ox: OxId) {
-        self.held_ox_set.remove(&ox.0);
+        if self.held_ox_set.remove(&ox.0) {
+            self.held_ox.retain(|(_, id)| *id != ox.0);
+        }
     }
 
     /// A new RX_ID for an exchange `peer` originated with `ox`; the same
@@ -177,14 +182,29 @@ impl ExchangeManager {
         if let Some(rx) = self.responded.remove(&(peer, ox.0)) {
             self.rx_in_use.remove(&rx);
             if self.held_rx_set.insert(rx) {
-                self.held_rx.push_back((now + self.timeouts.r_a_tov, rx));
+                self.held_rx
+                    .push_back((now + self.timeouts.r_a_tov, rx, peer, ox.0));
             }
         }
     }
 
-    /// The peer's RRQ released this RX_ID.
-    pub fn release_rx(&mut self, rx: RxId) {
-        self.held_rx_set.remove(&rx.0);
+    /// `peer`'s RRQ for its exchange `ox` (answered with `rx`, or with
+    /// RX_ID FFFF when the originator never learned ours): releases the
+    /// RX_ID held for that exchange. `false` when no RX_ID is held for it
+    /// (the RRQ names an exchange that is not being recovered, or
+    /// another port's).
+    pub fn release_rx(&mut self, peer: FcId, ox: OxId, rx: RxId) -> bool {
+        let Some(i) = self
+            .held_rx
+            .iter()
+            .position(|(_, id, p, o)| *p == peer && *o == ox.0 && (*id == rx.0 || rx.0 == 0xffff))
+        else {
+            return false;
+        };
+        if let Some((_, id, _, _)) = self.held_rx.remove(i) {
+            self.held_rx_set.remove(&id);
+        }
+        true
     }
 
     /// Every answered exchange of `peer` ends (logout, link loss).
@@ -205,7 +225,7 @@ impl ExchangeManager {
     /// When the next held identifier becomes free.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let a = self.held_ox.front().map(|(t, _)| *t);
-        let b = self.held_rx.front().map(|(t, _)| *t);
+        let b = self.held_rx.front().map(|(t, ..)| *t);
         match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -221,7 +241,7 @@ impl ExchangeManager {
             self.held_ox.pop_front();
             self.held_ox_set.remove(&id);
         }
-        while let Some((t, id)) = self.held_rx.front().copied() {
+        while let Some((t, id, ..)) = self.held_rx.front().copied() {
             if t > now {
                 break;
             }
@@ -279,8 +299,61 @@ mod tests {
         assert_eq!(m.rx_of(p, OxId(5)), None);
         let r3 = m.alloc_rx(p, OxId(6)).unwrap();
         assert_ne!(r3, r1, "a held RX_ID is not reused");
-        m.release_rx(r1);
+        assert!(m.release_rx(p, OxId(5), r1));
         m.close_peer(p);
         assert_eq!(m.responded(), 1);
+    }
+
+    /// An RRQ releases only the RX_ID held for the exchange it names, from
+    /// that exchange's originator; a release takes the R_A_TOV entry with
+    /// it, so abort/RRQ cycles leave no queue behind and a later hold of
+    /// the same RX_ID lasts its whole R_A_TOV.
+    #[test]
+    fn rrq_releases_only_its_own_exchange_and_leaves_nothing_behind() {
+        let now = Instant::now();
+        let mut m = ExchangeManager::new(Timeouts::default(), 4);
+        let (p, q) = (FcId::new(0x010100), FcId::new(0x010200));
+        let r = m.alloc_rx(p, OxId(5)).unwrap();
+        m.hold_rx(now, p, OxId(5));
+        assert!(!m.release_rx(q, OxId(5), r), "another port");
+        assert!(!m.release_rx(p, OxId(6), r), "another exchange");
+        assert!(!m.release_rx(p, OxId(5), RxId(r.0 ^ 1)), "another RX_ID");
+        assert!(m.held_rx_set.contains(&r.0));
+        assert!(m.release_rx(p, OxId(5), r));
+        assert!(!m.release_rx(p, OxId(5), r), "released once");
+        // RX_ID FFFF: the originator never learned ours.
+        m.alloc_rx(p, OxId(7)).unwrap();
+        m.hold_rx(now, p, OxId(7));
+        assert!(m.release_rx(p, OxId(7), RxId(0xffff)));
+
+        // A million abort/RRQ cycles: nothing accumulates.
+        for i in 0..1_000_000u32 {
+            let ox = OxId(i as u16);
+            let r = m.alloc_rx(p, ox).unwrap();
+            m.hold_rx(now, p, ox);
+            assert!(m.release_rx(p, ox, r));
+        }
+        assert!(m.held_rx.is_empty() && m.held_rx_set.is_empty());
+        assert_eq!(m.poll_timeout(), None);
+
+        // Held, released, held again at a later time: the first hold's
+        // R_A_TOV does not free the second.
+        let r = m.alloc_rx(p, OxId(1)).unwrap();
+        m.hold_rx(now, p, OxId(1));
+        assert!(m.release_rx(p, OxId(1), r));
+        m.next_rx = r.0;
+        let later = now + Duration::from_secs(5);
+        assert_eq!(m.alloc_rx(p, OxId(2)).unwrap(), r);
+        m.hold_rx(later, p, OxId(2));
+        m.handle_timeout(now + Duration::from_secs(10));
+        assert!(m.held_rx_set.contains(&r.0), "held until its own R_A_TOV");
+        m.handle_timeout(later + Duration::from_secs(10));
+        assert!(!m.held_rx_set.contains(&r.0));
+
+        // The same for OX_IDs.
+        let a = m.alloc_ox().unwrap();
+        m.hold_ox(now, a);
+        m.release_ox(a);
+        assert!(m.held_ox.is_empty());
     }
 }

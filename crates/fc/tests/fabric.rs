@@ -682,6 +682,7 @@ fn abts_in_the_middle_of_an_exchange() {
     assert!(!s.nodes[i].results.contains_key(&id));
     // ABORT TASK: the initiator sends ABTS; the target aborts the task in
     // the LU and answers BA_ACC; the initiator recovers the OX_ID with RRQ.
+    s.log.clear();
     let tmf = s.tmf(i, TmfFunction::AbortTask { tag: id.0 });
     assert_eq!(
         s.count(|f| matches!(&f.payload, PayloadRepr::Bls(b) if b.r_ctl() == RCtl::ABTS)),
@@ -702,6 +703,18 @@ fn abts_in_the_middle_of_an_exchange() {
         ),
         1
     );
+    // The RRQ named the exchange whose RX_ID the target held: accepted.
+    let els_replies: Vec<String> = s
+        .log
+        .iter()
+        .filter_map(|f| match &f.payload {
+            PayloadRepr::Els(e) => Some(format!("{e:?}")),
+            _ => None,
+        })
+        .filter(|e| e.starts_with("LsAcc") || e.starts_with("LsRjt"))
+        .collect();
+    assert_eq!(els_replies.len(), 1, "{els_replies:?}");
+    assert!(els_replies[0].starts_with("LsAcc"), "{els_replies:?}");
     // The held task ended aborted in the LU, and nothing went out for it.
     assert_eq!(s.nodes[t].aborted_in_lu, 1);
     assert!(s.nodes[t].held.is_empty());

@@ -789,10 +789,20 @@ impl NPort {
                 self.answer_els(&h, &acc);
             }
             ElsRepr::Rrq(x) => {
-                if x.originator == h.s_id {
-                    self.xm.release_rx(x.rx_id);
-                }
-                self.answer_els(&h, &ElsRepr::LsAcc(LsAcc::Plain));
+                // Only the exchange's originator may release what is held
+                // for it, and only for that exchange (FC-LS-3 RRQ);
+                // anything else would free an RX_ID another exchange's
+                // late frames may still carry.
+                let reply =
+                    if x.originator == h.s_id && self.xm.release_rx(h.s_id, x.ox_id, x.rx_id) {
+                        ElsRepr::LsAcc(LsAcc::Plain)
+                    } else {
+                        rjt(
+                            LsRjtReason::UNABLE_TO_PERFORM,
+                            LsRjtExplanation::INVALID_OX_ID_RX_ID,
+                        )
+                    };
+                self.answer_els(&h, &reply);
             }
             ElsRepr::Rec(x) => {
                 let reply = match self.target_rec(x.originator, x.ox_id) {

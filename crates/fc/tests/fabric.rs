@@ -620,6 +620,42 @@ fn write_data_in_tiny_frames_is_gathered_or_refused() {
     assert_eq!(s.nodes[t].port.write_bytes_held(), 0);
 }
 
+/// Read data cut into 4-byte frames: in offset order the initiator
+/// gathers them and the read returns the data; scattered out of order so
+/// finely that each would be its own piece, the command fails (and its
+/// exchange is aborted) before the pieces outgrow the data.
+#[test]
+fn read_data_in_tiny_frames_is_gathered_or_refused() {
+    let (mut s, _t, i) = pair(64 * 1024);
+    let data = pattern(16 * 1024, 5);
+    let w = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(16, 32), data.clone()),
+    );
+    assert_eq!(s.result(i, w).unwrap().status, Status::GOOD);
+
+    s.split_data = Some((4, false));
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(16, 32), 16 * 1024));
+    let r = s.result(i, rd).unwrap();
+    assert_eq!(joined(&r), &data[..]);
+    assert!(
+        r.data_in.len() <= 2,
+        "4,096 frames gathered into {} pieces",
+        r.data_in.len()
+    );
+
+    s.split_data = Some((4, true));
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(16, 32), 16 * 1024));
+    assert_eq!(
+        s.result(i, rd).unwrap_err(),
+        InitiatorError::Protocol("data-in scattered out of order too finely")
+    );
+    s.split_data = None;
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(16, 32), 16 * 1024));
+    assert_eq!(joined(&s.result(i, rd).unwrap()), &data[..], "I/O goes on");
+}
+
 #[test]
 fn residual_overrun_and_underrun() {
     let (mut s, _t, i) = pair(64 * 1024);

@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use crate::fastmap::FastMap;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use unifab_scsi_core::initiator::{InitiatorError, Request};
 use unifab_scsi_core::{Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse};
 
@@ -83,8 +83,11 @@ enum Kind {
         /// Data-in that arrived in relative-offset order, from 0: the
         /// result's own list.
         data_in: Vec<Bytes>,
-        /// Bytes in `data_in`.
+        /// Bytes in `data_in` and `gather`.
         in_order: u64,
+        /// In-order payloads shorter than [`GATHER_BELOW`] since the last
+        /// one kept as it came, copied together (they follow `data_in`).
+        gather: BytesMut,
         /// Data-in that did not (a gap before it, or an overlap), kept
         /// with its offset and merged when the response comes.
         scattered: Vec<(u32, Bytes)>,
@@ -191,6 +194,18 @@ fn tmf_response(code: FcpRspCode) -> Result<TmfResponse, InitiatorError> {
 /// Data-in in relative-offset order, or `None` if the pieces leave a gap
 /// or overlap. `in_order` starts at offset 0 and is contiguous; only
 /// `scattered` (usually empty) needs sorting.
+/// In-order data-in payloads shorter than this are copied together
+/// instead of kept one by one: a target sending a read four bytes per
+/// frame would otherwise make the initiator keep a buffer and an entry
+/// per frame, far more than the read's length.
+const GATHER_BELOW: usize = 512;
+
+/// The most out-of-order pieces a read of `len` bytes may arrive in
+/// before the command is failed: one per 512 bytes, and a few more.
+fn max_scattered(len: u32) -> usize {
+    len as usize / GATHER_BELOW + 8
+}
+
 fn merge_data_in(in_order: Vec<Bytes>, mut scattered: Vec<(u32, Bytes)>) -> Option<Vec<Bytes>> {
     if scattered.is_empty() {
         return Some(in_order);
@@ -404,6 +419,7 @@ impl NPort {
                         read_len: r.data_in_len,
                         data_in: Vec::new(),
                         in_order: 0,
+                        gather: BytesMut::new(),
                         scattered: Vec::new(),
                         received: 0,
                     },
@@ -653,6 +669,7 @@ impl NPort {
             read_len,
             data_in,
             in_order,
+            gather,
             scattered,
             received,
             ..
@@ -673,8 +690,16 @@ impl NPort {
             *received
         };
         // Past the end, or more bytes than the command reads (offsets sent
-        // twice): a target breaking the data protocol.
-        if ro + len > u64::from(*read_len) || *received + len > u64::from(*read_len) {
+        // twice): a target breaking the data protocol. Or scattered out
+        // of order so finely that the pieces would outgrow the data.
+        let why = if ro + len > u64::from(*read_len) || *received + len > u64::from(*read_len) {
+            Some("data-in beyond the expected length")
+        } else if ro != *in_order && scattered.len() >= max_scattered(*read_len) {
+            Some("data-in scattered out of order too finely")
+        } else {
+            None
+        };
+        if let Some(why) = why {
             // Answer now; the abort only recovers the exchange.
             let (id, before) = (c.id, c.aborting.take());
             self.initiator.by_id.remove(&id);
@@ -683,12 +708,7 @@ impl NPort {
             }
             self.send_abts(now, h.ox_id, AbortReason::Abandoned);
             if !matches!(before, Some((AbortReason::Abandoned, _))) {
-                self.complete(
-                    id,
-                    Err(InitiatorError::Protocol(
-                        "data-in beyond the expected length",
-                    )),
-                );
+                self.complete(id, Err(InitiatorError::Protocol(why)));
             }
             return;
         }
@@ -702,7 +722,14 @@ impl NPort {
                 data_in.reserve_exact(frames as usize);
             }
             *in_order += len;
-            data_in.push(frame.payload);
+            if frame.payload.len() < GATHER_BELOW {
+                gather.extend_from_slice(&frame.payload);
+            } else {
+                if !gather.is_empty() {
+                    data_in.push(gather.split().freeze());
+                }
+                data_in.push(frame.payload);
+            }
         } else {
             scattered.push((ro as u32, frame.payload));
         }
@@ -757,10 +784,14 @@ impl NPort {
             Kind::Scsi {
                 read_len,
                 write_len,
-                data_in,
+                mut data_in,
+                mut gather,
                 scattered,
                 ..
             } => {
+                if !gather.is_empty() {
+                    data_in.push(gather.split().freeze());
+                }
                 if let Some(code) = rsp.rsp_code() {
                     if code != FcpRspCode::COMPLETE {
                         self.complete(c.id, Err(InitiatorError::ServiceResponse(code.0)));

@@ -49,7 +49,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tracing::{debug, trace};
 
 use unifab_scsi_core::initiator::{InitiatorError, Outcome, Request, is_idempotent};
@@ -240,6 +240,13 @@ enum Phase {
     Sent,
 }
 
+/// Data-In segments shorter than this are copied together instead of kept
+/// one by one until the command ends: a target sending a read one byte
+/// per Data-In would otherwise make the initiator keep an entry and a
+/// buffer (~64 bytes) per byte read. Normal segments are far longer and
+/// stay as they came.
+const GATHER_BELOW: usize = 2048;
+
 #[derive(Debug)]
 struct Cmd<T> {
     tag: u64,
@@ -259,6 +266,9 @@ struct Cmd<T> {
     itt: u32,
     cmd_sn: u32,
     data_in: Vec<Bytes>,
+    /// Data-In segments shorter than [`GATHER_BELOW`] since the last one
+    /// kept as it came, copied together (they follow `data_in`).
+    data_in_small: BytesMut,
     data_in_got: u32,
     exp_data_sn: u32,
     /// Bytes R2Ts have asked for on this attempt: at ErrorRecoveryLevel 0
@@ -617,6 +627,7 @@ impl<T> Session<T> {
             itt: RESERVED_TAG,
             cmd_sn: 0,
             data_in: Vec::new(),
+            data_in_small: BytesMut::new(),
             data_in_got: 0,
             exp_data_sn: 0,
             solicited: 0,
@@ -1409,6 +1420,7 @@ impl<T> Session<T> {
         c.cmd_sn = cmd_sn;
         c.phase = Phase::Sent;
         c.data_in.clear();
+        c.data_in_small.clear();
         c.data_in_got = 0;
         c.exp_data_sn = 0;
         c.solicited = 0;
@@ -1557,7 +1569,14 @@ impl<T> Session<T> {
         c.exp_data_sn = c.exp_data_sn.wrapping_add(1);
         if c.error.is_none() && !data.is_empty() {
             c.data_in_got += len;
-            c.data_in.push(data);
+            if data.len() < GATHER_BELOW {
+                c.data_in_small.extend_from_slice(&data);
+            } else {
+                if !c.data_in_small.is_empty() {
+                    c.data_in.push(c.data_in_small.split().freeze());
+                }
+                c.data_in.push(data);
+            }
         }
         if !d.status_present {
             return;
@@ -1620,6 +1639,9 @@ impl<T> Session<T> {
         if let Some(e) = c.error {
             self.finish(slot, Err(InitiatorError::Protocol(e)));
             return;
+        }
+        if !c.data_in_small.is_empty() {
+            c.data_in.push(c.data_in_small.split().freeze());
         }
         let data_in = std::mem::take(&mut c.data_in);
         self.finish(

@@ -1001,6 +1001,58 @@ fn data_in_beyond_the_expected_length_fails_only_that_command() {
     ));
 }
 
+/// A read answered with a long Data-In and then one byte per Data-In:
+/// the long one is kept as it came, the tiny ones gathered into one
+/// buffer, and the data is whole and in order.
+#[test]
+fn tiny_data_ins_are_gathered() {
+    let mut p = Pair::new(
+        SessionConfig::default(),
+        TParams::default(),
+        SessionLimits::default(),
+    );
+    p.hold = true;
+    let t = p.submit(read16(0, 8));
+    p.run();
+    let cmd_itt = match p.commands_at_target().last() {
+        Some(c) => c.itt,
+        None => panic!(),
+    };
+    let want: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    let mut pieces = vec![(0usize, 2048usize)];
+    pieces.extend((2048..4096).map(|o| (o, 1)));
+    let last = pieces.len() - 1;
+    for (sn, (at, len)) in pieces.into_iter().enumerate() {
+        let pdu = encode(
+            &Pdu::DataIn(DataIn {
+                final_flag: sn == last,
+                status_present: sn == last,
+                itt: cmd_itt,
+                ttt: RESERVED_TAG,
+                stat_sn: 9999,
+                exp_cmd_sn: p.ini.exp_cmd_sn,
+                max_cmd_sn: p.ini.max_cmd_sn,
+                data_sn: sn as u32,
+                buffer_offset: at as u32,
+                ..DataIn::default()
+            }),
+            &[],
+            &DataSegment::One(Bytes::copy_from_slice(&want[at..at + len])),
+            Digests::default(),
+        );
+        let f = p
+            .framer()
+            .decode(&mut BytesMut::from(&pdu[..]))
+            .unwrap()
+            .unwrap();
+        p.ini.handle_frame(p.now, f).unwrap();
+    }
+    p.run();
+    let r = p.ok(t);
+    assert_eq!(r.data_in.len(), 2, "one kept, one gathered");
+    assert_eq!(r.data_in.concat(), want);
+}
+
 #[test]
 fn a_rejected_command_fails_with_the_reason() {
     let mut p = Pair::new(

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# benches/peers/ab.sh — two unifab binaries against each other, alternated:
+# does a change make the iSCSI target faster or slower?
+#
+#   UNIFAB_A=/path/to/old/unifab UNIFAB_B=target/release/unifab \
+#       bash benches/peers/ab.sh
+#
+# Both serve a 1 GiB, fully allocated LU file on tmpfs (/dev/shm) on
+# 127.0.0.1, side by side for the whole run. qemu-img bench (QEMU's own
+# iSCSI driver) runs each workload against A, then B, ROUNDS times, and the
+# script prints every round and the medians, in requests per second:
+#
+#   write-4k   4 KiB sequential writes, queue depth 32
+#   read-4k    4 KiB sequential reads,  queue depth 32
+#
+# Environment:
+#   UNIFAB_A, UNIFAB_B  the binaries (required; they may be the same, to see
+#                       the noise)
+#   ROUNDS              rounds (default 4)
+#   REQUESTS            requests per run (default 150000)
+#
+# Needs: qemu-utils, qemu-block-extra (scripts/setup.sh). Takes about
+# ROUNDS × 4 × (REQUESTS / 150,000) s on two cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=benches/peers/lib.sh
+source benches/peers/lib.sh
+
+A=${UNIFAB_A:-}
+B=${UNIFAB_B:-}
+[[ -n "$A" && -n "$B" ]] || die "set UNIFAB_A and UNIFAB_B to the two unifab binaries"
+ROUNDS=${ROUNDS:-4}
+REQUESTS=${REQUESTS:-150000}
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+[[ "$REQUESTS" =~ ^[1-9][0-9]*$ ]] || die "REQUESTS must be a positive integer"
+need qemu-img qemu-utils
+qemu-img --help | grep -qw iscsi || die "qemu-img has no iscsi driver: install qemu-block-extra"
+
+SIZE=$((1 << 30))
+WORK=$(mktemp -d /dev/shm/unifab-ab.XXXXXX)
+A_PID="" B_PID=""
+cleanup() {
+    stop_pid "$A_PID"
+    stop_pid "$B_PID"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+make_lu "$WORK/a.img" "$SIZE"
+make_lu "$WORK/b.img" "$SIZE"
+start_unifab "$A" "$WORK/a" "$WORK/a.img" "$SIZE"
+A_PID=$UNIFAB_PID A_URL=$UNIFAB_URL
+start_unifab "$B" "$WORK/b" "$WORK/b.img" "$SIZE"
+B_PID=$UNIFAB_PID B_URL=$UNIFAB_URL
+
+# rate URL MODE -> requests per second of one qemu-img bench run
+rate() {
+    local flag=() start end
+    [[ $2 == write ]] && flag=(-w)
+    start=$(date +%s.%N)
+    qemu-img bench -f raw -t none "${flag[@]}" -c "$REQUESTS" -d 32 -s 4096 -S 4096 "$1" \
+        >/dev/null 2>&1 || die "qemu-img bench failed on $1 ($2)"
+    end=$(date +%s.%N)
+    python3 -c "print(f'{$REQUESTS / ($end - $start):.0f}')"
+}
+
+declare -A RUNS
+echo "| round | workload | A (req/s) | B (req/s) |"
+echo "|---|---|---:|---:|"
+for r in $(seq 1 "$ROUNDS"); do
+    for mode in write read; do
+        a=$(rate "$A_URL" "$mode")
+        b=$(rate "$B_URL" "$mode")
+        RUNS[$mode-a]+="$a "
+        RUNS[$mode-b]+="$b "
+        echo "| $r | $mode-4k | $a | $b |"
+    done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for mode in write read; do
+    a=$(median <<<"${RUNS[$mode-a]}")
+    b=$(median <<<"${RUNS[$mode-b]}")
+    echo "| median | $mode-4k | $a | $b (B/A $(python3 -c "print(f'{$b / $a:.3f}')")) |"
+done

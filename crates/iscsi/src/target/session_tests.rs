@@ -101,6 +101,18 @@ impl Harness {
         std::iter::from_fn(|| self.s.poll_event()).collect()
     }
 
+    /// The tasks handed out since the last look, by ITT; anything else
+    /// handed out fails the test.
+    fn executed(&mut self) -> Vec<u32> {
+        self.events()
+            .iter()
+            .map(|e| match e {
+                Event::Execute { itt, .. } => *itt,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
     fn execute_one(&mut self) -> (u32, unifab_scsi_core::Task) {
         let mut ev = self.events();
         assert_eq!(ev.len(), 1, "{ev:?}");
@@ -544,15 +556,7 @@ fn cmd_sn_window() {
     assert!(h.events().is_empty());
     h.cmd_sn = 14;
     h.command(21, 0, 0, 0, &[], true);
-    let ev = h.events();
-    let itts: Vec<u32> = ev
-        .iter()
-        .map(|e| match e {
-            Event::Execute { itt, .. } => *itt,
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    assert_eq!(itts, vec![21, 20]);
+    assert_eq!(h.executed(), vec![21, 20]);
 }
 
 /// Commands waiting ahead of ExpCmdSN hold their immediate data in memory:
@@ -585,14 +589,7 @@ fn commands_ahead_of_the_window_are_bounded_by_the_write_budget() {
     // The gap fills: the kept commands follow it, in CmdSN order.
     h.cmd_sn = gap;
     h.command(5, 0x28, 512, 0, &[], true);
-    let itts: Vec<u32> = h
-        .events()
-        .iter()
-        .map(|e| match e {
-            Event::Execute { itt, .. } => *itt,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let itts = h.executed();
     assert_eq!(itts, vec![5, 1, 2], "3 was not kept; 4 waits behind it");
 
     // The initiator resends 3 (its data then counts as a write in
@@ -603,14 +600,7 @@ fn commands_ahead_of_the_window_are_bounded_by_the_write_budget() {
     h.out();
     h.cmd_sn = gap + 3;
     h.command(3, 0x2a, 0, 40_000, &data, true);
-    let itts: Vec<u32> = h
-        .events()
-        .iter()
-        .map(|e| match e {
-            Event::Execute { itt, .. } => *itt,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let itts = h.executed();
     assert_eq!(itts, vec![3, 4]);
 }
 

@@ -247,11 +247,11 @@ async fn qd1(s: &Setup, n: usize) -> (f64, f64) {
     median_p99(lat)
 }
 
-/// The tunnel's overhead at 0 ms: the path without FCIP, the RFC tunnel
-/// and the enhanced tunnel with FastWrite (both straight on loopback, no
-/// relay), built once and measured in turn, round after round, so that
-/// the machine's slow and fast spells fall on all three alike. Prints each
-/// round's medians and the median of the rounds.
+/// The tunnel's overhead at 0 ms: the path without FCIP, the RFC tunnel,
+/// the enhanced tunnel with FastWrite, and the enhanced tunnel without it
+/// (all straight on loopback, no relay), built once and measured in turn,
+/// round after round, so that the machine's slow and fast spells fall on
+/// all alike. Prints each round's medians and the median of the rounds.
 async fn overhead() {
     let rounds = 7;
     let n = 2000;
@@ -261,6 +261,7 @@ async fn overhead() {
     let local = local().await;
     let rfc = sites(LinkMode::Rfc, false, compress::Mode::None, None).await;
     let fw = sites(LinkMode::Enhanced, true, compress::Mode::None, None).await;
+    let enh = sites(LinkMode::Enhanced, false, compress::Mode::None, None).await;
     if let Ok(only) = std::env::var("FCIP_WAN_PROFILE") {
         // For a profiler: one path only, for a while, nothing printed
         // per round.
@@ -268,39 +269,49 @@ async fn overhead() {
             "local" => &local,
             "rfc" => &rfc,
             "fastwrite" => &fw,
-            other => panic!("FCIP_WAN_PROFILE: {other}: local, rfc or fastwrite"),
+            "enhanced" => &enh,
+            other => panic!("FCIP_WAN_PROFILE: {other}: local, rfc, fastwrite or enhanced"),
         };
         let (m, _) = qd1(s, 50_000).await;
         println!("{only}: {m:.1} µs median over 50,000 writes");
         return;
     }
-    println!("| round | without FCIP | RFC | FastWrite | RFC − without | FastWrite − without |");
-    println!("|---|---|---|---|---|---|");
-    let (mut d_rfc, mut d_fw) = (Vec::new(), Vec::new());
-    let (mut m_local, mut m_rfc, mut m_fw) = (Vec::new(), Vec::new(), Vec::new());
+    println!(
+        "| round | without FCIP | RFC | FastWrite | enhanced | RFC − without | FastWrite − without | enhanced − without |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let (mut d_rfc, mut d_fw, mut d_enh) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut m_local, mut m_rfc, mut m_fw, mut m_enh) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 1..=rounds {
         let (l, _) = qd1(&local, n).await;
         let (a, _) = qd1(&rfc, n).await;
         let (f, _) = qd1(&fw, n).await;
+        let (e, _) = qd1(&enh, n).await;
         println!(
-            "| {r} | {l:.1} | {a:.1} | {f:.1} | +{:.1} | +{:.1} |",
+            "| {r} | {l:.1} | {a:.1} | {f:.1} | {e:.1} | +{:.1} | +{:.1} | +{:.1} |",
             a - l,
-            f - l
+            f - l,
+            e - l
         );
         d_rfc.push(a - l);
         d_fw.push(f - l);
+        d_enh.push(e - l);
         m_local.push(l);
         m_rfc.push(a);
         m_fw.push(f);
+        m_enh.push(e);
     }
     let med = |v: Vec<f64>| median_p99(v).0;
     println!(
-        "| median | {:.1} | {:.1} | {:.1} | **+{:.1}** | **+{:.1}** |\n",
+        "| median | {:.1} | {:.1} | {:.1} | {:.1} | **+{:.1}** | **+{:.1}** | **+{:.1}** |\n",
         med(m_local),
         med(m_rfc),
         med(m_fw),
+        med(m_enh),
         med(d_rfc),
-        med(d_fw)
+        med(d_fw),
+        med(d_enh)
     );
 }
 

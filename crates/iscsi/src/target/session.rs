@@ -847,7 +847,15 @@ impl Session {
             let fits = self.ahead.len() < self.limits.queue_depth as usize
                 && self.budget_used + self.ahead_bytes + len <= self.limits.write_buffer_budget;
             if fits && !self.ahead.contains_key(&cmd_sn) {
-                self.ahead.insert(cmd_sn, frame.clone());
+                // The headers copied, so that a PDU waiting here does not
+                // keep the receive buffer they came in alive (the data
+                // segment is already its own or a large share of it).
+                let kept = PduFrame {
+                    bhs: Bytes::copy_from_slice(&frame.bhs),
+                    ahs: Bytes::copy_from_slice(&frame.ahs),
+                    data: frame.data.clone(),
+                };
+                self.ahead.insert(cmd_sn, kept);
                 self.ahead_bytes += len;
             } else if !fits {
                 debug!(

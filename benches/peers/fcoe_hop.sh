@@ -234,7 +234,8 @@ for io in $IOS; do
             read -r mb io_s fs cm < <(python3 -c "
 s=$secs; n=$count; b=$size; fr=$f1-$f0; cpu=($c1-$c0)/$TICKS
 print(f'{n*b/s/1e6:.1f} {n/s:.0f} {fr/s:.0f} {cpu/max(fr,1)*1e6:.2f}')")
-            echo "$io,$LINK,$name,$size,$depth,$r,$count,$secs,$mb,$io_s,$fs,$cm" >>"$CSV"
+            # The link's description has commas ("generic, copy"): quoted.
+            echo "$io,\"$LINK\",$name,$size,$depth,$r,$count,$secs,$mb,$io_s,$fs,$cm" >>"$CSV"
             mbs+=("$mb") iops+=("$io_s") fps+=("$fs") cpm+=("$cm")
         done
         printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$io" "$LINK" "$name" \

@@ -21,6 +21,7 @@
 pub mod backend;
 pub mod cdb;
 pub mod emulated;
+pub mod gather;
 pub mod idmap;
 pub mod initiator;
 pub mod lu;

@@ -25,7 +25,8 @@ use std::collections::VecDeque;
 use crate::fastmap::FastMap;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use unifab_scsi_core::gather::Gathered;
 use unifab_scsi_core::initiator::{InitiatorError, Request};
 use unifab_scsi_core::{Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse};
 
@@ -80,14 +81,12 @@ enum Kind {
         data_out: Vec<Bytes>,
         write_len: u32,
         read_len: u32,
-        /// Data-in that arrived in relative-offset order, from 0: the
-        /// result's own list.
-        data_in: Vec<Bytes>,
-        /// Bytes in `data_in` and `gather`.
+        /// Data-in that arrived in relative-offset order, from 0 (the
+        /// result's own list), payloads shorter than [`GATHER_BELOW`]
+        /// copied together.
+        data_in: Gathered,
+        /// Bytes in `data_in`.
         in_order: u64,
-        /// In-order payloads shorter than [`GATHER_BELOW`] since the last
-        /// one kept as it came, copied together (they follow `data_in`).
-        gather: BytesMut,
         /// Data-in that did not (a gap before it, or an overlap), kept
         /// with its offset and merged when the response comes.
         scattered: Vec<(u32, Bytes)>,
@@ -417,9 +416,8 @@ impl NPort {
                         data_out: r.data_out,
                         write_len: r.data_out_len,
                         read_len: r.data_in_len,
-                        data_in: Vec::new(),
+                        data_in: Gathered::default(),
                         in_order: 0,
-                        gather: BytesMut::new(),
                         scattered: Vec::new(),
                         received: 0,
                     },
@@ -669,7 +667,6 @@ impl NPort {
             read_len,
             data_in,
             in_order,
-            gather,
             scattered,
             received,
             ..
@@ -719,17 +716,10 @@ impl NPort {
                 // MiB is 512 of them), so the list does not grow nine
                 // times; capped, since the frame size is the peer's.
                 let frames = u64::from(*read_len).div_ceil(len).min(1024);
-                data_in.reserve_exact(frames as usize);
+                data_in.reserve(frames as usize);
             }
             *in_order += len;
-            if frame.payload.len() < GATHER_BELOW {
-                gather.extend_from_slice(&frame.payload);
-            } else {
-                if !gather.is_empty() {
-                    data_in.push(gather.split().freeze());
-                }
-                data_in.push(frame.payload);
-            }
+            data_in.push(frame.payload, GATHER_BELOW);
         } else {
             scattered.push((ro as u32, frame.payload));
         }
@@ -785,20 +775,16 @@ impl NPort {
                 read_len,
                 write_len,
                 mut data_in,
-                mut gather,
                 scattered,
                 ..
             } => {
-                if !gather.is_empty() {
-                    data_in.push(gather.split().freeze());
-                }
                 if let Some(code) = rsp.rsp_code() {
                     if code != FcpRspCode::COMPLETE {
                         self.complete(c.id, Err(InitiatorError::ServiceResponse(code.0)));
                         return;
                     }
                 }
-                let Some(data_in) = merge_data_in(data_in, scattered) else {
+                let Some(data_in) = merge_data_in(data_in.take(), scattered) else {
                     self.complete(c.id, Err(InitiatorError::Protocol("data-in with a gap")));
                     return;
                 };

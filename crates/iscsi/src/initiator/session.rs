@@ -49,9 +49,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tracing::{debug, trace};
 
+use unifab_scsi_core::gather::Gathered;
 use unifab_scsi_core::initiator::{InitiatorError, Outcome, Request, is_idempotent};
 use unifab_scsi_core::{
     DataDirection, Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse,
@@ -265,10 +266,9 @@ struct Cmd<T> {
     phase: Phase,
     itt: u32,
     cmd_sn: u32,
-    data_in: Vec<Bytes>,
-    /// Data-In segments shorter than [`GATHER_BELOW`] since the last one
-    /// kept as it came, copied together (they follow `data_in`).
-    data_in_small: BytesMut,
+    /// Data-In so far, segments shorter than [`GATHER_BELOW`] copied
+    /// together.
+    data_in: Gathered,
     data_in_got: u32,
     exp_data_sn: u32,
     /// Bytes R2Ts have asked for on this attempt: at ErrorRecoveryLevel 0
@@ -626,8 +626,7 @@ impl<T> Session<T> {
             phase: Phase::Queued,
             itt: RESERVED_TAG,
             cmd_sn: 0,
-            data_in: Vec::new(),
-            data_in_small: BytesMut::new(),
+            data_in: Gathered::default(),
             data_in_got: 0,
             exp_data_sn: 0,
             solicited: 0,
@@ -1420,7 +1419,6 @@ impl<T> Session<T> {
         c.cmd_sn = cmd_sn;
         c.phase = Phase::Sent;
         c.data_in.clear();
-        c.data_in_small.clear();
         c.data_in_got = 0;
         c.exp_data_sn = 0;
         c.solicited = 0;
@@ -1569,14 +1567,7 @@ impl<T> Session<T> {
         c.exp_data_sn = c.exp_data_sn.wrapping_add(1);
         if c.error.is_none() && !data.is_empty() {
             c.data_in_got += len;
-            if data.len() < GATHER_BELOW {
-                c.data_in_small.extend_from_slice(&data);
-            } else {
-                if !c.data_in_small.is_empty() {
-                    c.data_in.push(c.data_in_small.split().freeze());
-                }
-                c.data_in.push(data);
-            }
+            c.data_in.push(data, GATHER_BELOW);
         }
         if !d.status_present {
             return;
@@ -1640,10 +1631,7 @@ impl<T> Session<T> {
             self.finish(slot, Err(InitiatorError::Protocol(e)));
             return;
         }
-        if !c.data_in_small.is_empty() {
-            c.data_in.push(c.data_in_small.split().freeze());
-        }
-        let data_in = std::mem::take(&mut c.data_in);
+        let data_in = c.data_in.take();
         self.finish(
             slot,
             Ok(TaskResult {

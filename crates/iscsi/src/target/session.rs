@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tracing::{debug, trace};
 
+use unifab_scsi_core::gather::Gathered;
 use unifab_scsi_core::idmap::{IdMap, IdSet};
 use unifab_scsi_core::{
     Cdb, ItNexus, Lun, Residual, Sense, SenseKey, Status, Task, TaskAttr, TaskResult, TmfFunction,
@@ -250,13 +251,9 @@ enum Phase {
 
 #[derive(Debug)]
 struct Collect {
-    /// Slices in buffer-offset order; with `small`, `received` is their
-    /// total.
-    segments: Vec<Bytes>,
-    /// Data-Out segments shorter than [`COALESCE_BELOW`] that arrived
-    /// since the last one kept as a slice, copied together (they follow
-    /// `segments`).
-    small: BytesMut,
+    /// The data in buffer-offset order, segments shorter than
+    /// [`COALESCE_BELOW`] copied together; `received` is its total.
+    segments: Gathered,
     received: u32,
     /// Unsolicited sequence in progress (TTT = 0xffffffff) and its next DataSN.
     unsolicited_open: bool,
@@ -401,24 +398,12 @@ const COALESCE_BELOW: usize = 2048;
 impl Collect {
     /// Takes a Data-Out segment, in buffer-offset order.
     fn push(&mut self, data: Bytes) {
-        if data.len() < COALESCE_BELOW {
-            self.small.extend_from_slice(&data);
-        } else {
-            self.flush_small();
-            self.segments.push(data);
-        }
-    }
-
-    fn flush_small(&mut self) {
-        if !self.small.is_empty() {
-            self.segments.push(self.small.split().freeze());
-        }
+        self.segments.push(data, COALESCE_BELOW);
     }
 
     /// Every segment, in order.
     fn take(&mut self) -> Vec<Bytes> {
-        self.flush_small();
-        std::mem::take(&mut self.segments)
+        self.segments.take()
     }
 }
 
@@ -1008,13 +993,12 @@ impl Session {
             } else {
                 self.params.first_burst_length.min(write_len)
             };
+            let mut segments = Gathered::default();
+            if imm_len > 0 {
+                segments.push(frame.data.clone(), COALESCE_BELOW);
+            }
             let collect = Collect {
-                segments: if imm_len > 0 {
-                    vec![frame.data.clone()]
-                } else {
-                    Vec::new()
-                },
-                small: BytesMut::new(),
+                segments,
                 received: imm_len,
                 unsolicited_open: !cmd.final_flag,
                 unsolicited_data_sn: 0,

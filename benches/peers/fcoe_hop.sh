@@ -201,6 +201,23 @@ stop_hop() {
     ip link del "$VA" 2>/dev/null || true
 }
 
+# FCoE assumes a lossless link: a frame either link drops (AF_XDP's
+# receive counters, a stuck TX ring, AF_PACKET's full queue) costs a
+# command its timeout. Any such line in either gateway's log, and any
+# forwarded command that failed, is printed and fails the run at the end.
+LOSSES=0
+check_losses() { # check_losses IO
+    local f n
+    for f in "$WORK/a-$1.log" "$WORK/b-$1.log"; do
+        n=$(grep -cE 'AF_XDP receive drops|TX ring stuck|no free TX frame|frames dropped|forwarded command failed' "$f" || true)
+        if ((n > 0)); then
+            note "$1: $n loss or failure lines in $(basename "$f"):"
+            grep -E 'AF_XDP receive drops|TX ring stuck|no free TX frame|frames dropped|forwarded command failed' "$f" | head -5 >&2
+            LOSSES=$((LOSSES + n))
+        fi
+    done
+}
+
 CSV="$OUT_DIR/results.csv"
 echo "io,link,workload,size_bytes,depth,repeat,requests,seconds,mb_per_s,iops,frames_per_s,cpu_s_per_mframe" >"$CSV"
 # workload | size | depth | mode | probe requests
@@ -242,5 +259,7 @@ print(f'{n*b/s/1e6:.1f} {n/s:.0f} {fr/s:.0f} {cpu/max(fr,1)*1e6:.2f}')")
             "$(median "${mbs[@]}")" "$(median "${iops[@]}")" "$(median "${fps[@]}")" "$(median "${cpm[@]}")"
     done
     stop_hop
+    check_losses "$io"
 done
 note "results: $CSV"
+((LOSSES == 0)) || die "$LOSSES loss or failure lines in the gateways' logs (copied to $OUT_DIR)"

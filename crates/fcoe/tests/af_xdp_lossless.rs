@@ -1,0 +1,163 @@
+//! AF_XDP receive side: no frame is lost to an empty fill ring while the
+//! stack holds received frames, or after it gives them back.
+//!
+//! FCoE assumes a lossless link, and FCP class 3 recovers a lost frame
+//! only by the command's timeout, so the receive side must keep enough
+//! UMEM frames in the kernel's fill ring for a burst arriving while its
+//! task is off the CPU ([`Budget::burst`]), however many frames the stack
+//! holds. Needs root (a veth pair and an XDP program); CI runs as root.
+#![cfg(feature = "af-xdp")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use unifab_fcoe::link::af_xdp::{self, Budget, XdpConfig, XdpMode};
+use unifab_fcoe::link::{EthLink, af_packet};
+
+fn run(cmd: &[&str]) {
+    let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        cmd.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A veth pair in this namespace, removed on drop.
+struct Veth {
+    a: String,
+    b: String,
+}
+
+impl Veth {
+    fn new() -> Veth {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        assert!(
+            uid == 0,
+            "this test needs root (a veth pair and an XDP program); running as uid {uid}. \
+             CI runs as root; run `sudo -E cargo test -p unifab-fcoe --features af-xdp \
+             --test af_xdp_lossless` by hand."
+        );
+        let id = std::process::id() % 100_000;
+        let v = Veth {
+            a: format!("uxla{id}"),
+            b: format!("uxlb{id}"),
+        };
+        let _ = Command::new("ip").args(["link", "del", &v.a]).output();
+        run(&[
+            "ip", "link", "add", &v.a, "type", "veth", "peer", "name", &v.b,
+        ]);
+        for i in [&v.a, &v.b] {
+            run(&["ip", "link", "set", i, "up"]);
+        }
+        v
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.a]).output();
+    }
+}
+
+/// Sends `n` FCoE frames numbered from `first` from `from` to `to`.
+fn send(from: &mut EthLink, to: [u8; 6], first: u32, n: u32) {
+    let src = from.mac.0;
+    for seq in first..first + n {
+        from.tx
+            .send(64, &mut |buf| {
+                buf[..6].copy_from_slice(&to);
+                buf[6..12].copy_from_slice(&src);
+                buf[12..14].copy_from_slice(&0x8906u16.to_be_bytes());
+                buf[14..18].copy_from_slice(&seq.to_be_bytes());
+                buf[18..64].fill(0xa5);
+                Ok(64)
+            })
+            .unwrap();
+        from.tx.flush().unwrap();
+    }
+}
+
+/// Receives until `n` frames came, or fails when none comes for 2 s.
+async fn receive(link: &mut EthLink, n: usize) -> Vec<Bytes> {
+    let mut got = Vec::new();
+    let mut last = Instant::now();
+    while got.len() < n {
+        let mut out = Vec::new();
+        match tokio::time::timeout(Duration::from_millis(200), link.rx.recv(&mut out)).await {
+            Ok(r) => {
+                r.unwrap();
+                last = Instant::now();
+                got.extend(out);
+            }
+            Err(_) => assert!(
+                last.elapsed() < Duration::from_secs(2),
+                "received {} of {n} frames: the rest were lost",
+                got.len()
+            ),
+        }
+    }
+    got
+}
+
+fn seqs(frames: &[Bytes]) -> Vec<u32> {
+    frames
+        .iter()
+        .map(|f| u32::from_be_bytes([f[14], f[15], f[16], f[17]]))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_burst_fits_while_frames_are_held_and_after_they_return() {
+    let veth = Veth::new();
+    let cfg = XdpConfig {
+        frames: 1024,
+        ring: 512,
+        ..XdpConfig::new(XdpMode::Generic)
+    };
+    let budget = Budget::of(&cfg);
+    // Something is lent, and the burst is more than the half of the
+    // receive frames the split before 2026-11-24 left the kernel.
+    assert!(
+        budget.max_lent > 0 && budget.burst() > budget.rx / 2,
+        "{budget:?}"
+    );
+    let burst = budget.burst();
+    let mut rx = af_xdp::open(&veth.a, &cfg).unwrap();
+    let mut tx = af_packet::open(&veth.b).unwrap();
+    let to = rx.mac.0;
+
+    // The stack holds every frame it receives (more than it may borrow
+    // from the UMEM: the rest are copied).
+    let mut held = Vec::new();
+    let mut next = 0;
+    while held.len() < budget.rx as usize {
+        send(&mut tx, to, next, 32);
+        let got = receive(&mut rx, 32).await;
+        assert_eq!(seqs(&got), (next..next + 32).collect::<Vec<_>>());
+        held.extend(got);
+        next += 32;
+    }
+
+    // A burst arrives while the receiver does not run: the kernel must
+    // find a fill-ring frame for each.
+    send(&mut tx, to, next, burst);
+    let got = receive(&mut rx, burst as usize).await;
+    assert_eq!(seqs(&got), (next..next + burst).collect::<Vec<_>>());
+    next += burst;
+    drop(got);
+    // What the stack holds was not handed back to the kernel under it.
+    let n = held.len() as u32;
+    assert_eq!(seqs(&held), (0..n).collect::<Vec<_>>());
+
+    // Everything held comes back while the receiver is idle, then another
+    // burst arrives before it runs again.
+    drop(held);
+    send(&mut tx, to, next, burst);
+    let got = receive(&mut rx, burst as usize).await;
+    assert_eq!(seqs(&got), (next..next + burst).collect::<Vec<_>>());
+}

@@ -202,17 +202,17 @@ stop_hop() {
 }
 
 # FCoE assumes a lossless link: a frame either link drops (AF_XDP's
-# receive counters, a stuck TX ring, AF_PACKET's full queue) costs a
+# receive counters, a stuck TX ring, AF_PACKET's full socket buffer) costs a
 # command its timeout. Any such line in either gateway's log, and any
 # forwarded command that failed, is printed and fails the run at the end.
 LOSSES=0
 check_losses() { # check_losses IO
     local f n
     for f in "$WORK/a-$1.log" "$WORK/b-$1.log"; do
-        n=$(grep -cE 'AF_XDP receive drops|TX ring stuck|no free TX frame|frames dropped|forwarded command failed' "$f" || true)
+        n=$(grep -cE 'receive drops|TX ring stuck|no free TX frame|frames dropped|forwarded command failed' "$f" || true)
         if ((n > 0)); then
             note "$1: $n loss or failure lines in $(basename "$f"):"
-            grep -E 'AF_XDP receive drops|TX ring stuck|no free TX frame|frames dropped|forwarded command failed' "$f" | head -5 >&2
+            grep -E 'receive drops|TX ring stuck|no free TX frame|frames dropped|forwarded command failed' "$f" | head -5 >&2
             LOSSES=$((LOSSES + n))
         fi
     done

@@ -140,9 +140,10 @@ pub const RX_BATCH: usize = 64;
 /// flight are 4,104 frames (8 × 512 data frames and an FCP_RSP), and
 /// they did arrive at once: with a 4,096-frame fill ring, 8 were dropped
 /// in 6 of 10 hop runs, and so they were with the split before this one
-/// (half the receive frames lendable, the kernel left with 4,096) in 3 of
-/// 49 (2026-11-24; 0 of 38 with more frames for the kernel). FCP class 3
-/// recovers a lost frame only by the command's timeout.
+/// (half the receive frames lendable, the kernel left with 4,096) in 6 of
+/// 59 (2026-11-24; 0 of 58 runs since with this split or a larger share
+/// for the kernel). FCP class 3 recovers a lost frame only by the
+/// command's timeout.
 ///
 /// Every receive frame is at any moment in the fill ring, in the RX ring,
 /// lent to the stack as `Bytes`, or free: waiting for the receive task to

@@ -486,6 +486,7 @@ impl NPort {
             self.drop_remote(now, id, &why);
         }
         self.pending.clear();
+        self.rrq_for.clear();
         self.steps.clear();
         self.step_busy = false;
         self.login = LoginState::Offline;
@@ -599,7 +600,10 @@ impl NPort {
                         r.state = RState::LoggedIn;
                     }
                 }
-                Req::Rrq => {}
+                // Unanswered: the OX_ID it named stays held until R_A_TOV.
+                Req::Rrq => {
+                    self.rrq_for.remove(&ox);
+                }
             }
         }
         self.target_timeouts(now);

@@ -8,29 +8,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use unifab_fcoe::link::af_packet;
+use unifab_testkit::veth::{VethPair, require_root};
 
-fn run(cmd: &[&str]) {
-    let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        cmd.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-struct Veth(String, String);
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
-    }
-}
+mod numbered;
 
 /// The log, shared with the subscriber.
 #[derive(Clone, Default)]
@@ -58,49 +42,24 @@ fn dropped_total(log: &str) -> u64 {
 
 #[tokio::test]
 async fn frames_the_socket_cannot_hold_are_counted_and_logged() {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    assert!(
-        uid == 0,
-        "this test needs root (a veth pair, AF_PACKET); running as uid {uid}. CI runs as \
-         root; run `sudo -E cargo test -p unifab-fcoe --test af_packet_drops` by hand."
-    );
+    require_root("the AF_PACKET drops test", "unifab-fcoe");
     let log = Log::default();
     let writer = log.clone();
     tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .init();
-    let id = std::process::id() % 100_000;
-    let veth = Veth(format!("upda{id}"), format!("updb{id}"));
-    let _ = Command::new("ip").args(["link", "del", &veth.0]).output();
-    run(&[
-        "ip", "link", "add", &veth.0, "type", "veth", "peer", "name", &veth.1,
-    ]);
-    for i in [&veth.0, &veth.1] {
-        run(&["ip", "link", "set", i, "up"]);
-    }
-    let mut rx = af_packet::open(&veth.0).unwrap();
-    let mut tx = af_packet::open(&veth.1).unwrap();
-    let (to, src) = (rx.mac.0, tx.mac.0);
+    let veth = VethPair::new("upd");
+    let mut rx = af_packet::open(&veth.a).unwrap();
+    let mut tx = af_packet::open(&veth.b).unwrap();
+    let to = rx.mac.0;
 
     // Nobody takes frames from `rx` while they are sent: its receive
     // thread fills its queue, then the socket's buffer fills, then the
     // kernel drops. (The buffer is 64 MiB; a small frame costs the socket
     // well over 320 bytes of it.)
     const SENT: u32 = 250_000;
-    for seq in 0..SENT {
-        tx.tx
-            .send(64, &mut |buf| {
-                buf[..6].copy_from_slice(&to);
-                buf[6..12].copy_from_slice(&src);
-                buf[12..14].copy_from_slice(&0x8906u16.to_be_bytes());
-                buf[14..18].copy_from_slice(&seq.to_be_bytes());
-                buf[18..64].fill(0);
-                Ok(64)
-            })
-            .unwrap();
-    }
+    numbered::send(&mut tx, to, 0, SENT);
 
     // Now take everything that was kept, until the link is quiet.
     let mut got = 0u64;

@@ -9,78 +9,15 @@
 #![cfg(feature = "af-xdp")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use unifab_fcoe::link::af_xdp::{self, Budget, XdpConfig, XdpMode};
 use unifab_fcoe::link::{EthLink, af_packet};
+use unifab_testkit::veth::{VethPair, require_root};
 
-fn run(cmd: &[&str]) {
-    let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        cmd.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A veth pair in this namespace, removed on drop.
-struct Veth {
-    a: String,
-    b: String,
-}
-
-impl Veth {
-    fn new() -> Veth {
-        // SAFETY: geteuid has no preconditions.
-        let uid = unsafe { libc::geteuid() };
-        assert!(
-            uid == 0,
-            "this test needs root (a veth pair and an XDP program); running as uid {uid}. \
-             CI runs as root; run `sudo -E cargo test -p unifab-fcoe --features af-xdp \
-             --test af_xdp_lossless` by hand."
-        );
-        let id = std::process::id() % 100_000;
-        let v = Veth {
-            a: format!("uxla{id}"),
-            b: format!("uxlb{id}"),
-        };
-        let _ = Command::new("ip").args(["link", "del", &v.a]).output();
-        run(&[
-            "ip", "link", "add", &v.a, "type", "veth", "peer", "name", &v.b,
-        ]);
-        for i in [&v.a, &v.b] {
-            run(&["ip", "link", "set", i, "up"]);
-        }
-        v
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.a]).output();
-    }
-}
-
-/// Sends `n` FCoE frames numbered from `first` from `from` to `to`.
-fn send(from: &mut EthLink, to: [u8; 6], first: u32, n: u32) {
-    let src = from.mac.0;
-    for seq in first..first + n {
-        from.tx
-            .send(64, &mut |buf| {
-                buf[..6].copy_from_slice(&to);
-                buf[6..12].copy_from_slice(&src);
-                buf[12..14].copy_from_slice(&0x8906u16.to_be_bytes());
-                buf[14..18].copy_from_slice(&seq.to_be_bytes());
-                buf[18..64].fill(0xa5);
-                Ok(64)
-            })
-            .unwrap();
-        from.tx.flush().unwrap();
-    }
-}
+mod numbered;
+use numbered::{send, seqs};
 
 /// Receives until `n` frames came, or fails when none comes for 2 s.
 async fn receive(link: &mut EthLink, n: usize) -> Vec<Bytes> {
@@ -104,16 +41,10 @@ async fn receive(link: &mut EthLink, n: usize) -> Vec<Bytes> {
     got
 }
 
-fn seqs(frames: &[Bytes]) -> Vec<u32> {
-    frames
-        .iter()
-        .map(|f| u32::from_be_bytes([f[14], f[15], f[16], f[17]]))
-        .collect()
-}
-
 #[tokio::test]
 async fn a_burst_fits_while_frames_are_held_and_after_they_return() {
-    let veth = Veth::new();
+    require_root("the AF_XDP burst test", "unifab-fcoe --features af-xdp");
+    let veth = VethPair::new("uxl");
     let cfg = XdpConfig {
         frames: 1024,
         ring: 512,

@@ -5,4 +5,5 @@
 pub mod peers;
 pub mod raw_iscsi;
 pub mod relay;
+pub mod veth;
 pub mod wan;

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use unifab_testkit::peers::{free_tcp_port, unifab_bin};
+use unifab_testkit::veth::run;
 
 pub const TARGET_WWPN: &str = "21:00:00:00:c9:00:00:0a";
 pub const INITIATOR_WWPN: &str = "21:00:00:00:c9:00:00:0b";
@@ -32,28 +33,7 @@ pub const VLAN: u16 = 100;
 
 /// Fails the test unless it runs as root with `ip` available.
 pub fn require_root(what: &str) {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    assert!(
-        uid == 0,
-        "{what} needs root (network namespaces, veth, AF_PACKET/AF_XDP); running as uid {uid}. \
-         CI runs as root; run `sudo -E cargo test -p unifab --test <name>` by hand."
-    );
-    let ok = Command::new("ip")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(ok, "{what} needs iproute2's `ip` (Debian: iproute2)");
-}
-
-fn run(cmd: &[&str]) {
-    let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        cmd.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    unifab_testkit::veth::require_root(what, "unifab");
 }
 
 /// A veth pair: `a` here, `b` in namespace `ns`. Removed on drop.

@@ -476,6 +476,182 @@ fn reads_and_multi_burst_writes_with_verified_data() {
     assert!(joined(&s.result(i, z).unwrap()).iter().all(|b| *b == 0));
 }
 
+/// The initiator bounds the frames its open commands can bring back
+/// (`max_frames_in`, for a link that cannot pause its sender): a command
+/// that would pass it waits, in order, until earlier ones end; one command
+/// alone always goes; a later small command does not overtake a waiting
+/// one; every command ends with the right data.
+#[test]
+fn frames_in_flight_toward_an_initiator_are_bounded() {
+    let mut s = Sim::new();
+    let t = s.target(T_WWPN, 8, 1 << 20);
+    s.run();
+    let mut cfg = NPortConfig::new(I_WWPN, Wwn(I_WWPN.0 ^ 0x0100_0000_0000_0000));
+    cfg.initiator = true;
+    cfg.discover = true;
+    // An 8 KiB read brings back 4 data frames and an FCP_RSP.
+    cfg.max_frames_in = Some(10);
+    let i = s.add(cfg, None);
+    s.run();
+    let ua = s.submit(
+        i,
+        T_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    assert_eq!(s.nodes[i].port.frames_in(), 0);
+    // Data to read back.
+    let data = pattern(64 * 1024, 9);
+    let w = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(0, 128), data.clone()),
+    );
+    assert_eq!(s.result(i, w).unwrap().status, Status::GOOD);
+
+    s.nodes[t].hold = true;
+    s.log.clear();
+    let read = |s: &mut Sim, kib: u32| {
+        let blocks = (kib * 2) as u16;
+        s.submit(
+            i,
+            T_WWPN,
+            Request::new(Lun(0), read10(0, blocks), kib * 1024),
+        )
+    };
+    let a = read(&mut s, 8);
+    let b = read(&mut s, 8);
+    assert_eq!(s.nodes[i].port.frames_in(), 10);
+    // A third would pass the bound: it waits, and so does a 1 KiB read
+    // after it (two frames would fit, but it does not overtake).
+    let c = read(&mut s, 8);
+    let d = read(&mut s, 1);
+    let cmnds = |s: &Sim| s.count(|f| matches!(f.payload, PayloadRepr::FcpCmnd(_)));
+    assert_eq!(cmnds(&s), 2);
+    assert_eq!(s.nodes[i].port.commands_waiting(), 2);
+    assert_eq!(s.nodes[t].held.len(), 2);
+    // The held commands end: the waiting ones go, in order.
+    let release = |s: &mut Sim| {
+        let now = s.now;
+        for (id, fut) in std::mem::take(&mut s.nodes[t].held) {
+            let r = s.rt.block_on(fut);
+            s.nodes[t].port.complete_task(now, id, r);
+        }
+        s.run();
+    };
+    release(&mut s);
+    for id in [a, b] {
+        assert_eq!(joined(&s.result(i, id).unwrap()), &data[..8192]);
+    }
+    assert_eq!(cmnds(&s), 4);
+    assert_eq!(s.nodes[i].port.commands_waiting(), 0);
+    assert_eq!(s.nodes[i].port.frames_in(), 5 + 2);
+    release(&mut s);
+    assert_eq!(joined(&s.result(i, c).unwrap()), &data[..8192]);
+    assert_eq!(joined(&s.result(i, d).unwrap()), &data[..1024]);
+    assert_eq!(s.nodes[i].port.frames_in(), 0);
+    // One command larger than the whole bound still goes, alone.
+    let big = read(&mut s, 64);
+    assert_eq!(s.nodes[t].held.len(), 1);
+    release(&mut s);
+    assert_eq!(joined(&s.result(i, big).unwrap()), &data[..]);
+    assert_eq!(s.nodes[i].port.frames_in(), 0);
+}
+
+/// The target bounds the write data its admitted writes have yet to
+/// receive (`max_write_in_flight`): a write that would pass it gets no
+/// FCP_XFER_RDY until the data of earlier ones has come; one write alone
+/// always goes; every write lands.
+#[test]
+fn write_data_in_flight_toward_a_target_is_bounded() {
+    let mut s = Sim::new();
+    let scsi = ScsiTarget::new();
+    scsi.insert(Lun(0), lu(8));
+    let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
+    cfg.target = true;
+    cfg.max_burst = 4096;
+    cfg.max_write_in_flight = Some(16 * 1024);
+    let t = s.add(cfg, Some(scsi));
+    s.run();
+    let i = s.initiator(I_WWPN);
+    s.run();
+    let ua = s.submit(
+        i,
+        T_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    s.log.clear();
+    // Three 12 KiB writes and a 32 KiB one, submitted together.
+    let sizes = [12u16, 12, 12, 32];
+    let mut ids = Vec::new();
+    let now = s.now;
+    for (k, kib) in sizes.iter().enumerate() {
+        let id = s.next_id();
+        let data = pattern(usize::from(*kib) * 1024, k as u8);
+        let lba = 100 * k as u32;
+        s.nodes[i].port.submit(
+            now,
+            id,
+            T_WWPN,
+            Request::with_data_out(Lun(0), write10(lba, kib * 2), data),
+        );
+        ids.push(id);
+    }
+    s.run();
+    // Replay the log: a write's data is "to come" from its first
+    // XFER_RDY until its data frames have brought it. It never passes
+    // 16 KiB, but for the 32 KiB write, alone.
+    let oxs: Vec<u16> = s
+        .log
+        .iter()
+        .filter(|f| matches!(f.payload, PayloadRepr::FcpCmnd(_)))
+        .map(|f| f.header.ox_id.0)
+        .collect();
+    assert_eq!(oxs.len(), 4);
+    let size = |ox: u16| {
+        let k = oxs.iter().position(|o| *o == ox).unwrap();
+        usize::from(sizes[k]) * 1024
+    };
+    let mut to_come: std::collections::HashMap<u16, usize> = Default::default();
+    let (mut peak, mut peak_alone) = (0, 0);
+    for f in &s.log {
+        let ox = f.header.ox_id.0;
+        match &f.payload {
+            PayloadRepr::FcpXferRdy(x) if x.data_ro == 0 => {
+                to_come.insert(ox, size(ox));
+            }
+            PayloadRepr::FcpData(d) if oxs.contains(&ox) => {
+                let left = to_come.get_mut(&ox).unwrap();
+                *left -= d.len();
+            }
+            _ => continue,
+        }
+        let total: usize = to_come.values().sum();
+        if to_come.values().filter(|v| **v > 0).count() > 1 {
+            peak = peak.max(total);
+        } else {
+            peak_alone = peak_alone.max(total);
+        }
+    }
+    assert!(peak <= 16 * 1024, "{peak}");
+    assert_eq!(peak_alone, 32 * 1024);
+    assert!(s.nodes[t].port.stats().writes_deferred >= 3);
+    for (k, id) in ids.iter().enumerate() {
+        assert_eq!(s.result(i, *id).unwrap().status, Status::GOOD);
+        let lba = 100 * k as u32;
+        let blocks = sizes[k] * 2;
+        let rd = s.submit(
+            i,
+            T_WWPN,
+            Request::new(Lun(0), read10(lba, blocks), u32::from(blocks) * 512),
+        );
+        let want = pattern(usize::from(sizes[k]) * 1024, k as u8);
+        assert_eq!(joined(&s.result(i, rd).unwrap()), &want[..]);
+    }
+    assert_eq!(s.nodes[t].port.write_bytes_to_come(), 0);
+}
+
 /// A target port whose write-data budget is `max_write_held`, an
 /// initiator logged in to it, and the LU's power-on unit attention taken.
 fn budget_pair(max_write_held: u64) -> (Sim, usize, usize) {

@@ -60,6 +60,25 @@ struct Queued {
     /// When it stops waiting for its port: `deadline`, or earlier under
     /// `fast_io_fail`.
     wait_until: Instant,
+    /// Its port was ready; it waits for room under `max_frames_in`.
+    for_window: bool,
+}
+
+impl Work {
+    /// The frames a command can bring back ([`NPortConfig::max_frames_in`]):
+    /// its data-in, an FCP_XFER_RDY if it writes, and its FCP_RSP. Task
+    /// management functions are not held back.
+    ///
+    /// [`NPortConfig::max_frames_in`]: super::NPortConfig::max_frames_in
+    fn frames_in(&self, frame_data: u16) -> u32 {
+        match self {
+            Work::Command(r) => {
+                let data = r.data_in_len.div_ceil(u32::from(frame_data.max(1)));
+                data.saturating_add(1 + u32::from(r.data_out_len > 0))
+            }
+            Work::Tmf { .. } => 0,
+        }
+    }
 }
 
 /// Most lost target ports remembered for `fast_io_fail`; beyond it the
@@ -102,6 +121,8 @@ enum Kind {
 #[derive(Debug)]
 struct Cmd {
     id: u64,
+    /// Frames it can bring back (counted under `max_frames_in`).
+    frames: u32,
     peer: FcId,
     lun: Lun,
     rx: RxId,
@@ -121,10 +142,23 @@ pub struct InitiatorEngine {
     queued: VecDeque<Queued>,
     cmds: FastMap<OxId, Cmd>,
     by_id: FastMap<u64, OxId>,
+    /// `NPortConfig::max_frames_in`.
+    max_frames_in: Option<u32>,
+    /// Data bytes per frame the targets send us (`rx_data_field_size`).
+    frame_data: u16,
+    /// Frames the open commands can still bring back.
+    frames_in: u32,
+    /// A command ended while others waited for room under the bound.
+    room_freed: bool,
 }
 
 impl InitiatorEngine {
-    pub(crate) fn new(timeout: Duration, fast_io_fail: Option<Duration>) -> InitiatorEngine {
+    pub(crate) fn new(
+        timeout: Duration,
+        fast_io_fail: Option<Duration>,
+        max_frames_in: Option<u32>,
+        frame_data: u16,
+    ) -> InitiatorEngine {
         InitiatorEngine {
             timeout,
             fast_io_fail,
@@ -132,7 +166,26 @@ impl InitiatorEngine {
             queued: VecDeque::new(),
             cmds: FastMap::default(),
             by_id: FastMap::default(),
+            max_frames_in,
+            frame_data,
+            frames_in: 0,
+            room_freed: false,
         }
+    }
+
+    /// Whether a command bringing back `frames` may start now: always when
+    /// nothing is open (one command alone always goes).
+    fn has_room(&self, frames: u32) -> bool {
+        match self.max_frames_in {
+            None => true,
+            Some(max) => self.frames_in == 0 || self.frames_in.saturating_add(frames) <= max,
+        }
+    }
+
+    /// Frames the open commands can still bring back
+    /// (`NPortConfig::max_frames_in` bounds it).
+    pub fn frames_in(&self) -> u32 {
+        self.frames_in
     }
 
     /// Commands sent and not yet answered.
@@ -320,11 +373,30 @@ impl NPort {
 
     fn enqueue(&mut self, now: Instant, id: u64, target: Wwn, work: Work) {
         let deadline = now + self.initiator.timeout;
-        // Behind anything already waiting for the same port, to keep order.
-        let behind = self.initiator.queued.iter().any(|q| q.target == target);
+        let frames = work.frames_in(self.initiator.frame_data);
+        // Behind anything already waiting for the same port, to keep
+        // order, and behind anything waiting for room (no overtaking).
+        let behind = self
+            .initiator
+            .queued
+            .iter()
+            .any(|q| q.target == target || (frames > 0 && q.for_window));
         match self.ready_port_by_name(target) {
-            Some(peer) if !behind => self.start(now, id, peer, work, deadline),
-            _ => {
+            Some(peer) if !behind && self.initiator.has_room(frames) => {
+                self.start(now, id, peer, work, deadline)
+            }
+            // The port is ready: it waits for room, or behind one that does.
+            Some(_) => {
+                self.initiator.queued.push_back(Queued {
+                    id,
+                    target,
+                    work,
+                    deadline,
+                    wait_until: deadline,
+                    for_window: true,
+                });
+            }
+            None => {
                 let wait_until = match self.initiator.fast_io_fail {
                     None => deadline,
                     Some(ff) => {
@@ -343,6 +415,7 @@ impl NPort {
                     work,
                     deadline,
                     wait_until,
+                    for_window: false,
                 });
             }
         }
@@ -392,6 +465,7 @@ impl NPort {
     }
 
     fn start(&mut self, _now: Instant, id: u64, peer: FcId, work: Work, deadline: Instant) {
+        let frames = work.frames_in(self.initiator.frame_data);
         let Ok(ox) = self.xm.alloc_ox() else {
             self.fail(id, &work, InitiatorError::QueueFull);
             return;
@@ -463,9 +537,11 @@ impl NPort {
             parameter: 0,
         };
         self.initiator.by_id.insert(id, ox);
+        self.initiator.frames_in = self.initiator.frames_in.saturating_add(frames);
         self.initiator.cmds.insert(
             ox,
             Cmd {
+                frames,
                 id,
                 peer,
                 lun,
@@ -553,7 +629,54 @@ impl NPort {
     fn take_cmd(&mut self, ox: OxId) -> Option<Cmd> {
         let c = self.initiator.cmds.remove(&ox)?;
         self.initiator.by_id.remove(&c.id);
+        self.initiator.frames_in = self.initiator.frames_in.saturating_sub(c.frames);
+        if c.frames > 0 && !self.initiator.queued.is_empty() {
+            self.initiator.room_freed = true;
+        }
         Some(c)
+    }
+
+    /// Starts what waited for room under `max_frames_in` (and for its
+    /// port), in order, once a command has ended.
+    pub(super) fn initiator_window_freed(&mut self, now: Instant) {
+        if std::mem::take(&mut self.initiator.room_freed) {
+            self.start_queued(now);
+        }
+    }
+
+    /// Starts every queued command whose port is ready and that fits
+    /// under `max_frames_in`, in order: a command waits while an earlier
+    /// one for its port waits, and no command that brings frames back
+    /// overtakes one waiting for room.
+    fn start_queued(&mut self, now: Instant) {
+        let queued = std::mem::take(&mut self.initiator.queued);
+        let mut keep = VecDeque::new();
+        let mut held: Vec<Wwn> = Vec::new();
+        let mut full = false;
+        for mut q in queued {
+            if held.contains(&q.target) {
+                keep.push_back(q);
+                continue;
+            }
+            let Some(peer) = self.ready_port_by_name(q.target) else {
+                held.push(q.target);
+                keep.push_back(q);
+                continue;
+            };
+            let frames = q.work.frames_in(self.initiator.frame_data);
+            if frames > 0 && (full || !self.initiator.has_room(frames)) {
+                full = true;
+                q.for_window = true;
+                q.wait_until = q.deadline;
+                held.push(q.target);
+                keep.push_back(q);
+                continue;
+            }
+            self.start(now, q.id, peer, q.work, q.deadline);
+        }
+        // `start` queues nothing, so nothing was added meanwhile.
+        keep.extend(std::mem::take(&mut self.initiator.queued));
+        self.initiator.queued = keep;
     }
 
     /// An exchange that ended abnormally: its OX_ID is held and recovered
@@ -921,20 +1044,8 @@ impl NPort {
         let Some(name) = self.remotes.get(&peer).map(|r| r.port_name) else {
             return;
         };
-        let mut keep = VecDeque::new();
-        let mut go = Vec::new();
-        for q in self.initiator.queued.drain(..) {
-            if q.target == name {
-                go.push(q);
-            } else {
-                keep.push_back(q);
-            }
-        }
-        self.initiator.queued = keep;
         self.initiator.lost.remove(&name);
-        for q in go {
-            self.start(now, q.id, peer, q.work, q.deadline);
-        }
+        self.start_queued(now);
     }
 
     /// The port is going away: commands still waiting for their target
@@ -986,7 +1097,13 @@ impl NPort {
         }
         self.initiator.queued = keep;
         for q in late {
-            let e = self.not_logged_in(now, q.target, q.wait_until < q.deadline);
+            let e = if q.for_window {
+                InitiatorError::Timeout {
+                    after: self.initiator.timeout,
+                }
+            } else {
+                self.not_logged_in(now, q.target, q.wait_until < q.deadline)
+            };
             self.fail(q.id, &q.work, e);
         }
         // Commands past their timeout, and aborts without an answer.

@@ -91,6 +91,21 @@ pub struct NPortConfig {
     /// Write data a target's open exchanges may account for at once
     /// (default [`target::MAX_WRITE_HELD`]); see there.
     pub max_write_held: u64,
+    /// Initiator role: the most frames its open commands may bring back
+    /// at once (data-in at `rx_data_field_size` per frame, an FCP_RSP,
+    /// and an FCP_XFER_RDY for a write); `None`: no bound. A command that
+    /// would pass it waits, in order, until earlier ones end (one command
+    /// alone always goes). For a link that cannot pause its sender (FCoE
+    /// without PFC): a burst longer than the link can take while its
+    /// receiver is off the CPU is lost, and FCP class 3 recovers a lost
+    /// frame only by the command's timeout.
+    pub max_frames_in: Option<u32>,
+    /// Target role: the most write data its admitted writes may still
+    /// have to receive at once; `None`: no bound beyond `max_write_held`.
+    /// A write that would pass it waits, in order, with nothing asked for
+    /// (one write alone always goes). The target's side of
+    /// `max_frames_in`: for a link that cannot pause its sender.
+    pub max_write_in_flight: Option<u64>,
     /// Most open exchanges in each role.
     pub max_exchanges: usize,
     /// Most remote ports logged in at once (PLOGI). A PLOGI from one more
@@ -123,6 +138,8 @@ impl NPortConfig {
             fast_io_fail: None,
             max_burst: 256 * 1024,
             max_write_held: target::MAX_WRITE_HELD,
+            max_frames_in: None,
+            max_write_in_flight: None,
             max_exchanges: 4096,
             max_logins: MAX_LOGINS,
             relative_port_id: 1,
@@ -311,8 +328,13 @@ impl NPort {
     pub fn new(cfg: NPortConfig) -> NPort {
         let xm = ExchangeManager::new(cfg.timeouts, cfg.max_exchanges);
         NPort {
-            target: TargetEngine::new(cfg.max_burst, cfg.max_write_held),
-            initiator: InitiatorEngine::new(cfg.command_timeout, cfg.fast_io_fail),
+            target: TargetEngine::new(cfg.max_burst, cfg.max_write_held, cfg.max_write_in_flight),
+            initiator: InitiatorEngine::new(
+                cfg.command_timeout,
+                cfg.fast_io_fail,
+                cfg.max_frames_in,
+                cfg.rx_data_field_size,
+            ),
             cfg,
             login: LoginState::Offline,
             fc_id: FcId::UNIDENTIFIED,
@@ -360,6 +382,26 @@ impl NPort {
     /// budget before their FCP_XFER_RDY.
     pub fn writes_waiting(&self) -> usize {
         self.target.writes_waiting()
+    }
+
+    /// Target role: write data its admitted writes have yet to receive,
+    /// at most `NPortConfig::max_write_in_flight` (but one write alone may
+    /// pass it).
+    pub fn write_bytes_to_come(&self) -> u64 {
+        self.target.write_bytes_to_come()
+    }
+
+    /// Initiator role: frames its open commands can still bring back, at
+    /// most `NPortConfig::max_frames_in` (but one command alone may pass
+    /// it).
+    pub fn frames_in(&self) -> u32 {
+        self.initiator.frames_in()
+    }
+
+    /// Initiator role: commands waiting for their target port or for room
+    /// under `NPortConfig::max_frames_in`.
+    pub fn commands_waiting(&self) -> usize {
+        self.initiator.waiting()
     }
 
     /// Is a fabric login (FLOGI/FDISC) with this OX_ID outstanding? Lets
@@ -608,6 +650,7 @@ impl NPort {
         }
         self.target_timeouts(now);
         self.initiator_timeouts(now);
+        self.initiator_window_freed(now);
     }
 
     /// Handles a frame addressed to this port.
@@ -650,6 +693,7 @@ impl NPort {
             (_, RCtl::BA_ACC) | (_, RCtl::BA_RJT) => self.initiator_abts_answer(now, frame),
             _ => self.stats.discarded += 1,
         }
+        self.initiator_window_freed(now);
     }
 
     fn answer_els(&mut self, h: &crate::wire::FcHeaderRepr, els: &ElsRepr) {

@@ -168,6 +168,10 @@ pub struct TargetEngine {
     /// bounded by `max_write_held`.
     write_held: u64,
     max_write_held: u64,
+    /// Write data the admitted exchanges have yet to receive.
+    to_come: u64,
+    /// `NPortConfig::max_write_in_flight`.
+    max_write_in_flight: Option<u64>,
     /// Writes waiting for the budget ([`XState::Waiting`]), oldest first.
     waiting: VecDeque<(FcId, OxId)>,
     next_id: u64,
@@ -177,11 +181,17 @@ pub struct TargetEngine {
 }
 
 impl TargetEngine {
-    pub(crate) fn new(max_burst: u32, max_write_held: u64) -> TargetEngine {
+    pub(crate) fn new(
+        max_burst: u32,
+        max_write_held: u64,
+        max_write_in_flight: Option<u64>,
+    ) -> TargetEngine {
         TargetEngine {
             max_burst: max_burst.max(512),
             write_held: 0,
             max_write_held,
+            to_come: 0,
+            max_write_in_flight,
             waiting: VecDeque::new(),
             next_id: 1,
             exchanges: FastMap::default(),
@@ -215,8 +225,16 @@ impl TargetEngine {
             self.waiting.retain(|k| k != key);
         } else {
             self.write_held = self.write_held.saturating_sub(u64::from(x.write_len));
+            let missing = x.write_len.saturating_sub(x.transferred);
+            self.to_come = self.to_come.saturating_sub(u64::from(missing));
         }
         Some(x)
+    }
+
+    /// Write data the admitted exchanges have yet to receive, at most
+    /// `NPortConfig::max_write_in_flight` (one write alone may pass it).
+    pub fn write_bytes_to_come(&self) -> u64 {
+        self.to_come
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
@@ -450,8 +468,14 @@ impl NPort {
             if t.write_held + len > t.max_write_held {
                 return;
             }
+            if let Some(max) = t.max_write_in_flight {
+                if t.to_come > 0 && t.to_come + len > max {
+                    return;
+                }
+            }
             t.waiting.pop_front();
             t.write_held += len;
+            t.to_come += len;
             let end = x.write_len.min(t.max_burst);
             x.state = XState::Receiving {
                 segs: Pieces::default(),
@@ -521,6 +545,14 @@ fn make_task(x: &Exchange, data_out: Vec<Bytes>, ox: OxId) -> Task {
 
 impl NPort {
     pub(super) fn target_data(&mut self, now: Instant, frame: Frame) {
+        self.target_data_frame(now, frame);
+        // Data that came makes room under `max_write_in_flight`.
+        if self.target.max_write_in_flight.is_some() && !self.target.waiting.is_empty() {
+            self.target_admit_writes(now);
+        }
+    }
+
+    fn target_data_frame(&mut self, now: Instant, frame: Frame) {
         let h = frame.header;
         let key = (h.s_id, h.ox_id);
         let Some(x) = self.target.exchanges.get_mut(&key) else {
@@ -567,6 +599,7 @@ impl NPort {
         }
         *got += len;
         x.transferred = x.transferred.saturating_add(len);
+        self.target.to_come = self.target.to_come.saturating_sub(u64::from(len));
         if *got < *end - *start {
             return;
         }

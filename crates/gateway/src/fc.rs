@@ -28,6 +28,9 @@
 //! command_timeout = 30                        # seconds; every command ends within it
 //! fast_io_fail = 5                            # seconds a command waits for a lost
 //!                                             # target port (default: command_timeout)
+//! max_frames_in = 4104                        # frames its open commands may bring
+//!                                             # back at once (default: 4104 over an
+//!                                             # FCoE ENode, else no bound)
 //!
 //! [[lu]]
 //! name = "via-fc"
@@ -50,6 +53,18 @@
 //!   UNIT COMMUNICATION FAILURE (0B/08/00): a multipath host retries on
 //!   another path within seconds, as Linux's `fast_io_fail_tmo` does.
 //!   Commands in flight when the port goes fail at once either way.
+//! - Over an FCoE ENode the initiator bounds the frames its open commands
+//!   can bring back (data-in, XFER_RDY, FCP_RSP) to `max_frames_in`, 4,104
+//!   by default (eight 1 MiB reads); more commands wait, in order. Its
+//!   target ports likewise bound the write data still to come when the
+//!   gateway runs an FCF (`max_write_in_flight`, 8 MiB by default). Without PFC the Ethernet
+//!   link cannot pause the far side, and a burst longer than the link can
+//!   take while the gateway is off the CPU is lost: the AF_XDP link
+//!   guarantees 4,160 frames (`unifab_fcoe::link::af_xdp::Budget`), and
+//!   1 MiB reads at queue depth 32 lost 2,362 frames at once without the
+//!   bound. The bound is per N_Port: with `nexus = "per-initiator"` each
+//!   host's NPIV port has its own, so lower it when several hosts read
+//!   through one ENode.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -155,7 +170,22 @@ pub struct FcTargetSection {
     /// for its FCP_XFER_RDY; one larger than all of it is refused.
     #[serde(default)]
     pub max_write_held: Option<crate::config::Size>,
+    /// Write data the port's admitted writes may still have to receive at
+    /// once ([`unifab_fc::nport::NPortConfig::max_write_in_flight`];
+    /// default [`FCF_WRITE_IN_FLIGHT`] when the gateway has an FCoE FCF
+    /// port, else no bound; [`MAX_WRITE_HELD`] bounds it). A write that
+    /// would pass it waits for its FCP_XFER_RDY; one alone always goes.
+    #[serde(default)]
+    pub max_write_in_flight: Option<crate::config::Size>,
 }
+
+/// `[[fabric.target]] max_write_in_flight` by default when the gateway
+/// runs an FCoE FCF: 8 MiB, 4,096 frames of 2 KiB, within the 4,160 the
+/// FCF's AF_XDP link can always take with room for the commands. ENodes
+/// behind the FCF cannot be paused (no PFC on these links), so write data
+/// past what the link can take while the gateway is off the CPU would be
+/// lost; 1 MiB writes at queue depth 32 were.
+pub const FCF_WRITE_IN_FLIGHT: u64 = 8 << 20;
 
 /// `[[fabric.target]] max_burst` by default: 1 MiB, so a write of up to
 /// 1 MiB costs one FCP_XFER_RDY. With 256 KiB (the N_Port's own default),
@@ -186,6 +216,21 @@ impl FcTargetSection {
                         MAX_BURST.end()
                     )
                 }),
+        }
+    }
+
+    /// The write data its admitted writes may have to come, checked
+    /// (`behind_fcf`: the gateway runs an FCoE FCF).
+    pub fn max_write_in_flight(&self, behind_fcf: bool) -> Result<Option<u64>, String> {
+        match self.max_write_in_flight {
+            None => Ok(behind_fcf.then_some(FCF_WRITE_IN_FLIGHT)),
+            Some(crate::config::Size(n)) if MAX_WRITE_HELD.contains(&n) => Ok(Some(n)),
+            Some(crate::config::Size(n)) => Err(format!(
+                "fabric.target {}: max_write_in_flight {n} must be {} to {} bytes",
+                self.wwpn,
+                MAX_WRITE_HELD.start(),
+                MAX_WRITE_HELD.end()
+            )),
         }
     }
 
@@ -230,7 +275,22 @@ pub struct FcInitiatorSection {
     /// yet seen) before it fails (default: up to `command_timeout`).
     #[serde(default)]
     pub fast_io_fail: Option<f64>,
+    /// Frames the open commands may bring back at once
+    /// ([`NPortConfig::max_frames_in`]; default [`ENODE_FRAMES_IN`] over
+    /// an FCoE ENode, else no bound).
+    #[serde(default)]
+    pub max_frames_in: Option<u32>,
 }
+
+/// `[fabric.initiator] max_frames_in` over an FCoE ENode by default: eight
+/// 1 MiB reads (8 × 512 data frames and their FCP_RSPs), within what the
+/// AF_XDP link can always receive with the gateway off the CPU (4,160
+/// frames with its default budget), with room for FIP and ELS frames;
+/// AF_PACKET's 64 MiB socket buffer holds more.
+pub const ENODE_FRAMES_IN: u32 = 8 * 513;
+
+/// The range of `max_frames_in`: one 1 MiB read (513 frames) must fit.
+const FRAMES_IN: std::ops::RangeInclusive<u32> = 513..=1 << 20;
 
 /// An `fc://WWPN/LUN` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -299,6 +359,7 @@ impl FabricSection {
             cfg.command_timeout = d;
         }
         cfg.fast_io_fail = secs(section.and_then(|i| i.fast_io_fail));
+        cfg.max_frames_in = section.and_then(|i| i.max_frames_in);
         Ok(cfg)
     }
 
@@ -395,6 +456,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
         }
         t.max_burst()?;
         t.max_write_held()?;
+        t.max_write_in_flight(false)?;
         if t.luns.is_empty() {
             return Err(format!("fabric.target {} has no luns", t.wwpn));
         }
@@ -441,6 +503,15 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
                 }
             }
         }
+        if let Some(n) = i.max_frames_in {
+            if !FRAMES_IN.contains(&n) {
+                return Err(format!(
+                    "fabric.initiator.max_frames_in {n} must be {} to {}",
+                    FRAMES_IN.start(),
+                    FRAMES_IN.end()
+                ));
+            }
+        }
     }
     for l in fc_lus {
         if l.size.is_some() {
@@ -470,16 +541,19 @@ impl FcPlane {
         f: &FabricSection,
         lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
     ) -> anyhow::Result<FcPlane> {
-        FcPlane::start_with(f, lookup, None)
+        FcPlane::start_with(f, lookup, None, false)
     }
 
     /// As [`FcPlane::start`], with the initiator N_Port attached through
     /// `initiator_via` (an FCoE ENode's link to a remote FCF) instead of
-    /// this gateway's switch.
+    /// this gateway's switch. `behind_fcf`: the gateway runs an FCoE FCF,
+    /// so its target ports bound the write data in flight toward them
+    /// ([`FCF_WRITE_IN_FLIGHT`]) unless configured otherwise.
     pub fn start_with(
         f: &FabricSection,
         lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
         initiator_via: Option<unifab_fc::io::Connect>,
+        behind_fcf: bool,
     ) -> anyhow::Result<FcPlane> {
         let switch_name = f.switch().map_err(anyhow::Error::msg)?;
         let timeouts = Timeouts::default();
@@ -534,6 +608,9 @@ impl FcPlane {
             cfg.target = true;
             cfg.max_burst = t.max_burst().map_err(anyhow::Error::msg)?;
             cfg.max_write_held = t.max_write_held().map_err(anyhow::Error::msg)?;
+            cfg.max_write_in_flight = t
+                .max_write_in_flight(behind_fcf)
+                .map_err(anyhow::Error::msg)?;
             cfg.timeouts = timeouts;
             cfg.relative_port_id = u16::try_from(k + 1).unwrap_or(u16::MAX);
             cfg.symbolic_name = format!("unifab FCP target {wwpn}");
@@ -545,6 +622,9 @@ impl FcPlane {
         }
         let mut cfg = f.initiator_port_config().map_err(anyhow::Error::msg)?;
         cfg.timeouts = timeouts;
+        if initiator_via.is_some() && cfg.max_frames_in.is_none() {
+            cfg.max_frames_in = Some(ENODE_FRAMES_IN);
+        }
         let initiator = cfg.port_name;
         let iface = format!("fc1/{}", f.target.len() + 1);
         match initiator_via {
@@ -936,6 +1016,19 @@ wwpn = "21:00:00:00:c9:00:00:0b"
                 "{v}: {e}"
             );
         }
+        // max_write_in_flight: 8 MiB behind an FCoE FCF, else none, unless
+        // set; 1 MiB to 64 GiB.
+        assert_eq!(f.target[0].max_write_in_flight(false), Ok(None));
+        assert_eq!(f.target[0].max_write_in_flight(true), Ok(Some(8 << 20)));
+        let in_flight = |v: &str| {
+            target_with(format!("max_write_in_flight = {v}"))
+                .map(|t| t.max_write_in_flight(true).unwrap())
+        };
+        assert_eq!(in_flight("\"2MiB\""), Ok(Some(2 << 20)));
+        for v in ["\"1023KiB\"", "0", "\"65GiB\""] {
+            let e = in_flight(v).unwrap_err();
+            assert!(e.contains("max_write_in_flight"), "{v}: {e}");
+        }
         assert!(
             bad("default_zone = \"deny\"", "default_zone = \"maybe\"").contains("default_zone")
         );
@@ -973,6 +1066,31 @@ wwpn = "21:00:00:00:c9:00:00:0b"
                 e.contains(key) && e.contains("at most 86400"),
                 "{line}: {e}"
             );
+        }
+        // The bound on frames in flight toward the initiator: off unless
+        // configured (the FCoE ENode default is applied at start), 513 (one
+        // 1 MiB read) to 2^20.
+        assert_eq!(port.max_frames_in, None);
+        let c = Config::parse(&timed("max_frames_in = 1024"), "fc.toml").unwrap();
+        let port = c.fabric.as_ref().unwrap().initiator_port_config().unwrap();
+        assert_eq!(port.max_frames_in, Some(1024));
+        for n in [0, 512, (1 << 20) + 1] {
+            let e = Config::parse(&timed(&format!("max_frames_in = {n}")), "fc.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("max_frames_in") && e.contains("513"), "{n}: {e}");
+        }
+        // The default over an ENode is within what the AF_XDP link can
+        // always take, with room for FIP and ELS frames.
+        #[cfg(feature = "af-xdp")]
+        {
+            use unifab_fcoe::link::af_xdp::{Budget, XdpConfig, XdpMode};
+            let burst = Budget::of(&XdpConfig::new(XdpMode::Auto)).burst();
+            assert!(
+                ENODE_FRAMES_IN + 56 <= burst,
+                "{ENODE_FRAMES_IN} against {burst}"
+            );
+            assert!(FCF_WRITE_IN_FLIGHT / 2048 + 64 <= u64::from(burst));
         }
         // An fc:// LU without a fabric.
         let no_fabric = CFG.split("[fabric]").next().unwrap();

@@ -250,6 +250,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             f,
             |name| lus.get(name).map(GatewayLu::lu),
             fcoe_opened.initiator_via.take(),
+            cfg.fcoe
+                .as_ref()
+                .is_some_and(|c| c.port.iter().any(|p| p.mode == "fcf")),
         )?)),
         None => None,
     };

@@ -324,3 +324,64 @@ fn short_sessions_through_the_hop_over_af_packet_all_succeed() {
 fn short_sessions_through_the_hop_over_af_xdp_all_succeed() {
     login_storm("af_xdp");
 }
+
+/// Deep queues of large commands through the hop: `unifab bench` writes
+/// 256 MiB in 1 MiB commands 32 at a time, then reads it all back,
+/// verifying every block. Without PFC nothing can pause the far side, so
+/// the gateways keep what is in flight toward each link within what it can
+/// always take (`[fabric.initiator] max_frames_in` on A,
+/// `[[fabric.target]] max_write_in_flight` on B). Without those bounds
+/// (2026-11-24, the binary before them) B's AF_XDP link lost 540 frames
+/// during the writes and A's 1,712 during the reads, and commands waited
+/// out their timeout; AF_PACKET's 64 MiB socket buffers held.
+fn deep_queues(io: &str) {
+    require_root("deep queues through an FCoE hop");
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let hop = Hop::start(dir.path(), io, "");
+    let out = Command::new(unifab_testkit::peers::unifab_bin().unwrap())
+        .args([
+            "bench",
+            &hop.url(),
+            "--rw",
+            "wr",
+            "--bs",
+            "1MiB",
+            "--qd",
+            "32",
+        ])
+        .args(["--size", "256MiB", "--command-timeout", "20", "--seed", "7"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let losses = |gw: &Gw| -> Vec<String> {
+        std::fs::read_to_string(&gw.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("receive drops") || l.contains("forwarded command failed"))
+            .map(str::to_string)
+            .collect()
+    };
+    let (la, lb) = (losses(&hop.a), losses(&hop.b));
+    assert!(
+        out.status.success() && la.is_empty() && lb.is_empty(),
+        "unifab bench through the hop over {io}:\n{text}\ngateway A:\n{}\ngateway B:\n{}",
+        la.join("\n"),
+        lb.join("\n")
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{io}: {}", stdout.lines().last().unwrap_or_default());
+}
+
+#[test]
+fn deep_queues_of_1mib_commands_through_the_hop_over_af_xdp_lose_nothing() {
+    deep_queues("af_xdp");
+}
+
+#[test]
+fn deep_queues_of_1mib_commands_through_the_hop_over_af_packet_lose_nothing() {
+    deep_queues("af_packet");
+}

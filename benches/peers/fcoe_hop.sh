@@ -9,6 +9,10 @@
 # Workloads (sequential, one qemu-img bench run each, median of REPEATS):
 #   read-1m   1 MiB reads,  queue depth 8
 #   write-1m  1 MiB writes, queue depth 8
+#   read-1m-qd32, write-1m-qd32  the same at queue depth 32: more than the
+#             link can take at once while a gateway is off the CPU, so the
+#             gateways' own bounds (max_frames_in, max_write_in_flight)
+#             hold commands back; nothing may be lost
 #   read-4k   4 KiB reads,  queue depth 32
 #   write-4k  4 KiB writes, queue depth 32
 # For each: MB/s (10^6 bytes/s), IOPS, FCoE frames/s (both directions, as
@@ -36,7 +40,7 @@
 # instead of inside the sender's transmit call; the CPU column then counts
 # those threads too. Unset: the veth default (receive inline in the sender).
 # WORKLOADS_ONLY, if set, is a space-separated subset of the workload names.
-# Time: about 2 × (4 workloads × REPEATS × RUN_SECONDS + 10 s).
+# Time: about 2 × (6 workloads × REPEATS × RUN_SECONDS + 10 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -224,6 +228,8 @@ echo "io,link,workload,size_bytes,depth,repeat,requests,seconds,mb_per_s,iops,fr
 WORKLOADS=(
     "read-1m|1048576|8|read|400"
     "write-1m|1048576|8|write|400"
+    "read-1m-qd32|1048576|32|read|400"
+    "write-1m-qd32|1048576|32|write|400"
     "read-4k|4096|32|read|20000"
     "write-4k|4096|32|write|20000"
 )

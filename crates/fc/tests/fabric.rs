@@ -483,22 +483,8 @@ fn reads_and_multi_burst_writes_with_verified_data() {
 /// one; every command ends with the right data.
 #[test]
 fn frames_in_flight_toward_an_initiator_are_bounded() {
-    let mut s = Sim::new();
-    let t = s.target(T_WWPN, 8, 1 << 20);
-    s.run();
-    let mut cfg = NPortConfig::new(I_WWPN, Wwn(I_WWPN.0 ^ 0x0100_0000_0000_0000));
-    cfg.initiator = true;
-    cfg.discover = true;
     // An 8 KiB read brings back 4 data frames and an FCP_RSP.
-    cfg.max_frames_in = Some(10);
-    let i = s.add(cfg, None);
-    s.run();
-    let ua = s.submit(
-        i,
-        T_WWPN,
-        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
-    );
-    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    let (mut s, t, i) = configured_pair(|t| t.max_burst = 1 << 20, |i| i.max_frames_in = Some(10));
     assert_eq!(s.nodes[i].port.frames_in(), 0);
     // Data to read back.
     let data = pattern(64 * 1024, 9);
@@ -564,23 +550,13 @@ fn frames_in_flight_toward_an_initiator_are_bounded() {
 /// always goes; every write lands.
 #[test]
 fn write_data_in_flight_toward_a_target_is_bounded() {
-    let mut s = Sim::new();
-    let scsi = ScsiTarget::new();
-    scsi.insert(Lun(0), lu(8));
-    let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
-    cfg.target = true;
-    cfg.max_burst = 4096;
-    cfg.max_write_in_flight = Some(16 * 1024);
-    let t = s.add(cfg, Some(scsi));
-    s.run();
-    let i = s.initiator(I_WWPN);
-    s.run();
-    let ua = s.submit(
-        i,
-        T_WWPN,
-        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    let (mut s, t, i) = configured_pair(
+        |t| {
+            t.max_burst = 4096;
+            t.max_write_in_flight = Some(16 * 1024);
+        },
+        |_| {},
     );
-    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
     s.log.clear();
     // Three 12 KiB writes and a 32 KiB one, submitted together.
     let sizes = [12u16, 12, 12, 32];
@@ -655,15 +631,28 @@ fn write_data_in_flight_toward_a_target_is_bounded() {
 /// A target port whose write-data budget is `max_write_held`, an
 /// initiator logged in to it, and the LU's power-on unit attention taken.
 fn budget_pair(max_write_held: u64) -> (Sim, usize, usize) {
+    configured_pair(|t| t.max_write_held = max_write_held, |_| {})
+}
+
+/// A target port (an 8 MiB LU) and an initiator, each configured further
+/// by its closure, logged in, and the LU's power-on unit attention taken.
+fn configured_pair(
+    target: impl FnOnce(&mut NPortConfig),
+    initiator: impl FnOnce(&mut NPortConfig),
+) -> (Sim, usize, usize) {
     let mut s = Sim::new();
     let scsi = ScsiTarget::new();
     scsi.insert(Lun(0), lu(8));
     let mut cfg = NPortConfig::new(T_WWPN, Wwn(T_WWPN.0 ^ 0x0100_0000_0000_0000));
     cfg.target = true;
-    cfg.max_write_held = max_write_held;
+    target(&mut cfg);
     let t = s.add(cfg, Some(scsi));
     s.run();
-    let i = s.initiator(I_WWPN);
+    let mut cfg = NPortConfig::new(I_WWPN, Wwn(I_WWPN.0 ^ 0x0100_0000_0000_0000));
+    cfg.initiator = true;
+    cfg.discover = true;
+    initiator(&mut cfg);
+    let i = s.add(cfg, None);
     s.run();
     let ua = s.submit(
         i,

@@ -9,7 +9,7 @@
 #![cfg(feature = "af-xdp")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use unifab_fcoe::link::af_xdp::{self, Budget, XdpConfig, XdpMode};
@@ -19,23 +19,28 @@ use unifab_testkit::veth::{VethPair, require_root};
 mod numbered;
 use numbered::{send, seqs};
 
-/// Receives until `n` frames came, or fails when none comes for 2 s.
+/// Receives until `n` frames came. The frames were all sent before this
+/// is called, so ten empty waits of 200 ms in a row mean the rest were
+/// lost (a liveness bound, not a speed check).
 async fn receive(link: &mut EthLink, n: usize) -> Vec<Bytes> {
     let mut got = Vec::new();
-    let mut last = Instant::now();
+    let mut empty = 0;
     while got.len() < n {
         let mut out = Vec::new();
         match tokio::time::timeout(Duration::from_millis(200), link.rx.recv(&mut out)).await {
             Ok(r) => {
                 r.unwrap();
-                last = Instant::now();
+                empty = 0;
                 got.extend(out);
             }
-            Err(_) => assert!(
-                last.elapsed() < Duration::from_secs(2),
-                "received {} of {n} frames: the rest were lost",
-                got.len()
-            ),
+            Err(_) => {
+                empty += 1;
+                assert!(
+                    empty < 10,
+                    "received {} of {n} frames: the rest were lost",
+                    got.len()
+                );
+            }
         }
     }
     got

@@ -60,6 +60,20 @@ pub struct InterSwitch {
 /// How long a name server query across the fabric may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A query's entry in `Ctl::pending`, removed when this is dropped.
+struct Waiting<'a> {
+    ctl: &'a Mutex<Ctl>,
+    ox: u16,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        // OX_IDs of waiting queries are never reused, so the entry is ours.
+        let mut c = self.ctl.lock().unwrap_or_else(|p| p.into_inner());
+        c.pending.remove(&self.ox);
+    }
+}
+
 impl InterSwitch {
     /// A controller for `switch`; spawns its background tasks (must run
     /// inside a tokio runtime).
@@ -292,25 +306,40 @@ impl InterSwitch {
         // Accepts of our SW_RSCNs: nothing to do.
     }
 
+    /// Name server queries sent across the fabric and not yet answered
+    /// (each waits at most `QUERY_TIMEOUT`).
+    pub fn queries_waiting(&self) -> usize {
+        self.lock().pending.len()
+    }
+
     async fn query(&self, d: u8, req: NsRequest) -> Option<CtIu> {
-        let (tx, rx) = oneshot::channel();
-        let ox = {
-            let mut c = self.lock();
-            let ox = c.next_ox;
-            c.next_ox = c.next_ox.wrapping_add(1).max(1);
-            c.pending.insert(ox, tx);
-            ox
-        };
         let cmd = req.command();
-        let iu = CtIu::request(req);
-        let payload = iu.to_bytes().ok()?;
+        let payload = CtIu::request(req).to_bytes().ok()?;
+        let (tx, rx) = oneshot::channel();
+        // However the query ends (answer, timeout, no route, the caller
+        // dropping it), its entry goes with it.
+        let waiting = {
+            let mut c = self.lock();
+            // The next OX_ID no waiting query holds (0 is never used).
+            let mut ox = c.next_ox;
+            while c.pending.contains_key(&ox) {
+                ox = ox.wrapping_add(1).max(1);
+                if ox == c.next_ox {
+                    warn!("65,535 name server queries waiting; not sending another");
+                    return None;
+                }
+            }
+            c.next_ox = ox.wrapping_add(1).max(1);
+            c.pending.insert(ox, tx);
+            Waiting { ctl: &self.ctl, ox }
+        };
         let header = FcHeaderRepr {
             r_ctl: RCtl::CT_REQUEST,
             d_id: domain_controller(d),
             s_id: domain_controller(self.domain),
             fc_type: FcType::CT,
             f_ctl: FCtl::request(),
-            ox_id: OxId(ox),
+            ox_id: OxId(waiting.ox),
             rx_id: RxId::UNASSIGNED,
             ..FcHeaderRepr::default()
         };
@@ -321,11 +350,10 @@ impl InterSwitch {
             eof: Eof::T,
         };
         if !self.send_to_domain(d, f) {
-            self.lock().pending.remove(&ox);
             return None;
         }
         let reply = tokio::time::timeout(QUERY_TIMEOUT, rx).await.ok()?.ok()?;
-        self.lock().pending.remove(&ox);
+        drop(waiting);
         CtIu::parse(&reply.payload, Some(cmd)).ok()
     }
 

@@ -282,7 +282,20 @@ pub struct IscsiConfig {
     /// Seconds a login may take before the connection is dropped (default 15).
     #[serde(default)]
     pub login_timeout: Option<u64>,
+    /// Response coalescing: while at least this many commands of one
+    /// connection are in progress, hold the answers of those that finish
+    /// until this many are ready (0 = never hold; default 16).
+    #[serde(default)]
+    pub coalesce_responses: Option<u32>,
+    /// The longest an answer is held by coalescing, in µs (default 1000).
+    #[serde(default)]
+    pub coalesce_max_delay_us: Option<u64>,
 }
+
+/// Most answers a batch of response coalescing may hold.
+pub const MAX_COALESCE_RESPONSES: u32 = 1024;
+/// Longest hold of response coalescing, in µs.
+pub const MAX_COALESCE_DELAY_US: u64 = 100_000;
 
 /// One iSCSI target node.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -470,6 +483,8 @@ impl Config {
                 digests: None,
                 nop_in_interval: None,
                 login_timeout: None,
+                coalesce_responses: None,
+                coalesce_max_delay_us: None,
             }),
             admin: AdminConfig::default(),
             fabric: None,
@@ -544,6 +559,22 @@ impl Config {
         if let Some(iscsi) = &self.iscsi {
             if iscsi.listen.is_empty() {
                 return Err("iscsi.listen is empty".into());
+            }
+            if iscsi
+                .coalesce_responses
+                .is_some_and(|n| n > MAX_COALESCE_RESPONSES)
+            {
+                return Err(format!(
+                    "iscsi.coalesce_responses must be 0..={MAX_COALESCE_RESPONSES}"
+                ));
+            }
+            if iscsi
+                .coalesce_max_delay_us
+                .is_some_and(|us| us == 0 || us > MAX_COALESCE_DELAY_US)
+            {
+                return Err(format!(
+                    "iscsi.coalesce_max_delay_us must be 1..={MAX_COALESCE_DELAY_US} (turn coalescing off with coalesce_responses = 0)"
+                ));
             }
             let mut iqns = HashSet::new();
             for t in &iscsi.target {
@@ -696,6 +727,33 @@ chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret =
         assert!(e.contains("above the kernel's limit"), "{e}");
         let e = refused("cpu_latency = 0");
         assert!(e.contains("cpu_latency"), "{e}");
+    }
+
+    #[test]
+    fn response_coalescing_is_bounded() {
+        let with = |lines: &str| {
+            let text = EXAMPLE.replace(
+                "listen = [\"127.0.0.1:3260\"]",
+                &format!("listen = [\"127.0.0.1:3260\"]\n{lines}"),
+            );
+            Config::parse(&text, "c.toml")
+        };
+        let c = with("coalesce_responses = 32\ncoalesce_max_delay_us = 500").unwrap();
+        let i = c.iscsi.unwrap();
+        assert_eq!(i.coalesce_responses, Some(32));
+        assert_eq!(i.coalesce_max_delay_us, Some(500));
+        assert!(with("coalesce_responses = 0").is_ok(), "0 turns it off");
+        let e = with("coalesce_responses = 1025").unwrap_err().to_string();
+        assert!(e.contains("coalesce_responses must be 0..=1024"), "{e}");
+        let e = with("coalesce_max_delay_us = 0").unwrap_err().to_string();
+        assert!(
+            e.contains("coalesce_max_delay_us must be 1..=100000"),
+            "{e}"
+        );
+        let e = with("coalesce_max_delay_us = 100001")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("coalesce_max_delay_us"), "{e}");
     }
 
     #[test]

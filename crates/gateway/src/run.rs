@@ -353,6 +353,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         if let Some(s) = iscsi.login_timeout {
             sc.login_timeout = Duration::from_secs(s.max(1));
         }
+        if let Some(n) = iscsi.coalesce_responses {
+            sc.limits.coalescing.responses = n;
+        }
+        if let Some(us) = iscsi.coalesce_max_delay_us {
+            sc.limits.coalescing.max_delay = Duration::from_micros(us);
+        }
         let (server, listeners) = TargetServer::bind(&iscsi.listen, sc, nodes).await?;
         for addr in server.local_addrs() {
             for t in &iscsi.target {

@@ -25,9 +25,9 @@ use tracing::{debug, info, warn};
 
 use unifab_scsi_core::{BoxFuture, ItNexus, Keyed, Task, TaskResult, TmfRequest, TmfResponse};
 
-use super::session::{Event, FfpParams, OutPdu, Session, SessionLimits};
+use super::session::{Coalescing, Event, FfpParams, OutPdu, Session, SessionLimits};
 use crate::sock::{ReadOutcome, RecvAlloc, read_some};
-use crate::wire::{Check, Digests, Framer, WireError, digest, encode_header, frame::padding};
+use crate::wire::{Check, Digests, Framer, Pdu, WireError, digest, encode_header, frame::padding};
 
 /// Where a target's SCSI tasks go: a LUN map with its logical units
 /// (`unifab_scsi_core::target::ScsiTarget` implements it in the gateway).
@@ -271,6 +271,66 @@ const READ_AHEAD_LIMIT: usize = 256 << 10;
 /// here, concurrently), and writes queued PDUs with non-blocking vectored
 /// writes whenever there is output and the socket takes it. No thread
 /// hand-off sits on the per-command path.
+/// Response coalescing on one connection ([`Coalescing`]): counts the
+/// answers queued since the last write and decides whether to write them
+/// yet.
+#[derive(Debug)]
+struct Holder {
+    cfg: Coalescing,
+    /// Commands answered (SCSI Response, or Data-In with status) in what
+    /// is queued.
+    answers: u32,
+    /// Everything queued is part of an answer.
+    only_answers: bool,
+    /// When the first of them was queued, while holding.
+    since: Option<Instant>,
+}
+
+impl Holder {
+    fn new(cfg: Coalescing) -> Holder {
+        Holder {
+            cfg,
+            answers: 0,
+            only_answers: true,
+            since: None,
+        }
+    }
+
+    /// A PDU was queued for the socket.
+    fn queued(&mut self, pdu: &Pdu) {
+        match pdu {
+            Pdu::ScsiResponse(_) => self.answers += 1,
+            Pdu::DataIn(d) => self.answers += u32::from(d.status_present),
+            _ => self.only_answers = false,
+        }
+    }
+
+    /// Whether to keep what is queued back for now, with `in_progress`
+    /// commands still running. When not, what is queued goes out and the
+    /// count starts again.
+    fn hold(&mut self, now: Instant, may_hold: bool, in_progress: usize) -> bool {
+        let batch = self.cfg.responses;
+        let hold = batch > 0
+            && may_hold
+            && self.only_answers
+            && self.answers > 0
+            && self.answers < batch
+            && in_progress >= batch as usize
+            && now.duration_since(*self.since.get_or_insert(now)) < self.cfg.max_delay;
+        if !hold {
+            self.answers = 0;
+            self.only_answers = true;
+            self.since = None;
+        }
+        hold
+    }
+
+    /// When what is held must go out.
+    fn deadline(&self) -> Option<Instant> {
+        self.since.map(|t| t + self.cfg.max_delay)
+    }
+}
+
 pub(crate) async fn run_ffp(
     stream: TcpStream,
     mut rbuf: BytesMut,
@@ -298,6 +358,8 @@ pub(crate) async fn run_ffp(
     let mut close_after_flush = false;
     let mut eof = false;
     let mut end_reason = String::new();
+    let mut holder = Holder::new(setup.limits.coalescing);
+    let mut holding = false;
 
     // Bytes read during login beyond the final Login Request.
     let mut pending_input = !rbuf.is_empty();
@@ -377,10 +439,21 @@ pub(crate) async fn run_ffp(
         {
             session.complete_task(itt, result);
         }
+        let now = Instant::now();
+        // Bytes the socket did not take last time go out with the rest.
+        let stalled = !out.is_empty() && !holding;
         while let Some(out_pdu) = session.poll_transmit() {
+            holder.queued(&out_pdu.pdu);
             encode_out(&out_pdu, setup.digests, &mut arena, &mut out);
         }
-        match out.flush(&stream) {
+        let may_hold = !stalled && !eof && !close_after_flush && shutting_down.is_none();
+        holding = holder.hold(now, may_hold, running.len());
+        let flushed = if holding {
+            Ok(false)
+        } else {
+            out.flush(&stream)
+        };
+        match flushed {
             Ok(_) => {}
             Err(e) => {
                 end_reason = format!("write failed: {e}");
@@ -399,6 +472,7 @@ pub(crate) async fn run_ffp(
             .poll_timeout()
             .into_iter()
             .chain(shutting_down)
+            .chain(holder.deadline().filter(|_| holding))
             .min();
         let sleep = async move {
             match timeout {
@@ -406,7 +480,7 @@ pub(crate) async fn run_ffp(
                 None => std::future::pending::<()>().await,
             }
         };
-        let want_write = !out.is_empty();
+        let want_write = !out.is_empty() && !holding;
         let can_read = !eof && !close_after_flush && out.bytes < OUT_QUEUE_LIMIT;
 
         tokio::select! {
@@ -582,5 +656,86 @@ impl Listeners {
         for t in tasks {
             let _ = t.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod coalescing_tests {
+    use super::*;
+    use crate::wire::pdu::{DataIn, R2t, ScsiResponse};
+
+    fn holder(responses: u32, max_delay_ms: u64) -> Holder {
+        Holder::new(Coalescing {
+            responses,
+            max_delay: Duration::from_millis(max_delay_ms),
+        })
+    }
+
+    fn answer() -> Pdu {
+        Pdu::ScsiResponse(ScsiResponse::default())
+    }
+
+    fn data_in(status: bool) -> Pdu {
+        Pdu::DataIn(DataIn {
+            status_present: status,
+            ..DataIn::default()
+        })
+    }
+
+    #[test]
+    fn answers_are_held_until_a_batch_is_ready() {
+        let t0 = Instant::now();
+        let mut h = holder(4, 1000);
+        for i in 0..3 {
+            h.queued(&answer());
+            assert!(h.hold(t0, true, 20), "answer {i} of a batch of 4 is held");
+        }
+        // Data-In without status is part of an answer, not one.
+        h.queued(&data_in(false));
+        assert!(h.hold(t0, true, 20));
+        h.queued(&data_in(true));
+        assert!(!h.hold(t0, true, 20), "the fourth answer sends the batch");
+        // The count starts again.
+        h.queued(&answer());
+        assert!(h.hold(t0, true, 20));
+    }
+
+    #[test]
+    fn nothing_is_held_past_the_delay() {
+        let t0 = Instant::now();
+        let mut h = holder(16, 1);
+        h.queued(&answer());
+        assert!(h.hold(t0, true, 20));
+        assert_eq!(h.deadline(), Some(t0 + Duration::from_millis(1)));
+        h.queued(&answer());
+        assert!(h.hold(t0 + Duration::from_micros(999), true, 20));
+        assert!(!h.hold(t0 + Duration::from_millis(1), true, 20));
+        assert_eq!(h.deadline(), None);
+    }
+
+    #[test]
+    fn anything_but_an_answer_sends_at_once() {
+        let t0 = Instant::now();
+        let mut h = holder(16, 1000);
+        h.queued(&answer());
+        assert!(h.hold(t0, true, 20));
+        h.queued(&Pdu::R2t(R2t::default()));
+        assert!(!h.hold(t0, true, 20), "an R2T must not wait");
+        h.queued(&answer());
+        assert!(h.hold(t0, true, 20), "a new batch after the R2T went");
+    }
+
+    #[test]
+    fn shallow_queues_off_and_closing_connections_are_never_held() {
+        let t0 = Instant::now();
+        let mut h = holder(16, 1000);
+        h.queued(&answer());
+        assert!(!h.hold(t0, true, 15), "15 in progress: fewer than a batch");
+        h.queued(&answer());
+        assert!(!h.hold(t0, false, 20), "the connection is closing");
+        assert!(!h.hold(t0, true, 20), "nothing queued: nothing to hold");
+        let mut off = Holder::new(Coalescing::OFF);
+        off.queued(&answer());
+        assert!(!off.hold(t0, true, 1000));
     }
 }

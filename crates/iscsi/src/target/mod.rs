@@ -8,7 +8,8 @@ pub mod server;
 pub mod session;
 
 pub use session::{
-    CloseReason, DataSegment, Event, FfpParams, OutPdu, Session, SessionError, SessionLimits,
+    CloseReason, Coalescing, DataSegment, Event, FfpParams, OutPdu, Session, SessionError,
+    SessionLimits,
 };
 
 #[cfg(test)]

@@ -131,6 +131,42 @@ pub struct SessionLimits {
     pub nop_in_timeout: Duration,
     /// How long a Logout may wait for outstanding tasks.
     pub logout_timeout: Duration,
+    /// Holding answers back while many commands are in progress.
+    pub coalescing: Coalescing,
+}
+
+/// Response coalescing, the target's interrupt moderation: while at least
+/// `responses` commands are in progress on a connection, the answers of
+/// those that finish are held until `responses` of them are ready or the
+/// first has waited `max_delay`, and then go out in one write. The host
+/// then handles a batch per wake-up and sends its next commands as a
+/// batch too. Anything that is not an answer (an R2T, a NOP-In, a
+/// reject, a task management response) sends everything queued at once.
+/// A connection with fewer commands in progress is never held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coalescing {
+    /// Commands in progress from which answers are held, and how many
+    /// make a batch (0: never hold).
+    pub responses: u32,
+    /// The longest an answer is held.
+    pub max_delay: Duration,
+}
+
+impl Coalescing {
+    /// Never hold an answer.
+    pub const OFF: Coalescing = Coalescing {
+        responses: 0,
+        max_delay: Duration::ZERO,
+    };
+}
+
+impl Default for Coalescing {
+    fn default() -> Self {
+        Coalescing {
+            responses: 16,
+            max_delay: Duration::from_millis(1),
+        }
+    }
 }
 
 impl Default for SessionLimits {
@@ -143,6 +179,7 @@ impl Default for SessionLimits {
             nop_in_interval: Some(Duration::from_secs(30)),
             nop_in_timeout: Duration::from_secs(30),
             logout_timeout: Duration::from_secs(30),
+            coalescing: Coalescing::default(),
         }
     }
 }

@@ -652,3 +652,99 @@ async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
         "{held}"
     );
 }
+
+/// Reads at LBA 1000 and beyond wait until `release` flips to true; every
+/// other command runs at once.
+#[derive(Debug)]
+struct Gate {
+    inner: Router,
+    release: watch::Receiver<bool>,
+}
+
+impl TaskRouter for Gate {
+    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        let cdb = task.cdb.as_bytes();
+        let gated = cdb[0] == 0x88 && u64::from_be_bytes(cdb[2..10].try_into().unwrap()) >= 1000;
+        let run = self.inner.dispatch(task);
+        if !gated {
+            return run;
+        }
+        let mut release = self.release.clone();
+        Box::pin(async move {
+            let _ = release.wait_for(|r| *r).await;
+            run.await
+        })
+    }
+    fn task_management(
+        &self,
+        request: unifab_scsi_core::TmfRequest,
+    ) -> BoxFuture<'static, TmfResponse> {
+        self.inner.task_management(request)
+    }
+    fn nexus_loss(&self, nexus: &ItNexus) {
+        self.inner.nexus_loss(nexus);
+    }
+}
+
+/// Response coalescing holds an answer while a batch's worth of commands
+/// is in progress, but never past its delay: with 20 commands stuck, a
+/// read that finished is still answered (it would wait for the stuck ones,
+/// and time out at the initiator, if the delay were not kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
+    let scsi = Arc::new(ScsiTarget::new());
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig::default(),
+        Arc::new(MemoryBackend::new(8 << 20)),
+    )
+    .unwrap();
+    scsi.insert(Lun(0), Arc::new(lu) as Arc<dyn LogicalUnit>);
+    let (release_tx, release) = watch::channel(false);
+    let mut sc = ServerConfig::default();
+    sc.limits.coalescing = crate::target::Coalescing {
+        responses: 16,
+        max_delay: Duration::from_millis(300),
+    };
+    let (server, listeners) = TargetServer::bind(
+        &["127.0.0.1:0".parse().unwrap()],
+        sc,
+        vec![TargetNode {
+            name: IQN.into(),
+            alias: None,
+            router: Arc::new(Gate {
+                inner: Router(scsi),
+                release,
+            }),
+            allow: None,
+            chap: None,
+        }],
+    )
+    .await
+    .unwrap();
+    let (_stop, stop_rx) = watch::channel(false);
+    let s2 = server.clone();
+    tokio::spawn(async move { s2.run(listeners, stop_rx).await });
+    // No pings: a NOP-In would send the held answer with it.
+    let mut c = cfg();
+    c.session.nop_interval = None;
+    let ini = IscsiInitiator::start(c, &server.local_addrs()[0].to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    let data = pattern(4096, 7);
+    outcome(ini.submit(write16(0, data.clone()))).await.unwrap();
+
+    let stuck: Vec<Submitted> = (0..20).map(|i| ini.submit(read16(1000 + i, 1))).collect();
+    // The initiator fails a command after 5 s (`cfg`); this one must be
+    // answered long before that.
+    let quick = outcome(ini.submit(read16(0, 8)))
+        .await
+        .expect("the finished read was held");
+    assert_eq!(quick.status, Status::GOOD);
+    assert!(flat(&quick) == data.to_vec(), "read back what was written");
+
+    release_tx.send(true).unwrap();
+    for s in stuck {
+        assert_eq!(outcome(s).await.unwrap().status, Status::GOOD);
+    }
+    ini.close();
+}

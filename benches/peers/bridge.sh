@@ -53,6 +53,8 @@
 #   OUT_DIR      where results go (default target/bench-peers/bridge-<date-time>)
 #   BUSY_POLL_US busy-poll window of a third path (default 0: no third path)
 #   RELAY        1: also measure the two byte relays (default 0)
+#   COALESCE_RESPONSES  if set, the gateway's `[iscsi] coalesce_responses`
+#                (0: no response coalescing); unset: the default (16)
 #   RELAY_BIN    the relay binary (default target/release/relay; built by
 #                cargo build --release -p unifab-benches --bin relay)
 #   CPU_LATENCY_US  if set, the gateway holds a CPU wake-up latency request
@@ -84,6 +86,8 @@ OUT_DIR=${OUT_DIR:-$ROOT/target/bench-peers/bridge-$(date +%Y%m%d-%H%M%S)}
 LU_SIZE=$((1 << 30))
 BUSY_POLL_US=${BUSY_POLL_US:-0}
 RELAY=${RELAY:-0}
+COALESCE_RESPONSES=${COALESCE_RESPONSES:-}
+[[ -z "$COALESCE_RESPONSES" || "$COALESCE_RESPONSES" =~ ^[0-9]+$ ]] || die "COALESCE_RESPONSES must be a number"
 RELAY_BIN=${RELAY_BIN:-$ROOT/target/release/relay}
 [[ "$RELAY" == 0 || "$RELAY" == 1 ]] || die "RELAY must be 0 or 1"
 ((RELAY == 0)) || [[ -x "$RELAY_BIN" ]] || die "no relay binary at $RELAY_BIN (cargo build --release -p unifab-benches --bin relay, or set RELAY_BIN)"
@@ -136,6 +140,7 @@ busy_poll_us = $BUSY_POLL_US
 
 [iscsi]
 listen = ["127.0.0.1:$GW_PORT"]
+${COALESCE_RESPONSES:+coalesce_responses = $COALESCE_RESPONSES}
 
 [[iscsi.target]]
 iqn = "$BRIDGE_IQN"
@@ -240,7 +245,7 @@ exec 4>"$OUT_DIR/results.md"
 {
     echo "## unifab → tgtd bridge vs tgtd direct (qemu-img bench, $REPEATS runs each, medians)"
     echo
-    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; CPU latency request: ${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (held by the gateway, system-wide: both paths)}"
+    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; CPU latency request: ${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (held by the gateway, system-wide: both paths)}; coalesce_responses: ${COALESCE_RESPONSES:-default}"
     echo
     head="| workload | direct" rule="|---|---:"
     for p in "${PATHS[@]:1}"; do

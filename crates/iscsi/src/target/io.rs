@@ -263,14 +263,6 @@ const OUT_QUEUE_LIMIT: usize = 8 << 20;
 /// socket for the next turn).
 const READ_AHEAD_LIMIT: usize = 256 << 10;
 
-/// Runs a session in full-feature phase until it ends. `rbuf` holds any
-/// bytes already read past the login.
-///
-/// One task does everything for the connection: it reads when the socket
-/// is readable, runs the tasks the session emits (their futures are polled
-/// here, concurrently), and writes queued PDUs with non-blocking vectored
-/// writes whenever there is output and the socket takes it. No thread
-/// hand-off sits on the per-command path.
 /// Response coalescing on one connection ([`Coalescing`]): counts the
 /// answers queued since the last write and decides whether to write them
 /// yet.
@@ -331,6 +323,15 @@ impl Holder {
     }
 }
 
+/// Runs a session in full-feature phase until it ends. `rbuf` holds any
+/// bytes already read past the login.
+///
+/// One task does everything for the connection: it reads when the socket
+/// is readable, runs the tasks the session emits (their futures are polled
+/// here, concurrently), and writes queued PDUs with non-blocking vectored
+/// writes whenever there is output and the socket takes it, unless it is
+/// holding answers back ([`Coalescing`]). No thread hand-off sits on the
+/// per-command path.
 pub(crate) async fn run_ffp(
     stream: TcpStream,
     mut rbuf: BytesMut,

@@ -42,25 +42,39 @@ struct Target {
 }
 
 async fn target(chap: Option<ChapSettings>, digests: Option<Vec<Digest>>) -> Target {
-    let scsi = Arc::new(ScsiTarget::new());
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(64 << 20)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu) as Arc<dyn LogicalUnit>);
     let mut sc = ServerConfig::default();
     if let Some(d) = digests {
         sc.negotiation.header_digests = d.clone();
         sc.negotiation.data_digests = d;
     }
+    serve(Arc::new(Router(memory_lun0(64 << 20))), sc, chap).await
+}
+
+/// A SCSI target whose LUN 0 is a memory LU of `size` bytes.
+fn memory_lun0(size: u64) -> Arc<ScsiTarget> {
+    let scsi = Arc::new(ScsiTarget::new());
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig::default(),
+        Arc::new(MemoryBackend::new(size)),
+    )
+    .unwrap();
+    scsi.insert(Lun(0), Arc::new(lu) as Arc<dyn LogicalUnit>);
+    scsi
+}
+
+/// An iSCSI target server on 127.0.0.1 with one node, `IQN`.
+async fn serve(
+    router: Arc<dyn TaskRouter>,
+    sc: ServerConfig,
+    chap: Option<ChapSettings>,
+) -> Target {
     let (server, listeners) = TargetServer::bind(
         &["127.0.0.1:0".parse().unwrap()],
         sc,
         vec![TargetNode {
             name: IQN.into(),
             alias: None,
-            router: Arc::new(Router(scsi)),
+            router,
             allow: None,
             chap,
         }],
@@ -692,42 +706,21 @@ impl TaskRouter for Gate {
 /// and time out at the initiator, if the delay were not kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
-    let scsi = Arc::new(ScsiTarget::new());
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(8 << 20)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu) as Arc<dyn LogicalUnit>);
     let (release_tx, release) = watch::channel(false);
     let mut sc = ServerConfig::default();
     sc.limits.coalescing = crate::target::Coalescing {
         responses: 16,
         max_delay: Duration::from_millis(300),
     };
-    let (server, listeners) = TargetServer::bind(
-        &["127.0.0.1:0".parse().unwrap()],
-        sc,
-        vec![TargetNode {
-            name: IQN.into(),
-            alias: None,
-            router: Arc::new(Gate {
-                inner: Router(scsi),
-                release,
-            }),
-            allow: None,
-            chap: None,
-        }],
-    )
-    .await
-    .unwrap();
-    let (_stop, stop_rx) = watch::channel(false);
-    let s2 = server.clone();
-    tokio::spawn(async move { s2.run(listeners, stop_rx).await });
+    let gate = Gate {
+        inner: Router(memory_lun0(8 << 20)),
+        release,
+    };
+    let t = serve(Arc::new(gate), sc, None).await;
     // No pings: a NOP-In would send the held answer with it.
     let mut c = cfg();
     c.session.nop_interval = None;
-    let ini = IscsiInitiator::start(c, &server.local_addrs()[0].to_string(), IQN);
+    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
     ini.wait_connected(Duration::from_secs(5)).await.unwrap();
     ready(&ini).await;
     let data = pattern(4096, 7);

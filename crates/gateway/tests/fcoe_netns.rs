@@ -28,16 +28,28 @@ use fcoe_support::*;
 use unifab_testkit::peers::IscsiTestCu;
 use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
 
+/// fipvlan's report for `iface`. fipvlan lists the interfaces with a
+/// netlink dump first and gives up ("unexpected netlink message type",
+/// then "no interfaces to perform discovery on") when another test's veth
+/// comes or goes during the dump; that attempt is repeated, a few times.
 fn fipvlan(iface: &str) -> String {
-    let out = Command::new("fipvlan")
-        .arg(iface)
-        .output()
-        .expect("fipvlan (Debian: fcoe-utils)");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    let mut report = String::new();
+    for _ in 0..5 {
+        let out = Command::new("fipvlan")
+            .arg(iface)
+            .output()
+            .expect("fipvlan (Debian: fcoe-utils)");
+        report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !report.contains("unexpected netlink message type") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    report
 }
 
 fn fipvlan_finds(io: &str) {

@@ -18,7 +18,6 @@
 //!
 //! Not a product: a measuring tool. It stops on the first error of a
 //! connection and closes both ends.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -46,9 +45,18 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let listen: SocketAddr = args[2].parse().expect("LISTEN_ADDR is host:port");
-    let upstream: SocketAddr = args[3].parse().expect("UPSTREAM_ADDR is host:port");
-    let listener = TcpListener::bind(listen).expect("bind the listening address");
+    let addr = |i: usize, what: &str| {
+        args[i].parse::<SocketAddr>().unwrap_or_else(|e| {
+            eprintln!("{what} {:?} is not host:port ({e}); {usage}", args[i]);
+            std::process::exit(2);
+        })
+    };
+    let listen = addr(2, "LISTEN_ADDR");
+    let upstream = addr(3, "UPSTREAM_ADDR");
+    let listener = TcpListener::bind(listen).unwrap_or_else(|e| {
+        eprintln!("cannot listen on {listen}: {e}");
+        std::process::exit(1);
+    });
     for conn in listener.incoming() {
         let host = match conn {
             Ok(s) => s,
@@ -156,6 +164,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

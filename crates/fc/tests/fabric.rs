@@ -130,6 +130,9 @@ impl Sim {
         for _ in 0..100_000 {
             let mut moved = false;
             for i in 0..self.nodes.len() {
+                // Room one port gave back may be another's turn (ports
+                // sharing a link's frame budget).
+                self.nodes[i].port.start_waiting(self.now);
                 while let Some(f) = self.nodes[i].port.poll_transmit() {
                     moved = true;
                     self.record(&f);
@@ -542,6 +545,112 @@ fn frames_in_flight_toward_an_initiator_are_bounded() {
     release(&mut s);
     assert_eq!(joined(&s.result(i, big).unwrap()), &data[..]);
     assert_eq!(s.nodes[i].port.frames_in(), 0);
+}
+
+/// Ports on one link share its frame budget (`max_frames_in`): an NPIV
+/// port made from the physical port's configuration, as the gateway makes
+/// one per front-end host, counts against the same bound. Commands on
+/// either port wait in one line across the link, in order; a command that
+/// gives up waiting leaves the line and holds up nobody.
+#[test]
+fn ports_on_one_link_share_its_frame_budget() {
+    let (mut s, t, i) = configured_pair(|t| t.max_burst = 1 << 20, |i| i.max_frames_in = Some(10));
+    let data = pattern(64 * 1024, 5);
+    let w = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(0, 128), data.clone()),
+    );
+    assert_eq!(s.result(i, w).unwrap().status, Status::GOOD);
+    // The second port, as node.rs makes an NPIV port: the parent's
+    // configuration under another name (and, here, a shorter timeout).
+    let mut cfg = s.nodes[i].port.config().clone();
+    cfg.port_name = I2_WWPN;
+    cfg.node_name = Wwn(I2_WWPN.0 ^ 0x0100_0000_0000_0000);
+    cfg.command_timeout = Duration::from_secs(2);
+    let j = s.add(cfg, None);
+    s.run();
+    let budget = s.nodes[i].port.config().frame_budget.clone().unwrap();
+    assert!(
+        budget.same(s.nodes[j].port.config().frame_budget.as_ref().unwrap()),
+        "the clone shares the parent's budget"
+    );
+    let ua = s.submit(
+        j,
+        T_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    assert_eq!(s.result(j, ua).unwrap().status, Status::CHECK_CONDITION);
+
+    s.nodes[t].hold = true;
+    s.log.clear();
+    let read = |s: &mut Sim, port: usize, kib: u32| {
+        let blocks = (kib * 2) as u16;
+        s.submit(
+            port,
+            T_WWPN,
+            Request::new(Lun(0), read10(0, blocks), kib * 1024),
+        )
+    };
+    let cmnds = |s: &Sim| s.count(|f| matches!(f.payload, PayloadRepr::FcpCmnd(_)));
+    // Port i fills the link: two 8 KiB reads, 5 frames each.
+    let a = read(&mut s, i, 8);
+    let b = read(&mut s, i, 8);
+    assert_eq!(budget.in_use(), 10);
+    // Port j has nothing open, yet its reads wait: the link is full.
+    let c = read(&mut s, j, 8);
+    let d = read(&mut s, j, 1);
+    assert_eq!(s.nodes[j].port.frames_in(), 0);
+    assert_eq!(s.nodes[j].port.commands_waiting(), 2);
+    // A later read on port i waits behind them (two frames would fit
+    // beside c, but it does not overtake).
+    let e = read(&mut s, i, 8);
+    assert_eq!(cmnds(&s), 2);
+    assert_eq!(budget.waiting(), 3);
+    let release = |s: &mut Sim| {
+        let now = s.now;
+        for (id, fut) in std::mem::take(&mut s.nodes[t].held) {
+            let r = s.rt.block_on(fut);
+            s.nodes[t].port.complete_task(now, id, r);
+        }
+        s.run();
+    };
+    // a and b end: j's two go first, then e would pass the bound (7 + 5).
+    release(&mut s);
+    for id in [a, b] {
+        assert_eq!(joined(&s.result(i, id).unwrap()), &data[..8192]);
+    }
+    assert_eq!(cmnds(&s), 4);
+    assert_eq!(s.nodes[j].port.frames_in(), 5 + 2);
+    assert_eq!(s.nodes[i].port.commands_waiting(), 1);
+    assert_eq!(budget.in_use(), 7);
+    release(&mut s);
+    assert_eq!(joined(&s.result(j, c).unwrap()), &data[..8192]);
+    assert_eq!(joined(&s.result(j, d).unwrap()), &data[..1024]);
+    assert_eq!(cmnds(&s), 5, "e went once c and d gave their room back");
+    release(&mut s);
+    assert_eq!(joined(&s.result(i, e).unwrap()), &data[..8192]);
+    assert_eq!(budget.in_use(), 0);
+
+    // A waiting command that times out leaves the line.
+    let f = read(&mut s, i, 8);
+    let g = read(&mut s, i, 8);
+    let h = read(&mut s, j, 8);
+    assert_eq!(budget.waiting(), 1);
+    s.advance(Duration::from_secs(3));
+    assert!(
+        matches!(s.result(j, h), Err(InitiatorError::Timeout { .. })),
+        "h waited past its port's command timeout"
+    );
+    assert_eq!(budget.waiting(), 0);
+    release(&mut s);
+    for id in [f, g] {
+        assert_eq!(joined(&s.result(i, id).unwrap()), &data[..8192]);
+    }
+    assert_eq!(budget.in_use(), 0);
+    let k = read(&mut s, j, 8);
+    release(&mut s);
+    assert_eq!(joined(&s.result(j, k).unwrap()), &data[..8192]);
 }
 
 /// The target bounds the write data its admitted writes have yet to

@@ -62,9 +62,10 @@
 //!   take while the gateway is off the CPU is lost: the AF_XDP link
 //!   guarantees 4,160 frames (`unifab_fcoe::link::af_xdp::Budget`), and
 //!   1 MiB reads at queue depth 32 lost 2,362 frames at once without the
-//!   bound. The bound is per N_Port: with `nexus = "per-initiator"` each
-//!   host's NPIV port has its own, so lower it when several hosts read
-//!   through one ENode.
+//!   bound. The bound is the link's: with `nexus = "per-initiator"` every
+//!   host's NPIV port counts against the same 4,104 frames as the
+//!   initiator N_Port, and commands from all of them wait in one line, in
+//!   order (`unifab_fc::nport::FrameBudget`).
 
 use std::collections::HashSet;
 use std::fmt;

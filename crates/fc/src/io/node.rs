@@ -1051,6 +1051,9 @@ impl Driver {
                 history,
                 ..
             } = &mut *slot;
+            // Room another port on the link gave back may be this one's
+            // turn (`max_frames_in` is the link's: NPIV ports share it).
+            port.start_waiting(now);
             any |= self.drain_events(cx, now, i, port, scsi.as_ref(), history);
             let mut out = std::mem::take(&mut self.out);
             while let Some(f) = slot.port.poll_transmit() {

@@ -30,6 +30,7 @@ use unifab_scsi_core::gather::Gathered;
 use unifab_scsi_core::initiator::{InitiatorError, Request};
 use unifab_scsi_core::{Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse};
 
+use super::budget::{FrameBudget, Room, Ticket};
 use super::{NPort, NPortEvent};
 use crate::compose::{self, Route};
 use crate::wire::fcp::{
@@ -62,6 +63,8 @@ struct Queued {
     wait_until: Instant,
     /// Its port was ready; it waits for room under `max_frames_in`.
     for_window: bool,
+    /// Its place in the link's line while it waits for room.
+    ticket: Option<Ticket>,
 }
 
 impl Work {
@@ -123,6 +126,8 @@ struct Cmd {
     id: u64,
     /// Frames it can bring back (counted under `max_frames_in`).
     frames: u32,
+    /// Those frames, held in the link's budget until the command ends.
+    _room: Option<Room>,
     peer: FcId,
     lun: Lun,
     rx: RxId,
@@ -142,11 +147,13 @@ pub struct InitiatorEngine {
     queued: VecDeque<Queued>,
     cmds: FastMap<OxId, Cmd>,
     by_id: FastMap<u64, OxId>,
-    /// `NPortConfig::max_frames_in`.
-    max_frames_in: Option<u32>,
+    /// The link's budget for `NPortConfig::max_frames_in`.
+    budget: Option<FrameBudget>,
+    /// [`FrameBudget::freed`] when this port last looked for room.
+    seen_freed: u64,
     /// Data bytes per frame the targets send us (`rx_data_field_size`).
     frame_data: u16,
-    /// Frames the open commands can still bring back.
+    /// Frames this port's open commands can still bring back.
     frames_in: u32,
     /// A command ended while others waited for room under the bound.
     room_freed: bool,
@@ -156,7 +163,7 @@ impl InitiatorEngine {
     pub(crate) fn new(
         timeout: Duration,
         fast_io_fail: Option<Duration>,
-        max_frames_in: Option<u32>,
+        budget: Option<FrameBudget>,
         frame_data: u16,
     ) -> InitiatorEngine {
         InitiatorEngine {
@@ -166,24 +173,36 @@ impl InitiatorEngine {
             queued: VecDeque::new(),
             cmds: FastMap::default(),
             by_id: FastMap::default(),
-            max_frames_in,
+            seen_freed: budget.as_ref().map_or(0, FrameBudget::freed),
+            budget,
             frame_data,
             frames_in: 0,
             room_freed: false,
         }
     }
 
-    /// Whether a command bringing back `frames` may start now: always when
-    /// nothing is open (one command alone always goes).
-    fn has_room(&self, frames: u32) -> bool {
-        match self.max_frames_in {
-            None => true,
-            Some(max) => self.frames_in == 0 || self.frames_in.saturating_add(frames) <= max,
+    /// Room for a command bringing back `frames`, if it may start now
+    /// (`Ok(None)`: no bound, or a command that brings nothing back). See
+    /// [`FrameBudget::take`]: in line across the link, and always when
+    /// nothing is open on it.
+    fn room(&self, frames: u32, ticket: Option<&Ticket>) -> Result<Option<Room>, ()> {
+        match &self.budget {
+            Some(b) if frames > 0 => b.take(frames, ticket).map(Some).ok_or(()),
+            _ => Ok(None),
         }
     }
 
-    /// Frames the open commands can still bring back
-    /// (`NPortConfig::max_frames_in` bounds it).
+    /// A place in the link's line for a command that brings frames back.
+    fn ticket(&self, frames: u32) -> Option<Ticket> {
+        self.budget
+            .as_ref()
+            .filter(|_| frames > 0)
+            .map(FrameBudget::ticket)
+    }
+
+    /// Frames this port's open commands can still bring back (the link's
+    /// budget, `NPortConfig::max_frames_in`, bounds them with those of the
+    /// other ports on the link).
     pub fn frames_in(&self) -> u32 {
         self.frames_in
     }
@@ -382,19 +401,28 @@ impl NPort {
             .iter()
             .any(|q| q.target == target || (frames > 0 && q.for_window));
         match self.ready_port_by_name(target) {
-            Some(peer) if !behind && self.initiator.has_room(frames) => {
-                self.start(now, id, peer, work, deadline)
-            }
-            // The port is ready: it waits for room, or behind one that does.
-            Some(_) => {
-                self.initiator.queued.push_back(Queued {
-                    id,
-                    target,
-                    work,
-                    deadline,
-                    wait_until: deadline,
-                    for_window: true,
-                });
+            Some(peer) => {
+                let room = if behind {
+                    Err(())
+                } else {
+                    self.initiator.room(frames, None)
+                };
+                match room {
+                    Ok(room) => self.start(now, id, peer, work, deadline, room),
+                    // It waits for room, or behind one that does.
+                    Err(()) => {
+                        let ticket = self.initiator.ticket(frames);
+                        self.initiator.queued.push_back(Queued {
+                            id,
+                            target,
+                            work,
+                            deadline,
+                            wait_until: deadline,
+                            for_window: true,
+                            ticket,
+                        });
+                    }
+                }
             }
             None => {
                 let wait_until = match self.initiator.fast_io_fail {
@@ -416,6 +444,7 @@ impl NPort {
                     deadline,
                     wait_until,
                     for_window: false,
+                    ticket: None,
                 });
             }
         }
@@ -464,7 +493,15 @@ impl NPort {
         InitiatorError::Unreachable { reason }
     }
 
-    fn start(&mut self, _now: Instant, id: u64, peer: FcId, work: Work, deadline: Instant) {
+    fn start(
+        &mut self,
+        _now: Instant,
+        id: u64,
+        peer: FcId,
+        work: Work,
+        deadline: Instant,
+        room: Option<Room>,
+    ) {
         let frames = work.frames_in(self.initiator.frame_data);
         let Ok(ox) = self.xm.alloc_ox() else {
             self.fail(id, &work, InitiatorError::QueueFull);
@@ -542,6 +579,7 @@ impl NPort {
             ox,
             Cmd {
                 frames,
+                _room: room,
                 id,
                 peer,
                 lun,
@@ -639,7 +677,15 @@ impl NPort {
     /// Starts what waited for room under `max_frames_in` (and for its
     /// port), in order, once a command has ended.
     pub(super) fn initiator_window_freed(&mut self, now: Instant) {
-        if std::mem::take(&mut self.initiator.room_freed) {
+        let freed = std::mem::take(&mut self.initiator.room_freed);
+        let link_freed = match &self.initiator.budget {
+            Some(b) if !self.initiator.queued.is_empty() => {
+                let f = b.freed();
+                std::mem::replace(&mut self.initiator.seen_freed, f) != f
+            }
+            _ => false,
+        };
+        if freed || link_freed {
             self.start_queued(now);
         }
     }
@@ -659,20 +705,33 @@ impl NPort {
                 continue;
             }
             let Some(peer) = self.ready_port_by_name(q.target) else {
+                // Waiting for its port again: out of the link's line, so
+                // that it holds up no other port's commands.
+                q.ticket = None;
+                q.for_window = false;
                 held.push(q.target);
                 keep.push_back(q);
                 continue;
             };
             let frames = q.work.frames_in(self.initiator.frame_data);
-            if frames > 0 && (full || !self.initiator.has_room(frames)) {
+            let room = if full && frames > 0 {
+                Err(())
+            } else {
+                self.initiator.room(frames, q.ticket.as_ref())
+            };
+            let Ok(room) = room else {
                 full = true;
                 q.for_window = true;
                 q.wait_until = q.deadline;
+                if q.ticket.is_none() {
+                    q.ticket = self.initiator.ticket(frames);
+                }
                 held.push(q.target);
                 keep.push_back(q);
                 continue;
-            }
-            self.start(now, q.id, peer, q.work, q.deadline);
+            };
+            drop(q.ticket.take());
+            self.start(now, q.id, peer, q.work, q.deadline, room);
         }
         // `start` queues nothing, so nothing was added meanwhile.
         keep.extend(std::mem::take(&mut self.initiator.queued));

@@ -25,6 +25,7 @@
 //! - A frame from a port without an N_Port login gets LS_RJT (ELS) or is
 //!   discarded and counted (FCP).
 
+pub mod budget;
 pub mod initiator;
 pub mod target;
 
@@ -51,6 +52,7 @@ use crate::wire::frame::Frame;
 use crate::wire::header::{FcType, RCtl};
 use crate::wire::{FcId, OxId, RxId, Wwn};
 
+pub use budget::FrameBudget;
 pub use initiator::{CommandId, InitiatorEngine};
 pub use target::{TargetEngine, TaskId};
 
@@ -99,7 +101,16 @@ pub struct NPortConfig {
     /// without PFC): a burst longer than the link can take while its
     /// receiver is off the CPU is lost, and FCP class 3 recovers a lost
     /// frame only by the command's timeout.
+    ///
+    /// The bound is the link's: [`NPort::new`] makes a [`FrameBudget`] for
+    /// it and keeps it in [`NPortConfig::frame_budget`], and a port made
+    /// from a clone of [`NPort::config`] (an NPIV port on the same link)
+    /// counts against the same budget.
     pub max_frames_in: Option<u32>,
+    /// The budget `max_frames_in` counts against. [`NPort::new`] fills it
+    /// in (a new one, unless it is already there with the same bound);
+    /// `None` without `max_frames_in`.
+    pub frame_budget: Option<FrameBudget>,
     /// Target role: the most write data its admitted writes may still
     /// have to receive at once; `None`: no bound beyond `max_write_held`.
     /// A write that would pass it waits, in order, with nothing asked for
@@ -139,6 +150,7 @@ impl NPortConfig {
             max_burst: 256 * 1024,
             max_write_held: target::MAX_WRITE_HELD,
             max_frames_in: None,
+            frame_budget: None,
             max_write_in_flight: None,
             max_exchanges: 4096,
             max_logins: MAX_LOGINS,
@@ -325,14 +337,18 @@ pub struct NPort {
 
 impl NPort {
     /// A port, offline.
-    pub fn new(cfg: NPortConfig) -> NPort {
+    pub fn new(mut cfg: NPortConfig) -> NPort {
+        cfg.frame_budget = cfg.max_frames_in.map(|max| match cfg.frame_budget.take() {
+            Some(b) if b.max() == max => b,
+            _ => FrameBudget::new(max),
+        });
         let xm = ExchangeManager::new(cfg.timeouts, cfg.max_exchanges);
         NPort {
             target: TargetEngine::new(cfg.max_burst, cfg.max_write_held, cfg.max_write_in_flight),
             initiator: InitiatorEngine::new(
                 cfg.command_timeout,
                 cfg.fast_io_fail,
-                cfg.max_frames_in,
+                cfg.frame_budget.clone(),
                 cfg.rx_data_field_size,
             ),
             cfg,
@@ -396,6 +412,15 @@ impl NPort {
     /// it).
     pub fn frames_in(&self) -> u32 {
         self.initiator.frames_in()
+    }
+
+    /// Initiator role: starts commands that waited for room under
+    /// `NPortConfig::max_frames_in` if any has been given back on the link
+    /// since the port last looked. A driver with several ports on one
+    /// [`FrameBudget`] calls it for each after handling any of them: room
+    /// one port gives back may be another's turn.
+    pub fn start_waiting(&mut self, now: Instant) {
+        self.initiator_window_freed(now);
     }
 
     /// Initiator role: commands waiting for their target port or for room

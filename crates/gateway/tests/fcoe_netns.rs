@@ -388,6 +388,84 @@ fn deep_queues(io: &str) {
     println!("{io}: {}", stdout.lines().last().unwrap_or_default());
 }
 
+/// Several hosts reading deep through one ENode at once: each host's
+/// session reaches the target through an NPIV port of its own
+/// (`nexus = "per-initiator"`), and all of them share the link's frame
+/// budget (`max_frames_in`, 4,104 frames by default, within the 4,160 the
+/// AF_XDP link always takes). Three `unifab bench` processes, each its own
+/// initiator on its own region, write 96 MiB in 1 MiB commands 32 at a
+/// time and read it back verified, all at once. With a budget per NPIV
+/// port, three hosts could have 12,312 frames coming back at once.
+fn several_hosts_deep(io: &str) {
+    require_root("several hosts reading deep through one FCoE ENode");
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let hop = Hop::start(dir.path(), io, "");
+    let bin = unifab_testkit::peers::unifab_bin().unwrap();
+    let hosts: Vec<_> = (0..3u64)
+        .map(|k| {
+            Command::new(&bin)
+                .args([
+                    "bench",
+                    &hop.url(),
+                    "--rw",
+                    "wr",
+                    "--bs",
+                    "1MiB",
+                    "--qd",
+                    "32",
+                ])
+                .args(["--offset", &format!("{}MiB", 96 * k), "--size", "96MiB"])
+                .args(["--command-timeout", "20", "--seed", &(11 + k).to_string()])
+                .args([
+                    "--initiator-name",
+                    &format!("iqn.2026-11.io.unifab.test:host{k}"),
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (k, h) in hosts.into_iter().enumerate() {
+        let out = h.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() {
+            println!(
+                "{io} host{k}: {}",
+                stdout.lines().last().unwrap_or_default()
+            );
+        } else {
+            failed.push(format!(
+                "host{k}: {}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    let losses = |gw: &Gw| -> Vec<String> {
+        std::fs::read_to_string(&gw.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("receive drops") || l.contains("forwarded command failed"))
+            .map(str::to_string)
+            .collect()
+    };
+    let (la, lb) = (losses(&hop.a), losses(&hop.b));
+    assert!(
+        failed.is_empty() && la.is_empty() && lb.is_empty(),
+        "three hosts through one ENode over {io}:\n{}\ngateway A:\n{}\ngateway B:\n{}",
+        failed.join("\n"),
+        la.join("\n"),
+        lb.join("\n")
+    );
+}
+
+#[test]
+fn several_hosts_reading_deep_through_one_enode_over_af_xdp_lose_nothing() {
+    several_hosts_deep("af_xdp");
+}
+
 #[test]
 fn deep_queues_of_1mib_commands_through_the_hop_over_af_xdp_lose_nothing() {
     deep_queues("af_xdp");

@@ -737,6 +737,96 @@ fn write_data_in_flight_toward_a_target_is_bounded() {
     assert_eq!(s.nodes[t].port.write_bytes_to_come(), 0);
 }
 
+/// Target ports behind one link share its write budget
+/// (`max_write_in_flight`): a second target port made from the first's
+/// configuration counts against the same bound, so writes to both stay
+/// within it together, in one line; every write lands.
+#[test]
+fn target_ports_on_one_link_share_its_write_budget() {
+    let (mut s, t, i) = configured_pair(
+        |t| {
+            t.max_burst = 4096;
+            t.max_write_in_flight = Some(16 * 1024);
+        },
+        |_| {},
+    );
+    const T2_WWPN: Wwn = Wwn(0x2100_0000_0000_00a2);
+    let mut cfg = s.nodes[t].port.config().clone();
+    cfg.port_name = T2_WWPN;
+    cfg.node_name = Wwn(T2_WWPN.0 ^ 0x0100_0000_0000_0000);
+    let scsi = ScsiTarget::new();
+    scsi.insert(Lun(0), lu(8));
+    let t2 = s.add(cfg, Some(scsi));
+    s.run();
+    let budget = s.nodes[t].port.config().write_budget.clone().unwrap();
+    assert!(budget.same(s.nodes[t2].port.config().write_budget.as_ref().unwrap()));
+    // The initiator finds the new port (RSCN) and takes its unit attention.
+    let ua = s.submit(
+        i,
+        T2_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    s.log.clear();
+    // Four 12 KiB writes, to T, T2, T, T2, submitted together: each port
+    // alone would let two through (24 KiB to come).
+    let targets = [T_WWPN, T2_WWPN, T_WWPN, T2_WWPN];
+    let mut ids = Vec::new();
+    let now = s.now;
+    for (k, to) in targets.iter().enumerate() {
+        let id = s.next_id();
+        let data = pattern(12 * 1024, 20 + k as u8);
+        let lba = 100 * k as u32;
+        s.nodes[i].port.submit(
+            now,
+            id,
+            *to,
+            Request::with_data_out(Lun(0), write10(lba, 24), data),
+        );
+        ids.push(id);
+    }
+    s.run();
+    let oxs: Vec<u16> = s
+        .log
+        .iter()
+        .filter(|f| matches!(f.payload, PayloadRepr::FcpCmnd(_)))
+        .map(|f| f.header.ox_id.0)
+        .collect();
+    assert_eq!(oxs.len(), 4);
+    let mut to_come: std::collections::HashMap<u16, usize> = Default::default();
+    let mut peak = 0;
+    for f in &s.log {
+        let ox = f.header.ox_id.0;
+        match &f.payload {
+            PayloadRepr::FcpXferRdy(x) if x.data_ro == 0 => {
+                to_come.insert(ox, 12 * 1024);
+            }
+            PayloadRepr::FcpData(d) if oxs.contains(&ox) => {
+                *to_come.get_mut(&ox).unwrap() -= d.len();
+            }
+            _ => continue,
+        }
+        peak = peak.max(to_come.values().sum::<usize>());
+    }
+    assert!(peak <= 16 * 1024, "{peak} bytes to come over the link");
+    let deferred =
+        s.nodes[t].port.stats().writes_deferred + s.nodes[t2].port.stats().writes_deferred;
+    assert!(deferred >= 3, "{deferred}");
+    for (k, id) in ids.iter().enumerate() {
+        assert_eq!(s.result(i, *id).unwrap().status, Status::GOOD);
+        let lba = 100 * k as u32;
+        let rd = s.submit(
+            i,
+            targets[k],
+            Request::new(Lun(0), read10(lba, 24), 12 * 1024),
+        );
+        let want = pattern(12 * 1024, 20 + k as u8);
+        assert_eq!(joined(&s.result(i, rd).unwrap()), &want[..]);
+    }
+    assert_eq!(budget.in_use(), 0);
+    assert_eq!(budget.waiting(), 0);
+}
+
 /// A target port whose write-data budget is `max_write_held`, an
 /// initiator logged in to it, and the LU's power-on unit attention taken.
 fn budget_pair(max_write_held: u64) -> (Sim, usize, usize) {

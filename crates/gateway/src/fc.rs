@@ -57,15 +57,17 @@
 //!   can bring back (data-in, XFER_RDY, FCP_RSP) to `max_frames_in`, 4,104
 //!   by default (eight 1 MiB reads); more commands wait, in order. Its
 //!   target ports likewise bound the write data still to come when the
-//!   gateway runs an FCF (`max_write_in_flight`, 8 MiB by default). Without PFC the Ethernet
-//!   link cannot pause the far side, and a burst longer than the link can
-//!   take while the gateway is off the CPU is lost: the AF_XDP link
-//!   guarantees 4,160 frames (`unifab_fcoe::link::af_xdp::Budget`), and
-//!   1 MiB reads at queue depth 32 lost 2,362 frames at once without the
-//!   bound. The bound is the link's: with `nexus = "per-initiator"` every
-//!   host's NPIV port counts against the same 4,104 frames as the
-//!   initiator N_Port, and commands from all of them wait in one line, in
-//!   order (`unifab_fc::nport::FrameBudget`).
+//!   gateway runs an FCF (`max_write_in_flight`, 8 MiB by default).
+//!   Without PFC the Ethernet link cannot pause the far side, and a burst
+//!   longer than the link can take while the gateway is off the CPU is
+//!   lost: the AF_XDP link guarantees 4,160 frames
+//!   (`unifab_fcoe::link::af_xdp::Budget`), and 1 MiB reads at queue
+//!   depth 32 lost 2,362 frames at once without the bound. The bounds are
+//!   the link's (`unifab_fc::nport::LinkBudget`): with `nexus =
+//!   "per-initiator"` every host's NPIV port counts against the same
+//!   4,104 frames as the initiator N_Port, target ports with the same
+//!   `max_write_in_flight` count against one budget of it, and commands
+//!   wait in one line across the ports, in order.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -80,7 +82,7 @@ use unifab_fc::exchange::Timeouts;
 use unifab_fc::fabric::zoning::{Zone, ZoneMember, ZoneSet};
 use unifab_fc::fabric::{FabricConfig, LoginKind};
 use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
-use unifab_fc::nport::NPortConfig;
+use unifab_fc::nport::{LinkBudget, NPortConfig};
 use unifab_fc::wire::Wwn;
 use unifab_fc::wire::header::FcType;
 use unifab_scsi_core::remote::Identity;
@@ -185,7 +187,8 @@ pub struct FcTargetSection {
 /// FCF's AF_XDP link can always take with room for the commands. ENodes
 /// behind the FCF cannot be paused (no PFC on these links), so write data
 /// past what the link can take while the gateway is off the CPU would be
-/// lost; 1 MiB writes at queue depth 32 were.
+/// lost; 1 MiB writes at queue depth 32 were. The target ports with the
+/// same bound share it (one `LinkBudget`): together they stay within it.
 pub const FCF_WRITE_IN_FLIGHT: u64 = 8 << 20;
 
 /// `[[fabric.target]] max_burst` by default: 1 MiB, so a write of up to
@@ -292,6 +295,19 @@ pub const ENODE_FRAMES_IN: u32 = 8 * 513;
 
 /// The range of `max_frames_in`: one 1 MiB read (513 frames) must fit.
 const FRAMES_IN: std::ops::RangeInclusive<u32> = 513..=1 << 20;
+
+/// The budget of `max` among `budgets`, made and added if none has that
+/// bound: ports given the same bound share one.
+fn shared_budget(budgets: &mut Vec<LinkBudget>, max: u64) -> LinkBudget {
+    match budgets.iter().find(|b| b.max() == max) {
+        Some(b) => b.clone(),
+        None => {
+            let b = LinkBudget::new(max);
+            budgets.push(b.clone());
+            b
+        }
+    }
+}
 
 /// An `fc://WWPN/LUN` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -590,6 +606,9 @@ impl FcPlane {
         })?;
         let node = FcNode::spawn(&switch, "gateway");
         let mut names = Vec::new();
+        // Target ports with the same `max_write_in_flight` share one
+        // budget: behind an FCF they all receive through its link.
+        let mut write_budgets: Vec<LinkBudget> = Vec::new();
         for (k, t) in f.target.iter().enumerate() {
             let wwpn = wwn("fabric.target.wwpn", &t.wwpn).map_err(anyhow::Error::msg)?;
             let wwnn = match &t.wwnn {
@@ -612,6 +631,9 @@ impl FcPlane {
             cfg.max_write_in_flight = t
                 .max_write_in_flight(behind_fcf)
                 .map_err(anyhow::Error::msg)?;
+            cfg.write_budget = cfg
+                .max_write_in_flight
+                .map(|max| shared_budget(&mut write_budgets, max));
             cfg.timeouts = timeouts;
             cfg.relative_port_id = u16::try_from(k + 1).unwrap_or(u16::MAX);
             cfg.symbolic_name = format!("unifab FCP target {wwpn}");
@@ -906,6 +928,17 @@ impl FcPlane {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn target_ports_with_the_same_write_bound_share_one_budget() {
+        let mut budgets = Vec::new();
+        let a = shared_budget(&mut budgets, FCF_WRITE_IN_FLIGHT);
+        let b = shared_budget(&mut budgets, FCF_WRITE_IN_FLIGHT);
+        let c = shared_budget(&mut budgets, 1 << 20);
+        assert!(a.same(&b));
+        assert!(!a.same(&c));
+        assert_eq!((c.max(), budgets.len()), (1 << 20, 2));
+    }
 
     #[test]
     fn fc_urls() {

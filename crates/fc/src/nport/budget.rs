@@ -1,19 +1,22 @@
-//! The frames an initiator's open commands may bring back over one link
-//! ([`NPortConfig::max_frames_in`]), shared by every initiator N_Port on
-//! that link.
+//! Room on one link, shared by the N_Ports on it: the frames an
+//! initiator's open commands may bring back ([`NPortConfig::max_frames_in`])
+//! and the write data a target's admitted writes may still receive
+//! ([`NPortConfig::max_write_in_flight`]).
 //!
 //! A link that cannot pause its sender (FCoE without PFC) loses what
 //! arrives while its receive ring is full, so the bound belongs to the
 //! link, not to a port: with one NPIV port per front-end host, several
-//! hosts reading deep through one ENode would otherwise pass it together.
-//! An N_Port made with a bound creates a [`FrameBudget`] and keeps it in
-//! its configuration; a port made from a clone of that configuration (an
-//! NPIV port on the same link) counts against the same budget.
+//! hosts reading deep through one ENode would otherwise pass it together,
+//! and so would several target ports behind one FCF. An N_Port made with
+//! a bound creates a [`LinkBudget`] and keeps it in its configuration
+//! (unless the configuration already carries one with the same bound); a
+//! port made from a clone of that configuration (an NPIV port on the same
+//! link) counts against the same budget.
 //!
 //! Room is given in order across the link: a command that has to wait
 //! takes a [`Ticket`], and no command starts while an older ticket waits,
-//! on any port. One command alone on the link always goes, however many
-//! frames it brings.
+//! on any port. One command alone on the link always goes, however much
+//! it brings.
 //!
 //! Both what a command holds ([`Room`]) and its place in line ([`Ticket`])
 //! are given back when they are dropped, so a command that ends any way at
@@ -21,22 +24,24 @@
 //! stall the link.
 //!
 //! [`NPortConfig::max_frames_in`]: super::NPortConfig::max_frames_in
+//! [`NPortConfig::max_write_in_flight`]: super::NPortConfig::max_write_in_flight
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Room for frames on one link; clones share it.
+/// Room on one link (frames or bytes: the unit is its user's); clones
+/// share it.
 #[derive(Clone)]
-pub struct FrameBudget {
-    max: u32,
+pub struct LinkBudget {
+    max: u64,
     state: Arc<Mutex<State>>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Frames the link's open commands can still bring back.
-    used: u32,
+    /// Room the link's open commands hold.
+    used: u64,
     /// Tickets of commands waiting for room, oldest first.
     waiting: BTreeSet<u64>,
     next_ticket: u64,
@@ -45,10 +50,10 @@ struct State {
     freed: u64,
 }
 
-impl fmt::Debug for FrameBudget {
+impl fmt::Debug for LinkBudget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.lock();
-        f.debug_struct("FrameBudget")
+        f.debug_struct("LinkBudget")
             .field("max", &self.max)
             .field("used", &s.used)
             .field("waiting", &s.waiting.len())
@@ -56,23 +61,23 @@ impl fmt::Debug for FrameBudget {
     }
 }
 
-impl FrameBudget {
-    /// A budget of `max` frames, nothing in use.
-    pub fn new(max: u32) -> FrameBudget {
-        FrameBudget {
+impl LinkBudget {
+    /// A budget of `max`, nothing in use.
+    pub fn new(max: u64) -> LinkBudget {
+        LinkBudget {
             max,
             state: Arc::new(Mutex::new(State::default())),
         }
     }
 
     /// The bound.
-    pub fn max(&self) -> u32 {
+    pub fn max(&self) -> u64 {
         self.max
     }
 
-    /// Frames the link's open commands can still bring back (above
-    /// [`FrameBudget::max`] only while one command alone passes it).
-    pub fn in_use(&self) -> u32 {
+    /// Room the link's open commands hold (above [`LinkBudget::max`]
+    /// only while one command alone passes it).
+    pub fn in_use(&self) -> u64 {
         self.lock().used
     }
 
@@ -82,25 +87,25 @@ impl FrameBudget {
     }
 
     /// Whether `other` is this budget (the same link).
-    pub fn same(&self, other: &FrameBudget) -> bool {
+    pub fn same(&self, other: &LinkBudget) -> bool {
         Arc::ptr_eq(&self.state, &other.state)
     }
 
-    /// Room for a command bringing back `frames`, if it may start now:
-    /// no older ticket waits (`ticket` is the command's own, if it has
-    /// one) and the frames fit, or nothing at all is open on the link.
-    pub fn take(&self, frames: u32, ticket: Option<&Ticket>) -> Option<Room> {
+    /// Room for a command that needs `amount`, if it may start now: no
+    /// older ticket waits (`ticket` is the command's own, if it has one)
+    /// and the amount fits, or nothing at all is held on the link.
+    pub fn take(&self, amount: u64, ticket: Option<&Ticket>) -> Option<Room> {
         let mut s = self.lock();
         let first = s.waiting.first().copied();
         let my_turn = first.is_none() || first == ticket.map(|t| t.number);
-        let fits = s.used == 0 || s.used.saturating_add(frames) <= self.max;
+        let fits = s.used == 0 || s.used.saturating_add(amount) <= self.max;
         if !(my_turn && fits) {
             return None;
         }
-        s.used = s.used.saturating_add(frames);
+        s.used = s.used.saturating_add(amount);
         Some(Room {
             budget: self.clone(),
-            frames,
+            held: amount,
         })
     }
 
@@ -130,24 +135,40 @@ impl FrameBudget {
     }
 }
 
-/// Frames a started command holds; given back when dropped.
+/// Room a started command holds; given back when dropped.
 #[derive(Debug)]
 pub struct Room {
-    budget: FrameBudget,
-    frames: u32,
+    budget: LinkBudget,
+    held: u64,
 }
 
 impl Room {
-    /// The frames held.
-    pub fn frames(&self) -> u32 {
-        self.frames
+    /// The room still held.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// Gives back part of the room (data that has come in), at most all
+    /// of it.
+    pub fn give_back(&mut self, amount: u64) {
+        let amount = amount.min(self.held);
+        if amount == 0 {
+            return;
+        }
+        self.held -= amount;
+        let mut s = self.budget.lock();
+        s.used = s.used.saturating_sub(amount);
+        s.freed = s.freed.wrapping_add(1);
     }
 }
 
 impl Drop for Room {
     fn drop(&mut self) {
+        if self.held == 0 {
+            return;
+        }
         let mut s = self.budget.lock();
-        s.used = s.used.saturating_sub(self.frames);
+        s.used = s.used.saturating_sub(self.held);
         s.freed = s.freed.wrapping_add(1);
     }
 }
@@ -155,7 +176,7 @@ impl Drop for Room {
 /// A waiting command's place in line; leaves the line when dropped.
 #[derive(Debug)]
 pub struct Ticket {
-    budget: FrameBudget,
+    budget: LinkBudget,
     number: u64,
 }
 
@@ -176,7 +197,7 @@ mod tests {
 
     #[test]
     fn room_is_given_in_order_and_back_when_dropped() {
-        let b = FrameBudget::new(1000);
+        let b = LinkBudget::new(1000);
         let a = b.take(600, None).expect("room on an empty link");
         assert_eq!(b.in_use(), 600);
         // 600 + 600 > 1000: waits, with a ticket.
@@ -202,9 +223,9 @@ mod tests {
 
     #[test]
     fn one_command_alone_always_goes() {
-        let b = FrameBudget::new(513);
+        let b = LinkBudget::new(513);
         let r = b.take(5000, None).expect("alone on the link");
-        assert_eq!(r.frames(), 5000);
+        assert_eq!(r.held(), 5000);
         assert!(b.take(1, None).is_none());
         drop(r);
         assert!(b.take(1, None).is_some());
@@ -212,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_waiter_that_leaves_lets_the_next_go() {
-        let b = FrameBudget::new(100);
+        let b = LinkBudget::new(100);
         let held = b.take(90, None).expect("room");
         let t1 = b.ticket();
         let t2 = b.ticket();
@@ -225,11 +246,31 @@ mod tests {
     }
 
     #[test]
+    fn room_is_given_back_in_parts() {
+        let b = LinkBudget::new(100);
+        let mut r = b.take(80, None).expect("room");
+        let t = b.ticket();
+        assert!(b.take(50, Some(&t)).is_none());
+        let f0 = b.freed();
+        r.give_back(40);
+        assert_ne!(b.freed(), f0);
+        assert_eq!((r.held(), b.in_use()), (40, 40));
+        let r2 = b.take(50, Some(&t)).expect("90 fits in 100");
+        drop(t);
+        r.give_back(1000);
+        assert_eq!((r.held(), b.in_use()), (0, 50));
+        drop(r);
+        assert_eq!(b.in_use(), 50, "nothing given back twice");
+        drop(r2);
+        assert_eq!(b.in_use(), 0);
+    }
+
+    #[test]
     fn clones_share_the_budget() {
-        let b = FrameBudget::new(100);
+        let b = LinkBudget::new(100);
         let c = b.clone();
         assert!(b.same(&c));
-        assert!(!b.same(&FrameBudget::new(100)));
+        assert!(!b.same(&LinkBudget::new(100)));
         let _r = c.take(80, None).expect("room");
         assert_eq!(b.in_use(), 80);
         assert!(b.take(30, None).is_none());

@@ -30,7 +30,7 @@ use unifab_scsi_core::gather::Gathered;
 use unifab_scsi_core::initiator::{InitiatorError, Request};
 use unifab_scsi_core::{Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse};
 
-use super::budget::{FrameBudget, Room, Ticket};
+use super::budget::{LinkBudget, Room, Ticket};
 use super::{NPort, NPortEvent};
 use crate::compose::{self, Route};
 use crate::wire::fcp::{
@@ -148,8 +148,8 @@ pub struct InitiatorEngine {
     cmds: FastMap<OxId, Cmd>,
     by_id: FastMap<u64, OxId>,
     /// The link's budget for `NPortConfig::max_frames_in`.
-    budget: Option<FrameBudget>,
-    /// [`FrameBudget::freed`] when this port last looked for room.
+    budget: Option<LinkBudget>,
+    /// [`LinkBudget::freed`] when this port last looked for room.
     seen_freed: u64,
     /// Data bytes per frame the targets send us (`rx_data_field_size`).
     frame_data: u16,
@@ -163,7 +163,7 @@ impl InitiatorEngine {
     pub(crate) fn new(
         timeout: Duration,
         fast_io_fail: Option<Duration>,
-        budget: Option<FrameBudget>,
+        budget: Option<LinkBudget>,
         frame_data: u16,
     ) -> InitiatorEngine {
         InitiatorEngine {
@@ -173,7 +173,7 @@ impl InitiatorEngine {
             queued: VecDeque::new(),
             cmds: FastMap::default(),
             by_id: FastMap::default(),
-            seen_freed: budget.as_ref().map_or(0, FrameBudget::freed),
+            seen_freed: budget.as_ref().map_or(0, LinkBudget::freed),
             budget,
             frame_data,
             frames_in: 0,
@@ -183,11 +183,11 @@ impl InitiatorEngine {
 
     /// Room for a command bringing back `frames`, if it may start now
     /// (`Ok(None)`: no bound, or a command that brings nothing back). See
-    /// [`FrameBudget::take`]: in line across the link, and always when
+    /// [`LinkBudget::take`]: in line across the link, and always when
     /// nothing is open on it.
     fn room(&self, frames: u32, ticket: Option<&Ticket>) -> Result<Option<Room>, ()> {
         match &self.budget {
-            Some(b) if frames > 0 => b.take(frames, ticket).map(Some).ok_or(()),
+            Some(b) if frames > 0 => b.take(u64::from(frames), ticket).map(Some).ok_or(()),
             _ => Ok(None),
         }
     }
@@ -197,7 +197,7 @@ impl InitiatorEngine {
         self.budget
             .as_ref()
             .filter(|_| frames > 0)
-            .map(FrameBudget::ticket)
+            .map(LinkBudget::ticket)
     }
 
     /// Frames this port's open commands can still bring back (the link's

@@ -52,7 +52,7 @@ use crate::wire::frame::Frame;
 use crate::wire::header::{FcType, RCtl};
 use crate::wire::{FcId, OxId, RxId, Wwn};
 
-pub use budget::FrameBudget;
+pub use budget::LinkBudget;
 pub use initiator::{CommandId, InitiatorEngine};
 pub use target::{TargetEngine, TaskId};
 
@@ -102,7 +102,7 @@ pub struct NPortConfig {
     /// receiver is off the CPU is lost, and FCP class 3 recovers a lost
     /// frame only by the command's timeout.
     ///
-    /// The bound is the link's: [`NPort::new`] makes a [`FrameBudget`] for
+    /// The bound is the link's: [`NPort::new`] makes a [`LinkBudget`] for
     /// it and keeps it in [`NPortConfig::frame_budget`], and a port made
     /// from a clone of [`NPort::config`] (an NPIV port on the same link)
     /// counts against the same budget.
@@ -110,13 +110,20 @@ pub struct NPortConfig {
     /// The budget `max_frames_in` counts against. [`NPort::new`] fills it
     /// in (a new one, unless it is already there with the same bound);
     /// `None` without `max_frames_in`.
-    pub frame_budget: Option<FrameBudget>,
+    pub frame_budget: Option<LinkBudget>,
     /// Target role: the most write data its admitted writes may still
     /// have to receive at once; `None`: no bound beyond `max_write_held`.
     /// A write that would pass it waits, in order, with nothing asked for
     /// (one write alone always goes). The target's side of
-    /// `max_frames_in`: for a link that cannot pause its sender.
+    /// `max_frames_in`: for a link that cannot pause its sender. Like
+    /// that bound it is the link's ([`NPortConfig::write_budget`]).
     pub max_write_in_flight: Option<u64>,
+    /// The budget `max_write_in_flight` counts against. [`NPort::new`]
+    /// fills it in (a new one, unless it is already there with the same
+    /// bound); give target ports behind one link the same one, so that
+    /// together they stay within it. `None` without
+    /// `max_write_in_flight`.
+    pub write_budget: Option<LinkBudget>,
     /// Most open exchanges in each role.
     pub max_exchanges: usize,
     /// Most remote ports logged in at once (PLOGI). A PLOGI from one more
@@ -152,11 +159,20 @@ impl NPortConfig {
             max_frames_in: None,
             frame_budget: None,
             max_write_in_flight: None,
+            write_budget: None,
             max_exchanges: 4096,
             max_logins: MAX_LOGINS,
             relative_port_id: 1,
         }
     }
+}
+
+/// The budget for `max`: `given` if it has that bound, else a new one.
+fn link_budget(max: Option<u64>, given: Option<LinkBudget>) -> Option<LinkBudget> {
+    max.map(|max| match given {
+        Some(b) if b.max() == max => b,
+        _ => LinkBudget::new(max),
+    })
 }
 
 /// What the N_Port tells its driver.
@@ -338,13 +354,11 @@ pub struct NPort {
 impl NPort {
     /// A port, offline.
     pub fn new(mut cfg: NPortConfig) -> NPort {
-        cfg.frame_budget = cfg.max_frames_in.map(|max| match cfg.frame_budget.take() {
-            Some(b) if b.max() == max => b,
-            _ => FrameBudget::new(max),
-        });
+        cfg.frame_budget = link_budget(cfg.max_frames_in.map(u64::from), cfg.frame_budget.take());
+        cfg.write_budget = link_budget(cfg.max_write_in_flight, cfg.write_budget.take());
         let xm = ExchangeManager::new(cfg.timeouts, cfg.max_exchanges);
         NPort {
-            target: TargetEngine::new(cfg.max_burst, cfg.max_write_held, cfg.max_write_in_flight),
+            target: TargetEngine::new(cfg.max_burst, cfg.max_write_held, cfg.write_budget.clone()),
             initiator: InitiatorEngine::new(
                 cfg.command_timeout,
                 cfg.fast_io_fail,
@@ -414,13 +428,15 @@ impl NPort {
         self.initiator.frames_in()
     }
 
-    /// Initiator role: starts commands that waited for room under
-    /// `NPortConfig::max_frames_in` if any has been given back on the link
-    /// since the port last looked. A driver with several ports on one
-    /// [`FrameBudget`] calls it for each after handling any of them: room
-    /// one port gives back may be another's turn.
+    /// Starts commands that waited for room on the link if any has been
+    /// given back since the port last looked: initiator commands under
+    /// `NPortConfig::max_frames_in`, and writes (their FCP_XFER_RDY) under
+    /// `NPortConfig::max_write_in_flight`. A driver with several ports on
+    /// one [`LinkBudget`] calls it for each after handling any of them:
+    /// room one port gives back may be another's turn.
     pub fn start_waiting(&mut self, now: Instant) {
         self.initiator_window_freed(now);
+        self.target_room_freed(now);
     }
 
     /// Initiator role: commands waiting for their target port or for room

@@ -29,6 +29,7 @@ use unifab_scsi_core::{
     TmfRequest, TmfResponse,
 };
 
+use super::budget::{LinkBudget, Room, Ticket};
 use super::{NPort, NPortEvent};
 use crate::compose::Route;
 use crate::wire::bls::{BaAcc, BlsRepr};
@@ -77,6 +78,11 @@ struct Exchange {
     aborted: bool,
     /// Data-out collected over earlier bursts.
     done: Vec<(u32, Bytes)>,
+    /// A waiting write's place in the link's line.
+    ticket: Option<Ticket>,
+    /// An admitted write's data still to come, held in the link's budget
+    /// (`max_write_in_flight`) and given back as it comes.
+    room: Option<Room>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -170,8 +176,10 @@ pub struct TargetEngine {
     max_write_held: u64,
     /// Write data the admitted exchanges have yet to receive.
     to_come: u64,
-    /// `NPortConfig::max_write_in_flight`.
-    max_write_in_flight: Option<u64>,
+    /// The link's budget for `NPortConfig::max_write_in_flight`.
+    budget: Option<LinkBudget>,
+    /// [`LinkBudget::freed`] when this port last looked for room.
+    seen_freed: u64,
     /// Writes waiting for the budget ([`XState::Waiting`]), oldest first.
     waiting: VecDeque<(FcId, OxId)>,
     next_id: u64,
@@ -184,14 +192,15 @@ impl TargetEngine {
     pub(crate) fn new(
         max_burst: u32,
         max_write_held: u64,
-        max_write_in_flight: Option<u64>,
+        budget: Option<LinkBudget>,
     ) -> TargetEngine {
         TargetEngine {
             max_burst: max_burst.max(512),
             write_held: 0,
             max_write_held,
             to_come: 0,
-            max_write_in_flight,
+            seen_freed: budget.as_ref().map_or(0, LinkBudget::freed),
+            budget,
             waiting: VecDeque::new(),
             next_id: 1,
             exchanges: FastMap::default(),
@@ -431,12 +440,16 @@ impl NPort {
             state: XState::Running,
             aborted: false,
             done: Vec::new(),
+            ticket: None,
+            room: None,
         };
         self.target.by_id.insert(id, (peer, h.ox_id));
         if write_len > 0 {
             // Queued behind any write already waiting, so a stream of
             // small writes cannot starve a large one.
             x.state = XState::Waiting;
+            // In line across the link, too.
+            x.ticket = self.target.budget.as_ref().map(LinkBudget::ticket);
             self.target.exchanges.insert((peer, h.ox_id), x);
             self.target.waiting.push_back((peer, h.ox_id));
             self.target_admit_writes(now);
@@ -468,10 +481,13 @@ impl NPort {
             if t.write_held + len > t.max_write_held {
                 return;
             }
-            if let Some(max) = t.max_write_in_flight {
-                if t.to_come > 0 && t.to_come + len > max {
+            if let Some(b) = &t.budget {
+                // One write alone on the link always goes.
+                let Some(room) = b.take(len, x.ticket.as_ref()) else {
                     return;
-                }
+                };
+                x.room = Some(room);
+                x.ticket = None;
             }
             t.waiting.pop_front();
             t.write_held += len;
@@ -547,7 +563,22 @@ impl NPort {
     pub(super) fn target_data(&mut self, now: Instant, frame: Frame) {
         self.target_data_frame(now, frame);
         // Data that came makes room under `max_write_in_flight`.
-        if self.target.max_write_in_flight.is_some() && !self.target.waiting.is_empty() {
+        if self.target.budget.is_some() && !self.target.waiting.is_empty() {
+            self.target_admit_writes(now);
+        }
+    }
+
+    /// Admits waiting writes if room was given back on the link (by this
+    /// port or another sharing its budget) since the port last looked.
+    pub(super) fn target_room_freed(&mut self, now: Instant) {
+        let Some(b) = &self.target.budget else {
+            return;
+        };
+        if self.target.waiting.is_empty() {
+            return;
+        }
+        let f = b.freed();
+        if std::mem::replace(&mut self.target.seen_freed, f) != f {
             self.target_admit_writes(now);
         }
     }
@@ -599,6 +630,9 @@ impl NPort {
         }
         *got += len;
         x.transferred = x.transferred.saturating_add(len);
+        if let Some(r) = x.room.as_mut() {
+            r.give_back(u64::from(len));
+        }
         self.target.to_come = self.target.to_come.saturating_sub(u64::from(len));
         if *got < *end - *start {
             return;

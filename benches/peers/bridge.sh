@@ -62,6 +62,8 @@
 #                poll instead of halting). The request is system-wide and
 #                lasts the whole run, so the direct path runs under it too.
 #                Unset (the default): no request.
+#   WORKER_THREADS  if set, the gateway's `[tuning] worker_threads` (the
+#                threads running its tasks); unset: one per core.
 #
 # Needs: tgt, libiscsi-bin, qemu-utils, qemu-block-extra (scripts/setup.sh).
 set -euo pipefail
@@ -94,8 +96,11 @@ RELAY_BIN=${RELAY_BIN:-$ROOT/target/release/relay}
 [[ "$BUSY_POLL_US" =~ ^[0-9]+$ ]] || die "BUSY_POLL_US must be a number of µs"
 CPU_LATENCY_US=${CPU_LATENCY_US:-}
 [[ -z "$CPU_LATENCY_US" || "$CPU_LATENCY_US" =~ ^[0-9]+$ ]] || die "CPU_LATENCY_US must be a number of µs"
-TUNING=""
-[[ -n "$CPU_LATENCY_US" ]] && TUNING=$'[tuning]\ncpu_latency_us = '"$CPU_LATENCY_US"
+WORKER_THREADS=${WORKER_THREADS:-}
+[[ -z "$WORKER_THREADS" || "$WORKER_THREADS" =~ ^[1-9][0-9]*$ ]] || die "WORKER_THREADS must be a positive integer"
+TUNING=$'[tuning]'
+[[ -n "$CPU_LATENCY_US" ]] && TUNING+=$'\ncpu_latency_us = '"$CPU_LATENCY_US"
+[[ -n "$WORKER_THREADS" ]] && TUNING+=$'\nworker_threads = '"$WORKER_THREADS"
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
 [[ "$RUN_SECONDS" =~ ^[1-9][0-9]*$ ]] || die "RUN_SECONDS must be a positive integer"
 [[ -x "$UNIFAB_BIN" ]] || die "no unifab binary at $UNIFAB_BIN (cargo build --release -p unifab, or set UNIFAB_BIN)"
@@ -245,7 +250,7 @@ exec 4>"$OUT_DIR/results.md"
 {
     echo "## unifab → tgtd bridge vs tgtd direct (qemu-img bench, $REPEATS runs each, medians)"
     echo
-    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; CPU latency request: ${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (held by the gateway, system-wide: both paths)}; coalesce_responses: ${COALESCE_RESPONSES:-default}"
+    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; CPU latency request: ${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (held by the gateway, system-wide: both paths)}; coalesce_responses: ${COALESCE_RESPONSES:-default}; worker_threads: ${WORKER_THREADS:-one per core}"
     echo
     head="| workload | direct" rule="|---|---:"
     for p in "${PATHS[@]:1}"; do

@@ -707,9 +707,9 @@ fn env_number(name: &str, what: &str, min: u32) -> Option<u32> {
 fn main() {
     let workers = env_number("FCIP_WAN_WORKERS", "a positive number", 1).map_or(2, |n| n as usize);
     let spinners = env_number("FCIP_WAN_SPIN", "a number of tasks", 0).unwrap_or(0) as usize;
-    let tuning = unifab::tuning::TuningSection {
-        cpu_latency_us: env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs", 0),
-    };
+    // Its runtime is sized by FCIP_WAN_WORKERS, not `worker_threads`.
+    let mut tuning = unifab::tuning::TuningSection::default();
+    tuning.cpu_latency_us = env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs", 0);
     let held = match tuning.apply() {
         Ok(h) => h,
         Err(e) => {

@@ -60,6 +60,13 @@ impl Metrics {
         s.push_str(&format!(
             "# HELP unifab_iscsi_sessions iSCSI sessions in full-feature phase.\n# TYPE unifab_iscsi_sessions gauge\nunifab_iscsi_sessions {sessions}\n"
         ));
+        // `[tuning] worker_threads`, or one per core.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            s.push_str(&format!(
+                "# HELP unifab_runtime_workers Threads running the gateway's tasks.\n# TYPE unifab_runtime_workers gauge\nunifab_runtime_workers {}\n",
+                rt.metrics().num_workers()
+            ));
+        }
         s
     }
 }

@@ -727,6 +727,18 @@ chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret =
         assert!(e.contains("above the kernel's limit"), "{e}");
         let e = refused("cpu_latency = 0");
         assert!(e.contains("cpu_latency"), "{e}");
+        assert_eq!(c.tuning.worker_threads, None);
+        let c = tuned("worker_threads = 1").unwrap();
+        assert_eq!(c.tuning.worker_threads, Some(1));
+        for n in ["0", "1025"] {
+            let e = refused(&format!("worker_threads = {n}"));
+            assert!(
+                e.contains("worker_threads") && e.contains("1 to 1024"),
+                "{e}"
+            );
+        }
+        let e = refused("worker_threads = -1");
+        assert!(e.starts_with("t.toml:14:"), "{e}");
     }
 
     #[test]

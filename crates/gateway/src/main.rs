@@ -103,10 +103,23 @@ fn main() -> ExitCode {
     tune_allocator();
     let cli = Cli::parse();
     init_tracing();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `run` reads its configuration first: it sizes the runtime.
+    let config = match &cli.command {
+        Command::Run { config: Some(path) } => match Config::load(path) {
+            Ok(cfg) => Some(cfg),
+            Err(e) => {
+                eprintln!("unifab: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        Command::Run { config: None } => Some(Config::embedded_default()),
+        _ => None,
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = config.as_ref().and_then(|c| c.tuning.worker_threads) {
+        builder.worker_threads(n);
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("unifab: cannot start the runtime: {e}");
@@ -115,13 +128,10 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.command {
-            Command::Run { config } => {
-                let cfg = match config {
-                    Some(path) => Config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?,
-                    None => Config::embedded_default(),
-                };
-                unifab::run::run(cfg).await
-            }
+            Command::Run { .. } => match config {
+                Some(cfg) => unifab::run::run(cfg).await,
+                None => Err(anyhow::anyhow!("no configuration")),
+            },
             Command::Show { what, admin, json } => unifab::show::show(&what, admin, json).await,
             Command::PcapCheck { file, verbose } => pcap_check(&file, verbose),
             Command::Iscsi {

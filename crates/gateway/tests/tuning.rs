@@ -55,3 +55,41 @@ fn the_gateway_holds_its_cpu_latency_request_while_it_runs_and_only_if_asked() {
         "the gateway is gone, yet the effective CPU latency is still {after} µs"
     );
 }
+
+/// `[tuning] worker_threads` sizes the runtime: the running gateway reports
+/// its worker threads (`unifab_runtime_workers` in `unifab show metrics`),
+/// one per core unless configured.
+#[test]
+fn worker_threads_sizes_the_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let workers = |tuning: &str| -> usize {
+        let admin = unifab_testkit::peers::free_tcp_port().unwrap();
+        let cfg = file_lu_config(dir.path(), "1MiB").replace(
+            "[admin]\nlisten = \"127.0.0.1:0\"",
+            &format!("[admin]\nlisten = \"127.0.0.1:{admin}\""),
+        );
+        assert!(cfg.contains(&format!(":{admin}\"")), "{cfg}");
+        let gw = Gateway::start(dir.path(), &format!("{cfg}\n{tuning}\n"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"))
+            .args(["show", "metrics", "--admin", &format!("127.0.0.1:{admin}")])
+            .output()
+            .unwrap();
+        gw.kill();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("unifab_runtime_workers "))
+            .unwrap_or_else(|| panic!("no unifab_runtime_workers in:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(workers("[tuning]\nworker_threads = 3"), 3);
+    assert_eq!(workers("[tuning]\nworker_threads = 1"), 1);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(workers(""), cores);
+}

@@ -40,8 +40,9 @@
 //! neighbours (its hosts, the target it bridges to) can do better with
 //! fewer: a connection's tasks then stay on one thread instead of waking
 //! each other across threads. On this project's 2-vCPU test machine, the
-//! iSCSI bridge beside tgtd and `qemu-img bench` did about 4 % more 4 KiB
-//! reads at QD32 with `worker_threads = 1` (docs/bridge.md).
+//! iSCSI bridge beside tgtd and `qemu-img bench` did 4 % more 4 KiB reads
+//! at QD32 with `worker_threads = 1` in one alternated A/B, and the same
+//! in another (docs/bridge.md).
 //!
 //! ```toml
 //! [tuning]

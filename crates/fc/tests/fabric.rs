@@ -261,6 +261,17 @@ impl Sim {
         self.run();
     }
 
+    /// Runs the tasks node `t`'s LU was given while held, answers them,
+    /// and moves what follows.
+    fn release_held(&mut self, t: usize) {
+        let now = self.now;
+        for (id, fut) in std::mem::take(&mut self.nodes[t].held) {
+            let r = self.rt.block_on(fut);
+            self.nodes[t].port.complete_task(now, id, r);
+        }
+        self.run();
+    }
+
     fn next_id(&mut self) -> CommandId {
         self.ids += 1;
         CommandId(self.ids)
@@ -520,14 +531,7 @@ fn frames_in_flight_toward_an_initiator_are_bounded() {
     assert_eq!(s.nodes[i].port.commands_waiting(), 2);
     assert_eq!(s.nodes[t].held.len(), 2);
     // The held commands end: the waiting ones go, in order.
-    let release = |s: &mut Sim| {
-        let now = s.now;
-        for (id, fut) in std::mem::take(&mut s.nodes[t].held) {
-            let r = s.rt.block_on(fut);
-            s.nodes[t].port.complete_task(now, id, r);
-        }
-        s.run();
-    };
+    let release = |s: &mut Sim| s.release_held(t);
     release(&mut s);
     for id in [a, b] {
         assert_eq!(joined(&s.result(i, id).unwrap()), &data[..8192]);
@@ -607,14 +611,7 @@ fn ports_on_one_link_share_its_frame_budget() {
     let e = read(&mut s, i, 8);
     assert_eq!(cmnds(&s), 2);
     assert_eq!(budget.waiting(), 3);
-    let release = |s: &mut Sim| {
-        let now = s.now;
-        for (id, fut) in std::mem::take(&mut s.nodes[t].held) {
-            let r = s.rt.block_on(fut);
-            s.nodes[t].port.complete_task(now, id, r);
-        }
-        s.run();
-    };
+    let release = |s: &mut Sim| s.release_held(t);
     // a and b end: j's two go first, then e would pass the bound (7 + 5).
     release(&mut s);
     for id in [a, b] {
@@ -919,12 +916,7 @@ fn write_data_held_by_a_target_is_bounded() {
     // The held commands end: the budget is back, and the waiting write is
     // asked for its data and goes.
     s.nodes[t].hold = false;
-    let now = s.now;
-    for (id, fut) in std::mem::take(&mut s.nodes[t].held) {
-        let r = s.rt.block_on(fut);
-        s.nodes[t].port.complete_task(now, id, r);
-    }
-    s.run();
+    s.release_held(t);
     assert_eq!(s.result(i, a).unwrap().status, Status::GOOD);
     assert_eq!(s.result(i, c).unwrap().status, Status::GOOD);
     assert_eq!(s.result(i, b).unwrap().status, Status::GOOD);

@@ -337,6 +337,17 @@ fn short_sessions_through_the_hop_over_af_xdp_all_succeed() {
     login_storm("af_xdp");
 }
 
+/// The lines of a gateway's log that tell of lost frames or a failed
+/// forwarded command.
+fn losses(gw: &Gw) -> Vec<String> {
+    std::fs::read_to_string(&gw.log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("receive drops") || l.contains("forwarded command failed"))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Deep queues of large commands through the hop: `unifab bench` writes
 /// 256 MiB in 1 MiB commands 32 at a time, then reads it all back,
 /// verifying every block. Without PFC nothing can pause the far side, so
@@ -369,14 +380,6 @@ fn deep_queues(io: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let losses = |gw: &Gw| -> Vec<String> {
-        std::fs::read_to_string(&gw.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("receive drops") || l.contains("forwarded command failed"))
-            .map(str::to_string)
-            .collect()
-    };
     let (la, lb) = (losses(&hop.a), losses(&hop.b));
     assert!(
         out.status.success() && la.is_empty() && lb.is_empty(),
@@ -443,14 +446,6 @@ fn several_hosts_deep(io: &str) {
             ));
         }
     }
-    let losses = |gw: &Gw| -> Vec<String> {
-        std::fs::read_to_string(&gw.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("receive drops") || l.contains("forwarded command failed"))
-            .map(str::to_string)
-            .collect()
-    };
     let (la, lb) = (losses(&hop.a), losses(&hop.b));
     assert!(
         failed.is_empty() && la.is_empty() && lb.is_empty(),

@@ -272,6 +272,15 @@ impl Sim {
         self.run();
     }
 
+    /// The OX_IDs of the FCP_CMNDs in the log, in order.
+    fn command_ox_ids(&self) -> Vec<u16> {
+        self.log
+            .iter()
+            .filter(|f| matches!(f.payload, PayloadRepr::FcpCmnd(_)))
+            .map(|f| f.header.ox_id.0)
+            .collect()
+    }
+
     fn next_id(&mut self) -> CommandId {
         self.ids += 1;
         CommandId(self.ids)
@@ -684,12 +693,7 @@ fn write_data_in_flight_toward_a_target_is_bounded() {
     // Replay the log: a write's data is "to come" from its first
     // XFER_RDY until its data frames have brought it. It never passes
     // 16 KiB, but for the 32 KiB write, alone.
-    let oxs: Vec<u16> = s
-        .log
-        .iter()
-        .filter(|f| matches!(f.payload, PayloadRepr::FcpCmnd(_)))
-        .map(|f| f.header.ox_id.0)
-        .collect();
+    let oxs = s.command_ox_ids();
     assert_eq!(oxs.len(), 4);
     let size = |ox: u16| {
         let k = oxs.iter().position(|o| *o == ox).unwrap();
@@ -783,12 +787,7 @@ fn target_ports_on_one_link_share_its_write_budget() {
         ids.push(id);
     }
     s.run();
-    let oxs: Vec<u16> = s
-        .log
-        .iter()
-        .filter(|f| matches!(f.payload, PayloadRepr::FcpCmnd(_)))
-        .map(|f| f.header.ox_id.0)
-        .collect();
+    let oxs = s.command_ox_ids();
     assert_eq!(oxs.len(), 4);
     let mut to_come: std::collections::HashMap<u16, usize> = Default::default();
     let mut peak = 0;

@@ -337,6 +337,15 @@ fn short_sessions_through_the_hop_over_af_xdp_all_succeed() {
     login_storm("af_xdp");
 }
 
+/// `unifab bench URL` writing 1 MiB commands 32 at a time and reading
+/// them back verified, each command within 20 s.
+fn deep_bench(url: &str) -> Command {
+    let mut c = Command::new(unifab_testkit::peers::unifab_bin().unwrap());
+    c.args(["bench", url, "--rw", "wr", "--bs", "1MiB", "--qd", "32"])
+        .args(["--command-timeout", "20"]);
+    c
+}
+
 /// The lines of a gateway's log that tell of lost frames or a failed
 /// forwarded command.
 fn losses(gw: &Gw) -> Vec<String> {
@@ -361,18 +370,8 @@ fn deep_queues(io: &str) {
     require_root("deep queues through an FCoE hop");
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let hop = Hop::start(dir.path(), io, "");
-    let out = Command::new(unifab_testkit::peers::unifab_bin().unwrap())
-        .args([
-            "bench",
-            &hop.url(),
-            "--rw",
-            "wr",
-            "--bs",
-            "1MiB",
-            "--qd",
-            "32",
-        ])
-        .args(["--size", "256MiB", "--command-timeout", "20", "--seed", "7"])
+    let out = deep_bench(&hop.url())
+        .args(["--size", "256MiB", "--seed", "7"])
         .output()
         .unwrap();
     let text = format!(
@@ -403,22 +402,11 @@ fn several_hosts_deep(io: &str) {
     require_root("several hosts reading deep through one FCoE ENode");
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let hop = Hop::start(dir.path(), io, "");
-    let bin = unifab_testkit::peers::unifab_bin().unwrap();
     let hosts: Vec<_> = (0..3u64)
         .map(|k| {
-            Command::new(&bin)
-                .args([
-                    "bench",
-                    &hop.url(),
-                    "--rw",
-                    "wr",
-                    "--bs",
-                    "1MiB",
-                    "--qd",
-                    "32",
-                ])
+            deep_bench(&hop.url())
                 .args(["--offset", &format!("{}MiB", 96 * k), "--size", "96MiB"])
-                .args(["--command-timeout", "20", "--seed", &(11 + k).to_string()])
+                .args(["--seed", &(11 + k).to_string()])
                 .args([
                     "--initiator-name",
                     &format!("iqn.2026-11.io.unifab.test:host{k}"),

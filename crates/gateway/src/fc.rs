@@ -775,7 +775,7 @@ impl FcPlane {
         type Get = fn(&unifab_fc::io::NodePortView) -> u64;
         // (name, help, value); a name ending in _total is a counter, the
         // rest gauges.
-        let series: [(&str, &str, Get); 10] = [
+        let series: [(&str, &str, Get); 12] = [
             (
                 "unifab_fc_port_rx_frames_total",
                 "FC frames the N_Port received.",
@@ -825,6 +825,16 @@ impl FcPlane {
                 "unifab_fc_port_write_bytes_held",
                 "Write data the admitted writes account for.",
                 |p| p.write_bytes_held,
+            ),
+            (
+                "unifab_fc_port_frames_in",
+                "Frames the initiator's open commands can still bring back (the link's max_frames_in bounds the sum over its ports).",
+                |p| u64::from(p.frames_in),
+            ),
+            (
+                "unifab_fc_port_commands_waiting",
+                "Initiator commands waiting for their target port or for room under the link's max_frames_in.",
+                |p| p.commands_waiting as u64,
             ),
         ];
         let mut out = String::new();

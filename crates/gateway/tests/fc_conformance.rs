@@ -321,4 +321,17 @@ fn show_remotes_lists_the_fc_session() {
             "{metrics}"
         );
     }
+    // Nothing is left open or waiting on any port, the hosts' NPIV ports
+    // included, once the commands have ended: no room leaked.
+    for name in [
+        "unifab_fc_port_frames_in",
+        "unifab_fc_port_commands_waiting",
+    ] {
+        let lines: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .collect();
+        assert!(lines.len() >= 2, "{name}: {metrics}");
+        assert!(lines.iter().all(|l| l.ends_with(" 0")), "{name}: {lines:?}");
+    }
 }

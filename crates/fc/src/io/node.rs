@@ -78,6 +78,12 @@ pub struct NodePortView {
     pub writes_waiting: usize,
     /// Target role: write data its admitted write commands account for.
     pub write_bytes_held: u64,
+    /// Initiator role: frames its open commands can still bring back
+    /// (counted, with the other ports on its link, under `max_frames_in`).
+    pub frames_in: u32,
+    /// Initiator role: commands waiting for their target port or for room
+    /// under the link's `max_frames_in`.
+    pub commands_waiting: usize,
 }
 
 /// How stale the counters in a [`NodePortView`] may get.
@@ -1207,6 +1213,8 @@ impl Driver {
                     sessions: s.history.sessions.clone(),
                     stats: s.port.stats(),
                     writes_waiting: s.port.writes_waiting(),
+                    frames_in: s.port.frames_in(),
+                    commands_waiting: s.port.commands_waiting(),
                     write_bytes_held: s.port.write_bytes_held(),
                 }
             })

@@ -133,6 +133,12 @@ pub struct BenchArgs {
     /// error.
     #[arg(long, default_value_t = 120.0, value_parser = parse_seconds)]
     pub retry_time: f64,
+    /// Seconds without a connection to the target after which the
+    /// commands waiting for one fail at once, instead of each waiting out
+    /// its command timeout (the initiator's `replacement_timeout`, as
+    /// open-iscsi's). Default: none.
+    #[arg(long, value_parser = parse_seconds)]
+    pub replacement_timeout: Option<f64>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -665,6 +671,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     cfg.session.command_timeout =
         Duration::from_secs_f64(args.command_timeout.clamp(0.1, 86_400.0));
     cfg.session.max_commands = (args.qd * 2).max(64);
+    cfg.session.replacement_timeout = args.replacement_timeout.map(Duration::from_secs_f64);
     if args.digests {
         cfg = cfg.digests(
             &[Digest::Crc32c, Digest::None],

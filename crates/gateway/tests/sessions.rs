@@ -81,3 +81,52 @@ fn sigterm_asks_initiators_to_log_out_then_exits() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `unifab bench --replacement-timeout`: when its target dies, the reads
+/// waiting for a connection fail once the session has been without one
+/// that long, naming `replacement_timeout`, instead of each waiting out
+/// its 600 s command timeout; the bench then ends with its errors.
+#[test]
+fn bench_commands_fail_after_replacement_timeout_when_the_target_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(dir.path(), &file_lu_config(dir.path(), "64MiB"));
+    let url = format!("iscsi://{}/{}/0", gw.addr, gw.iqn);
+    let bench = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args([
+            "bench", &url, "--rw", "read", "--ops", "500000", "--qd", "8",
+        ])
+        .args(["--retry-time", "0", "--command-timeout", "600"])
+        .args(["--replacement-timeout", "1", "--quiet"])
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let it log in and read for a while, then take the target away.
+    std::thread::sleep(Duration::from_secs(1));
+    gw.kill();
+    // Not a timing check: a bench still waiting after 120 s would wait
+    // out its 600 s command timeout; end it, so that the test fails with
+    // what it printed instead of hanging. (Its output, with --quiet, is
+    // far below a pipe's buffer, so polling cannot block it.)
+    let mut bench = bench;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while bench.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = bench.kill();
+    let out = bench.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "the bench must report errors:\n{text}"
+    );
+    assert!(
+        text.contains("replacement_timeout"),
+        "the failed reads must name replacement_timeout:\n{text}"
+    );
+}

@@ -164,12 +164,7 @@ impl Room {
 
 impl Drop for Room {
     fn drop(&mut self) {
-        if self.held == 0 {
-            return;
-        }
-        let mut s = self.budget.lock();
-        s.used = s.used.saturating_sub(self.held);
-        s.freed = s.freed.wrapping_add(1);
+        self.give_back(self.held);
     }
 }
 

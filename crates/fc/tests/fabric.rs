@@ -805,6 +805,15 @@ fn target_ports_on_one_link_share_its_write_budget() {
         peak = peak.max(to_come.values().sum::<usize>());
     }
     assert!(peak <= 16 * 1024, "{peak} bytes to come over the link");
+    // In line across the two ports: the writes are asked for in the order
+    // they came, whichever port each came to.
+    let asked: Vec<u16> = s
+        .log
+        .iter()
+        .filter(|f| matches!(&f.payload, PayloadRepr::FcpXferRdy(x) if x.data_ro == 0))
+        .map(|f| f.header.ox_id.0)
+        .collect();
+    assert_eq!(asked, oxs);
     let deferred =
         s.nodes[t].port.stats().writes_deferred + s.nodes[t2].port.stats().writes_deferred;
     assert!(deferred >= 3, "{deferred}");

@@ -28,6 +28,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Room on one link (frames or bytes: the unit is its user's); clones
@@ -35,7 +36,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 #[derive(Clone)]
 pub struct LinkBudget {
     max: u64,
-    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Bumped (under the lock) whenever room is given back or the oldest
+    /// waiter leaves: ports with commands waiting look again. Read
+    /// without the lock, after every frame while commands wait.
+    freed: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -45,9 +55,6 @@ struct State {
     /// Tickets of commands waiting for room, oldest first.
     waiting: BTreeSet<u64>,
     next_ticket: u64,
-    /// Bumped whenever room is given back or a waiter leaves: ports with
-    /// commands waiting look again.
-    freed: u64,
 }
 
 impl fmt::Debug for LinkBudget {
@@ -66,7 +73,7 @@ impl LinkBudget {
     pub fn new(max: u64) -> LinkBudget {
         LinkBudget {
             max,
-            state: Arc::new(Mutex::new(State::default())),
+            shared: Arc::new(Shared::default()),
         }
     }
 
@@ -88,7 +95,7 @@ impl LinkBudget {
 
     /// Whether `other` is this budget (the same link).
     pub fn same(&self, other: &LinkBudget) -> bool {
-        Arc::ptr_eq(&self.state, &other.state)
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// Room for a command that needs `amount`, if it may start now: no
@@ -125,13 +132,22 @@ impl LinkBudget {
     /// the line: a port with commands waiting compares it with the value
     /// it saw last.
     pub fn freed(&self) -> u64 {
-        self.lock().freed
+        self.shared.freed.load(Ordering::Acquire)
+    }
+
+    /// Tells the ports to look again; called with the lock held, so the
+    /// change is visible by the time a reader of the new value locks.
+    fn bump_freed(&self) {
+        self.shared.freed.fetch_add(1, Ordering::Release);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // Nothing under the lock can panic; a poisoned lock still holds
         // consistent counts.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -158,7 +174,7 @@ impl Room {
         self.held -= amount;
         let mut s = self.budget.lock();
         s.used = s.used.saturating_sub(amount);
-        s.freed = s.freed.wrapping_add(1);
+        self.budget.bump_freed();
     }
 }
 
@@ -180,7 +196,7 @@ impl Drop for Ticket {
         let mut s = self.budget.lock();
         // The oldest waiter leaving can let the next one go.
         if s.waiting.first() == Some(&self.number) {
-            s.freed = s.freed.wrapping_add(1);
+            self.budget.bump_freed();
         }
         s.waiting.remove(&self.number);
     }

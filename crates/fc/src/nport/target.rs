@@ -448,8 +448,6 @@ impl NPort {
             // Queued behind any write already waiting, so a stream of
             // small writes cannot starve a large one.
             x.state = XState::Waiting;
-            // In line across the link, too.
-            x.ticket = self.target.budget.as_ref().map(LinkBudget::ticket);
             self.target.exchanges.insert((peer, h.ox_id), x);
             self.target.waiting.push_back((peer, h.ox_id));
             self.target_admit_writes(now);
@@ -482,8 +480,14 @@ impl NPort {
                 return;
             }
             if let Some(b) = &t.budget {
-                // One write alone on the link always goes.
+                // One write alone on the link always goes. A write that
+                // has to wait for the link takes its place in line across
+                // the link's ports (only then: the writes behind it on
+                // this port wait behind it here).
                 let Some(room) = b.take(len, x.ticket.as_ref()) else {
+                    if x.ticket.is_none() {
+                        x.ticket = Some(b.ticket());
+                    }
                     return;
                 };
                 x.room = Some(room);

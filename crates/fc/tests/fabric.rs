@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use unifab_fc::fabric::zoning::{Zone, ZoneMember, ZoneSet};
 use unifab_fc::fabric::{Fabric, FabricConfig, PortIndex};
-use unifab_fc::nport::{CommandId, NPort, NPortConfig, NPortEvent, TaskId};
+use unifab_fc::nport::{CommandId, LinkBudget, NPort, NPortConfig, NPortEvent, TaskId};
 use unifab_fc::wire::ct::{CtBody, CtCommand, NsAccept};
 use unifab_fc::wire::els::{ElsRepr, LsRjtExplanation};
 use unifab_fc::wire::frame::Frame;
@@ -60,6 +60,7 @@ struct Sim {
 const T_WWPN: Wwn = Wwn(0x2100_0000_0000_00a1);
 const I_WWPN: Wwn = Wwn(0x2100_0000_0000_00b1);
 const I2_WWPN: Wwn = Wwn(0x2100_0000_0000_00b2);
+const T2_WWPN: Wwn = Wwn(0x2100_0000_0000_00a2);
 
 fn lu(mib: u64) -> Arc<EmulatedLu> {
     let backend = Arc::new(MemoryBackend::new(mib << 20));
@@ -751,23 +752,7 @@ fn target_ports_on_one_link_share_its_write_budget() {
         },
         |_| {},
     );
-    const T2_WWPN: Wwn = Wwn(0x2100_0000_0000_00a2);
-    let mut cfg = s.nodes[t].port.config().clone();
-    cfg.port_name = T2_WWPN;
-    cfg.node_name = Wwn(T2_WWPN.0 ^ 0x0100_0000_0000_0000);
-    let scsi = ScsiTarget::new();
-    scsi.insert(Lun(0), lu(8));
-    let t2 = s.add(cfg, Some(scsi));
-    s.run();
-    let budget = s.nodes[t].port.config().write_budget.clone().unwrap();
-    assert!(budget.same(s.nodes[t2].port.config().write_budget.as_ref().unwrap()));
-    // The initiator finds the new port (RSCN) and takes its unit attention.
-    let ua = s.submit(
-        i,
-        T2_WWPN,
-        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
-    );
-    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    let (t2, budget) = second_target(&mut s, t, i);
     s.log.clear();
     // Four 12 KiB writes, to T, T2, T, T2, submitted together: each port
     // alone would let two through (24 KiB to come).
@@ -830,6 +815,88 @@ fn target_ports_on_one_link_share_its_write_budget() {
     }
     assert_eq!(budget.in_use(), 0);
     assert_eq!(budget.waiting(), 0);
+}
+
+/// A second target port (T2, its own 8 MiB LU) made from a clone of
+/// target `t`'s configuration, as on the same link, and initiator `i`
+/// logged in to it with the LU's unit attention taken. Returns its node
+/// and the write budget the two ports share.
+fn second_target(s: &mut Sim, t: usize, i: usize) -> (usize, LinkBudget) {
+    let mut cfg = s.nodes[t].port.config().clone();
+    cfg.port_name = T2_WWPN;
+    cfg.node_name = Wwn(T2_WWPN.0 ^ 0x0100_0000_0000_0000);
+    let scsi = ScsiTarget::new();
+    scsi.insert(Lun(0), lu(8));
+    let t2 = s.add(cfg, Some(scsi));
+    s.run();
+    let budget = s.nodes[t].port.config().write_budget.clone().unwrap();
+    assert!(budget.same(s.nodes[t2].port.config().write_budget.as_ref().unwrap()));
+    // The initiator finds the new port (RSCN) and takes its unit attention.
+    let ua = s.submit(
+        i,
+        T2_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    (t2, budget)
+}
+
+/// A write that waits for its own port's bound (`max_write_held`: its LU
+/// still holds earlier writes' data) holds no place in the link's line:
+/// another target port's write goes while the link has room.
+#[test]
+fn a_write_waiting_for_its_port_holds_up_no_other_port() {
+    let (mut s, t, i) = configured_pair(
+        |t| {
+            t.max_burst = 4096;
+            t.max_write_in_flight = Some(16 * 1024);
+            t.max_write_held = 16 * 1024;
+        },
+        |_| {},
+    );
+    let (_t2, budget) = second_target(&mut s, t, i);
+    let write = |s: &mut Sim, to: Wwn, lba: u32, kib: u16, seed: u8| {
+        let data = pattern(usize::from(kib) * 1024, seed);
+        s.submit(
+            i,
+            to,
+            Request::with_data_out(Lun(0), write10(lba, kib * 2), data),
+        )
+    };
+    // T's LU holds a 16 KiB write: its data has all come (the link has
+    // room again), and T holds all it may.
+    s.nodes[t].hold = true;
+    let a = write(&mut s, T_WWPN, 0, 16, 1);
+    assert_eq!(s.nodes[t].held.len(), 1);
+    assert_eq!(budget.in_use(), 0);
+    // T's next write waits for T.
+    let b = write(&mut s, T_WWPN, 100, 4, 2);
+    assert!(unanswered(&s, i, b));
+    assert_eq!(s.nodes[t].port.writes_waiting(), 1);
+    assert_eq!(budget.waiting(), 0, "not in the link's line");
+    // T2's write goes meanwhile.
+    let c = write(&mut s, T2_WWPN, 200, 4, 3);
+    assert_eq!(s.result(i, c).unwrap().status, Status::GOOD);
+    assert!(unanswered(&s, i, a) && unanswered(&s, i, b));
+    // T's LU lets go: both of T's writes land.
+    s.nodes[t].hold = false;
+    s.release_held(t);
+    assert_eq!(s.result(i, a).unwrap().status, Status::GOOD);
+    assert_eq!(s.result(i, b).unwrap().status, Status::GOOD);
+    for (to, lba, kib, seed) in [
+        (T_WWPN, 0, 16, 1),
+        (T_WWPN, 100, 4, 2),
+        (T2_WWPN, 200, 4, 3),
+    ] {
+        let len = usize::from(kib) * 1024;
+        let rd = s.submit(
+            i,
+            to,
+            Request::new(Lun(0), read10(lba, kib * 2), len as u32),
+        );
+        assert_eq!(joined(&s.result(i, rd).unwrap()), &pattern(len, seed)[..]);
+    }
+    assert_eq!((budget.in_use(), budget.waiting()), (0, 0));
 }
 
 /// A target port whose write-data budget is `max_write_held`, an

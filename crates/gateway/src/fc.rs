@@ -775,7 +775,7 @@ impl FcPlane {
         type Get = fn(&unifab_fc::io::NodePortView) -> u64;
         // (name, help, value); a name ending in _total is a counter, the
         // rest gauges.
-        let series: [(&str, &str, Get); 12] = [
+        let series: [(&str, &str, Get); 13] = [
             (
                 "unifab_fc_port_rx_frames_total",
                 "FC frames the N_Port received.",
@@ -825,6 +825,11 @@ impl FcPlane {
                 "unifab_fc_port_write_bytes_held",
                 "Write data the admitted writes account for.",
                 |p| p.write_bytes_held,
+            ),
+            (
+                "unifab_fc_port_write_bytes_to_come",
+                "Write data the admitted writes have yet to receive (the link's max_write_in_flight bounds the sum over the target ports sharing it).",
+                |p| p.write_bytes_to_come,
             ),
             (
                 "unifab_fc_port_frames_in",

@@ -322,10 +322,14 @@ fn show_remotes_lists_the_fc_session() {
         );
     }
     // Nothing is left open or waiting on any port, the hosts' NPIV ports
-    // included, once the commands have ended: no room leaked.
+    // included, once the commands have ended: no room leaked, on the
+    // initiator's side or the target's.
     for name in [
         "unifab_fc_port_frames_in",
         "unifab_fc_port_commands_waiting",
+        "unifab_fc_port_writes_waiting",
+        "unifab_fc_port_write_bytes_held",
+        "unifab_fc_port_write_bytes_to_come",
     ] {
         let lines: Vec<&str> = metrics
             .lines()

@@ -78,6 +78,10 @@ pub struct NodePortView {
     pub writes_waiting: usize,
     /// Target role: write data its admitted write commands account for.
     pub write_bytes_held: u64,
+    /// Target role: write data its admitted writes have yet to receive
+    /// (counted, with the other target ports sharing its budget, under
+    /// `max_write_in_flight`).
+    pub write_bytes_to_come: u64,
     /// Initiator role: frames its open commands can still bring back
     /// (counted, with the other ports on its link, under `max_frames_in`).
     pub frames_in: u32,
@@ -1216,6 +1220,7 @@ impl Driver {
                     frames_in: s.port.frames_in(),
                     commands_waiting: s.port.commands_waiting(),
                     write_bytes_held: s.port.write_bytes_held(),
+                    write_bytes_to_come: s.port.write_bytes_to_come(),
                 }
             })
             .collect();

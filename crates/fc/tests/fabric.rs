@@ -666,13 +666,7 @@ fn ports_on_one_link_share_its_frame_budget() {
 /// always goes; every write lands.
 #[test]
 fn write_data_in_flight_toward_a_target_is_bounded() {
-    let (mut s, t, i) = configured_pair(
-        |t| {
-            t.max_burst = 4096;
-            t.max_write_in_flight = Some(16 * 1024);
-        },
-        |_| {},
-    );
+    let (mut s, t, i) = write_bound_pair(|_| {});
     s.log.clear();
     // Three 12 KiB writes and a 32 KiB one, submitted together.
     let sizes = [12u16, 12, 12, 32];
@@ -745,13 +739,7 @@ fn write_data_in_flight_toward_a_target_is_bounded() {
 /// within it together, in one line; every write lands.
 #[test]
 fn target_ports_on_one_link_share_its_write_budget() {
-    let (mut s, t, i) = configured_pair(
-        |t| {
-            t.max_burst = 4096;
-            t.max_write_in_flight = Some(16 * 1024);
-        },
-        |_| {},
-    );
+    let (mut s, t, i) = write_bound_pair(|_| {});
     let (t2, budget) = second_target(&mut s, t, i);
     s.log.clear();
     // Four 12 KiB writes, to T, T2, T, T2, submitted together: each port
@@ -846,14 +834,7 @@ fn second_target(s: &mut Sim, t: usize, i: usize) -> (usize, LinkBudget) {
 /// another target port's write goes while the link has room.
 #[test]
 fn a_write_waiting_for_its_port_holds_up_no_other_port() {
-    let (mut s, t, i) = configured_pair(
-        |t| {
-            t.max_burst = 4096;
-            t.max_write_in_flight = Some(16 * 1024);
-            t.max_write_held = 16 * 1024;
-        },
-        |_| {},
-    );
+    let (mut s, t, i) = write_bound_pair(|t| t.max_write_held = 16 * 1024);
     let (_t2, budget) = second_target(&mut s, t, i);
     let write = |s: &mut Sim, to: Wwn, lba: u32, kib: u16, seed: u8| {
         let data = pattern(usize::from(kib) * 1024, seed);
@@ -897,6 +878,20 @@ fn a_write_waiting_for_its_port_holds_up_no_other_port() {
         assert_eq!(joined(&s.result(i, rd).unwrap()), &pattern(len, seed)[..]);
     }
     assert_eq!((budget.in_use(), budget.waiting()), (0, 0));
+}
+
+/// A target port asking for 4 KiB bursts under a 16 KiB
+/// `max_write_in_flight`, configured further by `more`, and an initiator,
+/// as [`configured_pair`] makes them.
+fn write_bound_pair(more: impl FnOnce(&mut NPortConfig)) -> (Sim, usize, usize) {
+    configured_pair(
+        |t| {
+            t.max_burst = 4096;
+            t.max_write_in_flight = Some(16 * 1024);
+            more(t);
+        },
+        |_| {},
+    )
 }
 
 /// A target port whose write-data budget is `max_write_held`, an

@@ -3,16 +3,22 @@
 # captures in ../shared/captures: every iSCSI PDU of iscsi-tapel.pcap and
 # scsi-osd-example-001.pcap for iscsi_pdu, and their Login/Text data
 # segments for iscsi_text; the FCIP frames of fcip_trace.cap (TCP
-# reassembled) for fcip_encap, fcip_fsf and fcip_sw_ils; whole capture
-# files for pcap_check (see fuzz/README.md).
+# reassembled) for fcip_encap, fcip_fsf and fcip_sw_ils; the FC frames
+# of the FCoE captures for fc_header, fc_els, fc_ct and fc_fcp; their
+# FIP and FCoE Ethernet payloads for fip_frame and fcoe_frame; whole
+# capture files for pcap_check (see fuzz/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test -p unifab --test captures -- --ignored write_fuzz_seeds
 cargo test -p unifab --test fcip_captures -- --ignored write_fcip_fuzz_seeds
+cargo test -p unifab --test fc_captures -- --ignored write_fc_fuzz_seeds
+cargo test -p unifab --test fcoe_captures -- --ignored write_fcoe_fuzz_seeds
 ls fuzz/corpus/iscsi_pdu | wc -l
 ls fuzz/corpus/iscsi_text | wc -l
 ls fuzz/corpus/cdb | wc -l
-for d in fcip_encap fcip_fsf fcip_sw_ils; do ls "fuzz/corpus/$d" | wc -l; done
+for d in fcip_encap fcip_fsf fcip_sw_ils fc_header fc_els fc_ct fc_fcp fip_frame fcoe_frame; do
+    echo "$d: $(find "fuzz/corpus/$d" -type f | wc -l) seeds"
+done
 # pcap_check takes whole capture files: every capture up to 256 KiB.
 mkdir -p fuzz/corpus/pcap_check
 for f in ../shared/captures/*.cap ../shared/captures/*.pcap; do

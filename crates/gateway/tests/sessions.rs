@@ -91,7 +91,7 @@ fn bench_commands_fail_after_replacement_timeout_when_the_target_dies() {
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start(dir.path(), &file_lu_config(dir.path(), "64MiB"));
     let url = format!("iscsi://{}/{}/0", gw.addr, gw.iqn);
-    let bench = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"))
+    let mut bench = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"))
         .args([
             "bench", &url, "--rw", "read", "--ops", "500000", "--qd", "8",
         ])
@@ -109,7 +109,6 @@ fn bench_commands_fail_after_replacement_timeout_when_the_target_dies() {
     // out its 600 s command timeout; end it, so that the test fails with
     // what it printed instead of hanging. (Its output, with --quiet, is
     // far below a pipe's buffer, so polling cannot block it.)
-    let mut bench = bench;
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while bench.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));

@@ -485,9 +485,7 @@ impl NPort {
                 // the link's ports (only then: the writes behind it on
                 // this port wait behind it here).
                 let Some(room) = b.take(len, x.ticket.as_ref()) else {
-                    if x.ticket.is_none() {
-                        x.ticket = Some(b.ticket());
-                    }
+                    x.ticket.get_or_insert_with(|| b.ticket());
                     return;
                 };
                 x.room = Some(room);

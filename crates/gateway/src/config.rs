@@ -90,6 +90,26 @@ pub struct LuConfig {
     /// (`[lu.iscsi]`).
     #[serde(default)]
     pub iscsi: Option<RemoteIscsiConfig>,
+    /// For an `fc://` backend: how the LU presents itself (`[lu.fc]`).
+    #[serde(default)]
+    pub fc: Option<RemoteFcConfig>,
+}
+
+/// Settings of a remote LU reached through the gateway's FC initiator
+/// N_Port (`[lu.fc]`). How the port itself logs in and how long commands
+/// may take are the fabric's (`[fabric.initiator]`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteFcConfig {
+    /// `"derived"` (default): VPD 0x80/0x83 logical-unit identity derived
+    /// from the backend URL (or `identity_seed`). `"passthrough"`: the
+    /// remote's own identity, unchanged.
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// Seed of the derived identity (default: the backend URL,
+    /// `fc://WWPN/LUN`).
+    #[serde(default)]
+    pub identity_seed: Option<String>,
 }
 
 /// Settings of a remote LU reached through unifab's iSCSI initiator. The
@@ -459,6 +479,7 @@ impl Config {
                 write_cache: None,
                 serial: None,
                 iscsi: None,
+                fc: None,
             }],
             iscsi: Some(IscsiConfig {
                 listen: vec![

@@ -35,6 +35,9 @@
 //! [[lu]]
 //! name = "via-fc"
 //! backend = "fc://21:00:00:00:c9:00:00:0a/0"
+//! [lu.fc]                                     # optional
+//! identity = "derived"                        # or "passthrough"
+//! identity_seed = "array-7/lun-0"             # default: the backend URL
 //! ```
 //!
 //! Decisions:
@@ -43,8 +46,11 @@
 //!   port reaches the target through an NPIV port of its own (FDISC on the
 //!   initiator N_Port), named from the front-end port, so reservations and
 //!   unit attentions stay per host.
-//! - A remote LU's identity (VPD 0x80/0x83) is derived from its URL, as
-//!   for `iscsi://` LUs; `identity = "passthrough"` is not offered yet.
+//! - A remote LU's identity (VPD 0x80/0x83) is derived from its URL by
+//!   default, as for `iscsi://` LUs, or from `identity_seed`; with
+//!   `identity = "passthrough"` (in `[lu.fc]`) it is the remote's.
+//!   Settings that are the remote's (`size`, `block_size`, `read_only`,
+//!   `serial`, …) are refused for an `fc://` LU, as for an `iscsi://` one.
 //! - A command whose target port is not logged in waits for it. Without
 //!   `fast_io_fail` it waits up to `command_timeout` (30 s by default, as
 //!   long as a host's own SCSI timeout). With it, the wait ends
@@ -530,15 +536,20 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             }
         }
     }
-    for l in fc_lus {
-        if l.size.is_some() {
-            return Err(format!(
-                "lu {:?}: an fc:// LU takes its size from the remote target",
-                l.name
-            ));
-        }
-    }
+    // What an fc:// LU may not have (size, read_only, …) was checked with
+    // the other remote LUs (`remote::validate`).
     Ok(())
+}
+
+/// An `fc://` LU's identity (`[lu.fc]`): derived from `identity_seed`,
+/// or else from the backend URL, unless passed through.
+fn fc_identity(lu: &LuConfig, url: FcUrl) -> Identity {
+    let fc = lu.fc.as_ref();
+    crate::remote::identity(
+        fc.and_then(|f| f.identity.as_deref()),
+        fc.and_then(|f| f.identity_seed.as_deref()),
+        || url.to_string(),
+    )
 }
 
 /// The running FC plane.
@@ -679,9 +690,7 @@ impl FcPlane {
                 name: lu.name.clone(),
                 backend: url.to_string(),
                 remote_lun: Lun::from_index(url.lun).unwrap_or(Lun::ZERO),
-                identity: Identity::Derived {
-                    seed: url.to_string(),
-                },
+                identity: fc_identity(lu, url),
                 task_set_depth: 1024,
             },
             factory,
@@ -1002,6 +1011,73 @@ luns = ["disk"]
 [fabric.initiator]
 wwpn = "21:00:00:00:c9:00:00:0b"
 "#;
+
+    /// `[lu.fc]` sets an fc:// LU's identity; what is the remote's
+    /// (size, read_only, …) is refused, not ignored.
+    #[test]
+    fn an_fc_lu_takes_its_identity_settings_and_refuses_the_remotes() {
+        let with = |lines: &str| {
+            let backend = "backend = \"fc://21:00:00:00:c9:00:00:0a/0\"\n";
+            Config::parse(
+                &CFG.replace(backend, &format!("{backend}{lines}\n")),
+                "fc.toml",
+            )
+            .map_err(|e| e.to_string())
+        };
+        let identity = |lines: &str| {
+            let c = with(lines).unwrap();
+            let Ok(Backend::Fc(url)) = c.lu[1].parsed_backend() else {
+                panic!("not an fc:// LU: {:?}", c.lu[1]);
+            };
+            fc_identity(&c.lu[1], url)
+        };
+        let url_seed = Identity::Derived {
+            seed: "fc://21:00:00:00:c9:00:00:0a/0".into(),
+        };
+        assert_eq!(identity(""), url_seed);
+        assert_eq!(identity("[lu.fc]\nidentity = \"derived\""), url_seed);
+        assert_eq!(
+            identity("[lu.fc]\nidentity_seed = \"array-7/0\""),
+            Identity::Derived {
+                seed: "array-7/0".into()
+            }
+        );
+        assert_eq!(
+            identity("[lu.fc]\nidentity = \"passthrough\""),
+            Identity::Passthrough
+        );
+        for (lines, want) in [
+            ("[lu.fc]\nidentity = \"borrowed\"", "identity \"borrowed\""),
+            ("[lu.iscsi]\nnexus = \"shared\"", "need an iscsi:// backend"),
+            ("size = \"1GiB\"", "takes its size"),
+            ("block_size = 4096", "takes its size"),
+            ("read_only = true", "read_only"),
+            ("write_cache = false", "write_cache"),
+            ("serial = \"S1\"", "serial"),
+            ("physical_block_size = 4096", "physical_block_size"),
+            ("removable = true", "removable"),
+            ("sanitize_rate = \"1MiB\"", "sanitize_rate"),
+        ] {
+            let e = with(lines).unwrap_err();
+            assert!(e.contains("via-fc") && e.contains(want), "{lines:?}: {e}");
+        }
+        let e = with("[lu.fc]\nbogus = 1").unwrap_err();
+        assert!(e.starts_with("fc.toml:") && e.contains("bogus"), "{e}");
+        // [lu.fc] on a LU that is not fc://.
+        let e = Config::parse(
+            &CFG.replace(
+                "size = \"64MiB\"\n",
+                "size = \"64MiB\"\n[lu.fc]\nidentity = \"derived\"\n",
+            ),
+            "fc.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("\"disk\"") && e.contains("need an fc:// backend"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_documented_fabric_parses_and_checks() {

@@ -100,18 +100,24 @@ fn secs(name: &str, v: Option<f64>, default: f64) -> Result<Duration, String> {
         .ok_or_else(|| format!("{name} must be between 0 and 86400 seconds"))
 }
 
-/// Checks what only an `iscsi://` LU may or must have.
+/// Checks what only a remote (`iscsi://` or `fc://`) LU may or must have.
 pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
-    let Backend::Iscsi(url) = backend else {
-        if lu.iscsi.is_some() {
-            return Err(format!(
-                "lu {:?}: [lu.iscsi] settings need an iscsi:// backend",
-                lu.name
-            ));
-        }
-        return Ok(());
-    };
     let n = &lu.name;
+    if lu.iscsi.is_some() && !matches!(backend, Backend::Iscsi(_)) {
+        return Err(format!(
+            "lu {n:?}: [lu.iscsi] settings need an iscsi:// backend"
+        ));
+    }
+    if lu.fc.is_some() && !matches!(backend, Backend::Fc(_)) {
+        return Err(format!("lu {n:?}: [lu.fc] settings need an fc:// backend"));
+    }
+    let kind = match backend {
+        Backend::Iscsi(_) => "an iscsi",
+        Backend::Fc(_) => "an fc",
+        Backend::Memory | Backend::File(_) => return Ok(()),
+    };
+    // What an emulated LU decides is the remote's: refused, not ignored
+    // (a `read_only` that did nothing would let writes through).
     if lu.size.is_some() || lu.block_size.is_some() {
         return Err(format!(
             "lu {n:?}: a remote LU takes its size and block size from the remote; remove size/block_size"
@@ -119,14 +125,17 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
     }
     if lu.read_only || lu.write_cache.is_some() || lu.serial.is_some() {
         return Err(format!(
-            "lu {n:?}: read_only, write_cache and serial are the remote's for an iscsi backend"
+            "lu {n:?}: read_only, write_cache and serial are the remote's for {kind} backend"
         ));
     }
     if lu.physical_block_size.is_some() || lu.removable || lu.sanitize_rate.is_some() {
         return Err(format!(
-            "lu {n:?}: physical_block_size, removable and sanitize_rate are the remote's for an iscsi backend"
+            "lu {n:?}: physical_block_size, removable and sanitize_rate are the remote's for {kind} backend"
         ));
     }
+    let Backend::Iscsi(url) = backend else {
+        return check_identity(n, lu.fc.as_ref().and_then(|f| f.identity.as_deref()));
+    };
     if let Some((_, secret)) = &url.chap
         && secret.len() < 12
     {
@@ -175,14 +184,7 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
             ));
         }
     }
-    match r.identity.as_deref() {
-        None | Some("derived") | Some("passthrough") => {}
-        Some(other) => {
-            return Err(format!(
-                "lu {n:?}: identity {other:?} (expected \"derived\" or \"passthrough\")"
-            ));
-        }
-    }
+    check_identity(n, r.identity.as_deref())?;
     if let Some(d) = &r.digests {
         if d.is_empty() {
             return Err(format!("lu {n:?}: digests is empty"));
@@ -219,6 +221,31 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
         return Err(format!("lu {n:?}: busy_poll_depth must be at least 1"));
     }
     Ok(())
+}
+
+/// `identity`, if set: `"derived"` or `"passthrough"`.
+fn check_identity(n: &str, identity: Option<&str>) -> Result<(), String> {
+    match identity {
+        None | Some("derived" | "passthrough") => Ok(()),
+        Some(other) => Err(format!(
+            "lu {n:?}: identity {other:?} (expected \"derived\" or \"passthrough\")"
+        )),
+    }
+}
+
+/// A remote LU's identity from its checked `identity` and `identity_seed`
+/// settings; `default_seed` when derived without a seed of its own.
+pub(crate) fn identity(
+    identity: Option<&str>,
+    seed: Option<&str>,
+    default_seed: impl FnOnce() -> String,
+) -> Identity {
+    match identity {
+        Some("passthrough") => Identity::Passthrough,
+        _ => Identity::Derived {
+            seed: seed.map_or_else(default_seed, str::to_owned),
+        },
+    }
 }
 
 /// `replacement_timeout`, if set: positive, at most a day.
@@ -318,14 +345,11 @@ pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiIn
         IscsiInitiatorFactory::new(cfg, &url.portal(), &target, &lu.name, per_nexus)
             .fixed_name(r.is_some_and(|r| r.fixed_name)),
     );
-    let identity = match r.and_then(|r| r.identity.as_deref()) {
-        Some("passthrough") => Identity::Passthrough,
-        _ => Identity::Derived {
-            seed: r
-                .and_then(|r| r.identity_seed.clone())
-                .unwrap_or_else(|| format!("{target}/{}", url.lun.unwrap_or(0))),
-        },
-    };
+    let identity = identity(
+        r.and_then(|r| r.identity.as_deref()),
+        r.and_then(|r| r.identity_seed.as_deref()),
+        || format!("{target}/{}", url.lun.unwrap_or(0)),
+    );
     let remote = Arc::new(RemoteLu::new(
         RemoteLuConfig {
             name: lu.name.clone(),

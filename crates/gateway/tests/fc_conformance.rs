@@ -56,8 +56,20 @@ fn free_port() -> u16 {
 }
 
 fn start_fc_gateway(dir: &Path) -> FcGateway {
+    start_fc_gateway_with(dir, "", &["via-fc"])
+}
+
+/// A gateway whose FC target exports the file LU `disk`, with the fc:// LU
+/// `via-fc` on it and the `[[lu]]` sections `more_lus`; its iSCSI target
+/// exports `exported`, as LUN 0, 1, … in order.
+fn start_fc_gateway_with(dir: &Path, more_lus: &str, exported: &[&str]) -> FcGateway {
     let bin = unifab_bin().expect("the release binary (cargo build --release -p unifab)");
     let admin_port = free_port();
+    let exported = exported
+        .iter()
+        .map(|l| format!("{l:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let cfg = format!(
         r#"
 [[lu]]
@@ -68,6 +80,7 @@ size = "1GiB"
 [[lu]]
 name = "via-fc"
 backend = "fc://{TARGET_WWPN}/0"
+{more_lus}
 
 [fabric]
 domain = 1
@@ -85,7 +98,7 @@ listen = ["127.0.0.1:0"]
 
 [[iscsi.target]]
 iqn = "{IQN}"
-luns = ["via-fc"]
+luns = [{exported}]
 
 [admin]
 listen = "127.0.0.1:{admin_port}"
@@ -338,4 +351,79 @@ fn show_remotes_lists_the_fc_session() {
         assert!(lines.len() >= 2, "{name}: {metrics}");
         assert!(lines.iter().all(|l| l.ends_with(" 0")), "{name}: {lines:?}");
     }
+}
+
+/// `iscsi-inq -e 1 -c PAGE` of LUN `lun` (libiscsi), as text; fails with
+/// the tool's error if it does.
+fn vpd(addr: SocketAddr, lun: u32, page: u8) -> String {
+    let out = Command::new("iscsi-inq")
+        .args(["-e", "1", "-c", &page.to_string()])
+        .arg(format!("iscsi://{addr}/{IQN}/{lun}"))
+        .output()
+        .expect("iscsi-inq (libiscsi-bin, installed by scripts/setup.sh)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "iscsi-inq LUN {lun} page {page:#04x}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The logical-unit designators of a page 0x83 as iscsi-inq prints them
+/// (target-port designators are the port's the host came in through).
+fn lu_designators(page83: &str) -> Vec<String> {
+    page83
+        .split("DEVICE DESIGNATOR #")
+        .filter(|d| d.contains("Association:(0) LOGICAL_UNIT"))
+        .map(|d| d.split_once('\n').map_or("", |(_, rest)| rest).to_owned())
+        .collect()
+}
+
+/// An fc:// LU's identity, seen by a host through the gateway's iSCSI
+/// target: derived (the default) it differs from the remote LU's, so two
+/// remote LUs with the same identity stay apart; with `[lu.fc] identity =
+/// "passthrough"` it is the remote's own VPD 0x80 and 0x83 logical-unit
+/// designators, so a host that also reaches the LU directly sees one
+/// device.
+#[test]
+fn an_fc_lu_derives_its_identity_or_passes_the_remotes_through() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let passthrough = format!(
+        "\n[[lu]]\nname = \"via-fc-pass\"\nbackend = \"fc://{TARGET_WWPN}/0\"\n[lu.fc]\nidentity = \"passthrough\"\n"
+    );
+    let mut gw =
+        start_fc_gateway_with(dir.path(), &passthrough, &["disk", "via-fc", "via-fc-pass"]);
+    let addr = gw.addr;
+    let serial = |lun: u32| {
+        let text = vpd(addr, lun, 0x80);
+        text.split_once("Unit Serial Number:[")
+            .and_then(|(_, s)| s.split_once(']'))
+            .map(|(s, _)| s.to_owned())
+            .unwrap_or_else(|| panic!("no serial number for LUN {lun}: {text}"))
+    };
+    let (direct, derived, passed) = (serial(0), serial(1), serial(2));
+    gw.check_alive();
+    assert_eq!(passed, direct, "passthrough: the remote's serial number");
+    assert_ne!(derived, direct, "derived: a serial number of its own");
+    assert!(
+        derived.len() == 16 && derived.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{derived}"
+    );
+    let ids = |lun: u32| {
+        let text = vpd(addr, lun, 0x83);
+        let ids = lu_designators(&text);
+        assert_eq!(ids.len(), 2, "LUN {lun}: T10 vendor ID and NAA: {text}");
+        ids
+    };
+    let (direct, derived, passed) = (ids(0), ids(1), ids(2));
+    assert_eq!(passed, direct, "passthrough: the remote's designators");
+    assert!(
+        derived.iter().all(|d| !direct.contains(d)),
+        "derived: no designator of the remote's: {derived:?} against {direct:?}"
+    );
+    assert!(
+        derived[0].contains(&format!("[UNIFAB  {}]", serial(1))),
+        "{derived:?}"
+    );
 }

@@ -103,6 +103,7 @@ TUNING=$'[tuning]'
 [[ -n "$WORKER_THREADS" ]] && TUNING+=$'\nworker_threads = '"$WORKER_THREADS"
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
 [[ "$RUN_SECONDS" =~ ^[1-9][0-9]*$ ]] || die "RUN_SECONDS must be a positive integer"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 [[ -x "$UNIFAB_BIN" ]] || die "no unifab binary at $UNIFAB_BIN (cargo build --release -p unifab, or set UNIFAB_BIN)"
 
 need qemu-img qemu-utils
@@ -250,7 +251,7 @@ exec 4>"$OUT_DIR/results.md"
 {
     echo "## unifab → tgtd bridge vs tgtd direct (qemu-img bench, $REPEATS runs each, medians)"
     echo
-    echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; CPU latency request: ${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (held by the gateway, system-wide: both paths)}; coalesce_responses: ${COALESCE_RESPONSES:-default}; worker_threads: ${WORKER_THREADS:-one per core}"
+    echo "load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (the runs' own load counts); $(nproc) CPUs; CPU latency request: ${CPU_LATENCY_US:-none}${CPU_LATENCY_US:+ µs (held by the gateway, system-wide: both paths)}; coalesce_responses: ${COALESCE_RESPONSES:-default}; worker_threads: ${WORKER_THREADS:-one per core}"
     echo
     head="| workload | direct" rule="|---|---:"
     for p in "${PATHS[@]:1}"; do

@@ -13,11 +13,8 @@ cargo test -p unifab --test captures -- --ignored write_fuzz_seeds
 cargo test -p unifab --test fcip_captures -- --ignored write_fcip_fuzz_seeds
 cargo test -p unifab --test fc_captures -- --ignored write_fc_fuzz_seeds
 cargo test -p unifab --test fcoe_captures -- --ignored write_fcoe_fuzz_seeds
-ls fuzz/corpus/iscsi_pdu | wc -l
-ls fuzz/corpus/iscsi_text | wc -l
-ls fuzz/corpus/cdb | wc -l
-for d in fcip_encap fcip_fsf fcip_sw_ils fc_header fc_els fc_ct fc_fcp fip_frame fcoe_frame; do
-    echo "$d: $(find "fuzz/corpus/$d" -type f | wc -l) seeds"
+for d in iscsi_pdu iscsi_text cdb fcip_encap fcip_fsf fcip_sw_ils fc_header fc_els fc_ct fc_fcp fip_frame fcoe_frame; do
+    echo "$d: $(find "fuzz/corpus/$d" -type f | wc -l) files"
 done
 # pcap_check takes whole capture files: every capture up to 256 KiB.
 mkdir -p fuzz/corpus/pcap_check
@@ -26,4 +23,4 @@ for f in ../shared/captures/*.cap ../shared/captures/*.pcap; do
         cp "$f" fuzz/corpus/pcap_check/
     fi
 done
-ls fuzz/corpus/pcap_check | wc -l
+echo "pcap_check: $(find fuzz/corpus/pcap_check -type f | wc -l) files"

@@ -180,6 +180,7 @@ fn bench(c: &mut Criterion) {
             remote_lun: Lun(0),
             identity: Identity::Passthrough,
             task_set_depth: 1024,
+            read_only: false,
         },
         Arc::new(LoopbackFactory::new(
             lu.clone(),

@@ -205,6 +205,7 @@ fn bench(c: &mut Criterion) {
                 remote_lun: Lun(0),
                 identity: Identity::Passthrough,
                 task_set_depth: 256,
+                read_only: false,
             },
             factory,
         )

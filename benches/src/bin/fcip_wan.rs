@@ -131,6 +131,7 @@ async fn initiator(switch: &Switch) -> (Arc<RemoteLu>, FcNode) {
             remote_lun: Lun(0),
             identity: Identity::Passthrough,
             task_set_depth: 256,
+            read_only: false,
         },
         factory,
     ));

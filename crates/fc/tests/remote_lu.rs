@@ -89,6 +89,7 @@ async fn rig() -> (Switch, RemoteLu) {
             remote_lun: Lun(0),
             identity: Identity::Passthrough,
             task_set_depth: 128,
+            read_only: false,
         },
         factory,
     );

@@ -162,6 +162,7 @@ async fn a_chain_of_three_switches_routes_and_finds_across_the_middle() {
             remote_lun: Lun(0),
             identity: Identity::Passthrough,
             task_set_depth: 32,
+            read_only: false,
         },
         Arc::new(FcpInitiatorFactory::new(node_a, INITIATOR, TARGET, false)),
     );

@@ -123,6 +123,7 @@ async fn scsi_through_fip_and_fcoe_on_a_memory_segment() {
             remote_lun: Lun(0),
             identity: Identity::Passthrough,
             task_set_depth: 128,
+            read_only: false,
         },
         factory,
     );

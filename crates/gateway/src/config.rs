@@ -67,7 +67,9 @@ pub struct LuConfig {
     /// `block_size`. Default: the logical block length.
     #[serde(default)]
     pub physical_block_size: Option<u32>,
-    /// Refuse writes (DATA PROTECT / WRITE PROTECTED).
+    /// Refuse writes (DATA PROTECT / WRITE PROTECTED). For a remote
+    /// (`iscsi://`, `fc://`) LU, a read-only view: only commands that read
+    /// or report reach the remote.
     #[serde(default)]
     pub read_only: bool,
     /// Removable medium (INQUIRY RMB=1): START STOP UNIT with LOEJ ejects

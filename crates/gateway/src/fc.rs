@@ -49,8 +49,10 @@
 //! - A remote LU's identity (VPD 0x80/0x83) is derived from its URL by
 //!   default, as for `iscsi://` LUs, or from `identity_seed`; with
 //!   `identity = "passthrough"` (in `[lu.fc]`) it is the remote's.
-//!   Settings that are the remote's (`size`, `block_size`, `read_only`,
-//!   `serial`, …) are refused for an `fc://` LU, as for an `iscsi://` one.
+//!   Settings that are the remote's (`size`, `block_size`, `serial`, …)
+//!   are refused for an `fc://` LU, as for an `iscsi://` one.
+//!   `read_only = true` makes the LU a read-only view of the remote, as
+//!   for an `iscsi://` LU (docs/bridge.md, "A read-only view").
 //! - A command whose target port is not logged in waits for it. Without
 //!   `fast_io_fail` it waits up to `command_timeout` (30 s by default, as
 //!   long as a host's own SCSI timeout). With it, the wait ends
@@ -536,7 +538,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             }
         }
     }
-    // What an fc:// LU may not have (size, read_only, …) was checked with
+    // What an fc:// LU may not have (size, serial, …) was checked with
     // the other remote LUs (`remote::validate`).
     Ok(())
 }
@@ -692,6 +694,7 @@ impl FcPlane {
                 remote_lun: Lun::from_index(url.lun).unwrap_or(Lun::ZERO),
                 identity: fc_identity(lu, url),
                 task_set_depth: 1024,
+                read_only: lu.read_only,
             },
             factory,
         ));
@@ -1013,7 +1016,7 @@ wwpn = "21:00:00:00:c9:00:00:0b"
 "#;
 
     /// `[lu.fc]` sets an fc:// LU's identity; what is the remote's
-    /// (size, read_only, …) is refused, not ignored.
+    /// (size, serial, …) is refused, not ignored; `read_only` is taken.
     #[test]
     fn an_fc_lu_takes_its_identity_settings_and_refuses_the_remotes() {
         let with = |lines: &str| {
@@ -1051,7 +1054,6 @@ wwpn = "21:00:00:00:c9:00:00:0b"
             ("[lu.iscsi]\nnexus = \"shared\"", "need an iscsi:// backend"),
             ("size = \"1GiB\"", "takes its size"),
             ("block_size = 4096", "takes its size"),
-            ("read_only = true", "read_only"),
             ("write_cache = false", "write_cache"),
             ("serial = \"S1\"", "serial"),
             ("physical_block_size = 4096", "physical_block_size"),
@@ -1061,6 +1063,8 @@ wwpn = "21:00:00:00:c9:00:00:0b"
             let e = with(lines).unwrap_err();
             assert!(e.contains("via-fc") && e.contains(want), "{lines:?}: {e}");
         }
+        // A read-only view is the gateway's to enforce: taken.
+        assert!(with("read_only = true").unwrap().lu[1].read_only);
         let e = with("[lu.fc]\nbogus = 1").unwrap_err();
         assert!(e.starts_with("fc.toml:") && e.contains("bogus"), "{e}");
         // [lu.fc] on a LU that is not fc://.

@@ -116,16 +116,17 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
         Backend::Fc(_) => "an fc",
         Backend::Memory | Backend::File(_) => return Ok(()),
     };
-    // What an emulated LU decides is the remote's: refused, not ignored
-    // (a `read_only` that did nothing would let writes through).
+    // What an emulated LU decides is the remote's: refused, not ignored.
+    // `read_only` is the exception: the gateway enforces it (a read-only
+    // view, `unifab_scsi_core::remote`).
     if lu.size.is_some() || lu.block_size.is_some() {
         return Err(format!(
             "lu {n:?}: a remote LU takes its size and block size from the remote; remove size/block_size"
         ));
     }
-    if lu.read_only || lu.write_cache.is_some() || lu.serial.is_some() {
+    if lu.write_cache.is_some() || lu.serial.is_some() {
         return Err(format!(
-            "lu {n:?}: read_only, write_cache and serial are the remote's for {kind} backend"
+            "lu {n:?}: write_cache and serial are the remote's for {kind} backend"
         ));
     }
     if lu.physical_block_size.is_some() || lu.removable || lu.sanitize_rate.is_some() {
@@ -357,6 +358,7 @@ pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiIn
             remote_lun: lun,
             identity,
             task_set_depth: 4096,
+            read_only: lu.read_only,
         },
         factory.clone(),
     ));

@@ -154,6 +154,7 @@ impl AdminView for View {
                         serde_json::json!({
                             "name": name, "backend": d.backend, "block_size": d.block_size,
                             "blocks": d.blocks, "bytes": u64::from(d.block_size) * d.blocks,
+                            "write_protected": d.write_protected,
                             "naa": lu.naa().map(|n| format!("{n:016x}")).unwrap_or_else(|| "remote".into()),
                         })
                     })

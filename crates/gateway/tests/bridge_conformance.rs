@@ -5,12 +5,66 @@
 //! tests that pass only through unifab are listed, with the reason, in
 //! docs/bridge.md. The bridged run is also held to its own ratchet,
 //! `conformance/bridge-tgtd.pass`.
+//!
+//! A read-only view of a tgtd LU (`read_only = true`) passes libiscsi's
+//! `ALL.ReadOnly` and leaves the LU's medium as it was.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bridge_support;
 
 use bridge_support::*;
 use unifab_testkit::peers::{IscsiTestCu, Outcome, PassList, Tgtd, conformance_dir};
+
+#[test]
+fn a_read_only_view_of_a_tgtd_lu_passes_the_read_only_suite() {
+    let dir = scratch();
+    let file = lu_file(dir.path(), "lu.img", 64 << 20);
+    // A pattern where the suite writes (LBA 0 on), so that a write of
+    // anything that got through would show.
+    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8 ^ 0xa5).collect();
+    std::fs::write(&file, &pattern).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .and_then(|f| f.set_len(64 << 20))
+        .unwrap();
+    let before = std::fs::read(&file).unwrap();
+    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
+    let gw = Gateway::start(
+        dir.path(),
+        &bridge_config_lu(dir.path(), &tgtd.url(), "read_only = true", ""),
+    );
+
+    // Directly, tgtd's LU is writable: the suite's one test skips.
+    let direct = IscsiTestCu::new(tgtd.url())
+        .tests("ALL.ReadOnly")
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        direct.outcome("ALL.ReadOnly.ReadOnlySBC"),
+        Some(Outcome::Skipped),
+        "direct run: {}",
+        direct.stderr_tail
+    );
+    // Through the view it runs (MODE SENSE shows WP) and passes.
+    let viewed = IscsiTestCu::new(gw.url(0))
+        .tests("ALL.ReadOnly")
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    viewed.record("bridge-read-only").unwrap();
+    let list = PassList::load(conformance_dir().join("bridge-read-only.pass")).unwrap();
+    if let Err(f) = list.check(&viewed) {
+        panic!("{f}\ngateway log:\n{}", tail(&gw.log(), 40));
+    }
+    let luns = gw.show("luns");
+    assert_eq!(luns[0]["write_protected"], true, "{luns}");
+    drop(gw);
+    drop(tgtd);
+    assert!(
+        std::fs::read(&file).unwrap() == before,
+        "the remote LU's medium changed through a read-only view"
+    );
+}
 
 #[test]
 fn every_test_that_passes_on_tgtd_passes_through_unifab() {

@@ -427,3 +427,59 @@ fn an_fc_lu_derives_its_identity_or_passes_the_remotes_through() {
         "{derived:?}"
     );
 }
+
+/// `read_only = true` on an fc:// LU makes it a read-only view: libiscsi's
+/// `ALL.ReadOnly` passes through it (MODE SENSE shows WP, every write is
+/// refused with DATA PROTECT), `unifab show luns` says so, and the FC
+/// target's medium is unchanged.
+#[test]
+fn an_fc_lu_can_be_a_read_only_view() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    // The FC target's medium, with a pattern where the suite writes.
+    let image = dir.path().join("lu.img");
+    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+    std::fs::write(&image, &pattern).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&image)
+        .and_then(|f| f.set_len(1 << 30))
+        .unwrap();
+    let view = format!(
+        "\n[[lu]]\nname = \"via-fc-ro\"\nbackend = \"fc://{TARGET_WWPN}/0\"\nread_only = true\n"
+    );
+    let mut gw = start_fc_gateway_with(dir.path(), &view, &["disk", "via-fc-ro"]);
+    let viewed = IscsiTestCu::new(format!("iscsi://{}/{IQN}/1", gw.addr))
+        .tests("ALL.ReadOnly")
+        .run()
+        .expect("suite runs");
+    gw.check_alive();
+    assert_eq!(
+        viewed.outcome("ALL.ReadOnly.ReadOnlySBC"),
+        Some(Outcome::Passed),
+        "{}",
+        viewed.to_table()
+    );
+    let luns: serde_json::Value =
+        serde_json::from_str(&show_with(&["luns", "--json"], gw.admin)).unwrap();
+    let protected = |name: &str| {
+        luns.as_array()
+            .and_then(|a| a.iter().find(|l| l["name"] == name))
+            .map(|l| l["write_protected"].clone())
+    };
+    assert_eq!(
+        protected("via-fc-ro"),
+        Some(serde_json::Value::Bool(true)),
+        "{luns}"
+    );
+    assert_eq!(
+        protected("disk"),
+        Some(serde_json::Value::Bool(false)),
+        "{luns}"
+    );
+    drop(gw);
+    let after = std::fs::read(&image).unwrap();
+    assert!(
+        after.len() == 1 << 30 && after[..pattern.len()] == pattern[..],
+        "the FC target's medium changed through a read-only view"
+    );
+}

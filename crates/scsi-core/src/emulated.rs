@@ -2538,6 +2538,7 @@ impl LogicalUnit for EmulatedLu {
             backend: self.inner.backend.describe(),
             block_size: self.inner.bs as u32,
             blocks: self.inner.blocks(),
+            write_protected: self.inner.write_protected.load(Ordering::Acquire),
         }
     }
 }

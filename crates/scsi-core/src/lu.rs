@@ -87,6 +87,9 @@ pub struct LuDescription {
     pub block_size: u32,
     /// Number of logical blocks (0 if unknown).
     pub blocks: u64,
+    /// Hosts see the LU as write-protected (`read_only`, a read-only
+    /// medium, or SWP set in the Control mode page).
+    pub write_protected: bool,
 }
 
 /// A task management function (SAM-5 §7.1).

@@ -7,7 +7,13 @@
 //! - **CDBs unchanged.** The CDB, task attribute, priority, data-out and the
 //!   expected lengths go to the remote as received; status, sense, data-in
 //!   and the residual come back as the remote produced them. The only
-//!   exception is identity (below). The LUN is the remote's.
+//!   exceptions are identity (below) and a read-only view. The LUN is the
+//!   remote's.
+//! - **Read-only view.** With [`RemoteLuConfig::read_only`] only commands
+//!   that read or report go out; the rest (writes, UNMAP, MODE SELECT,
+//!   reservations, vendor-specific opcodes, …) end at once with DATA
+//!   PROTECT, WRITE PROTECTED, and MODE SENSE answers carry the WP bit. The
+//!   allow-list and the reasons are in the `protect` module.
 //! - **Ordering.** [`LogicalUnit::execute`] submits synchronously, so the
 //!   remote task manager receives commands in the order the front end
 //!   handed them over (the ordering contract of [`LogicalUnit`]); ORDERED
@@ -94,6 +100,10 @@ pub struct RemoteLuConfig {
     pub identity: Identity,
     /// Most tasks in flight at once (TASK SET FULL beyond).
     pub task_set_depth: usize,
+    /// A read-only view: only commands that read or report go to the
+    /// remote; the rest end with DATA PROTECT, WRITE PROTECTED, and MODE
+    /// SENSE answers carry WP (module documentation, "Read-only view").
+    pub read_only: bool,
 }
 
 /// A logical unit whose device server is elsewhere. See the
@@ -504,6 +514,11 @@ impl LogicalUnit for RemoteLu {
             }
         };
         let opcode = task.cdb.opcode().unwrap_or(0);
+        let read_only = inner.cfg.read_only;
+        if read_only && !protect::allowed(task.cdb.as_bytes()) {
+            drop(handle);
+            return Box::pin(std::future::ready(protect::refused()));
+        }
         let init = match inner.initiator_for(&task.nexus) {
             Ok(i) => i,
             Err(e) => {
@@ -544,6 +559,9 @@ impl LogicalUnit for RemoteLu {
                     }
                     match derive {
                         Some((page, alloc)) => inner.derive_page(page, alloc, res),
+                        None if read_only && matches!(opcode, 0x1a | 0x5a) => {
+                            protect::mark_write_protected(opcode, res)
+                        }
                         None => res,
                     }
                 }
@@ -675,9 +693,11 @@ impl LogicalUnit for RemoteLu {
             backend: self.inner.cfg.backend.clone(),
             block_size: self.inner.block_size.load(Ordering::Relaxed),
             blocks: self.inner.blocks.load(Ordering::Relaxed),
+            write_protected: self.inner.cfg.read_only,
         }
     }
 }
 
+mod protect;
 #[cfg(test)]
 mod tests;

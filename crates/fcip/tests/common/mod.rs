@@ -210,6 +210,7 @@ pub async fn build_with(
             remote_lun: Lun(0),
             identity: Identity::Passthrough,
             task_set_depth: 128,
+            read_only: false,
         },
         factory,
     );

@@ -142,11 +142,17 @@ impl Drop for Gateway {
 /// A gateway configuration exporting one remote LU (`backend`), with
 /// `[lu.iscsi]` lines `remote`.
 pub fn bridge_config(dir: &Path, backend: &str, remote: &str) -> String {
+    bridge_config_lu(dir, backend, "", remote)
+}
+
+/// As [`bridge_config`], with more `[[lu]]` settings (`lu_lines`).
+pub fn bridge_config_lu(dir: &Path, backend: &str, lu_lines: &str, remote: &str) -> String {
     format!(
         r#"
 [[lu]]
 name = "bridged"
 backend = "{backend}"
+{lu_lines}
 {remote_table}
 
 [iscsi]

@@ -50,6 +50,7 @@ fn cfg(identity: Identity) -> RemoteLuConfig {
         remote_lun: Lun(0),
         identity,
         task_set_depth: 64,
+        read_only: false,
     }
 }
 
@@ -170,6 +171,107 @@ async fn answers_are_the_remotes_unchanged() {
         "READ CAPACITY was snooped"
     );
     assert_eq!(remote.describe().blocks, (8 << 20) / 512);
+}
+
+/// A read-only view: reads and reports pass, writes and everything else
+/// end at the gateway with DATA PROTECT and never reach the remote, and
+/// MODE SENSE shows WP.
+#[tokio::test]
+async fn a_read_only_view_refuses_what_would_change_the_remote() {
+    let lu = emulated();
+    let f = Arc::new(LoopbackFactory::new(
+        lu.clone(),
+        target_port(),
+        port("iqn.2026-11.io.unifab:gateway"),
+        true,
+    ));
+    let remote = RemoteLu::new(
+        RemoteLuConfig {
+            read_only: true,
+            ..cfg(Identity::Passthrough)
+        },
+        f,
+    );
+    let n = nexus("iqn.2026-11.io.example:host");
+    let d = nexus("iqn.2026-11.io.example:direct");
+    clear_ua(&remote, &n).await;
+    clear_ua(&*lu, &d).await;
+    assert!(remote.describe().write_protected);
+    assert!(!lu.describe().write_protected);
+
+    let payload: Bytes = (0..4096u32)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<_>>()
+        .into();
+    let w = lu.execute(write10(&d, 1, 100, payload.clone())).await;
+    assert_eq!(w.status, Status::GOOD);
+
+    let protected = |r: &TaskResult, what: &str| {
+        assert_eq!(r.status, Status::CHECK_CONDITION, "{what}");
+        let s = sense_of(r);
+        assert_eq!(
+            (s.key, s.asc),
+            (SenseKey::DATA_PROTECT, asc::WRITE_PROTECTED),
+            "{what}"
+        );
+    };
+    let w = remote
+        .execute(write10(&n, 2, 100, Bytes::from(vec![0u8; 4096])))
+        .await;
+    protected(&w, "WRITE(10)");
+    let mut same = task(&n, 3, &[0x41, 0, 0, 0, 0, 100, 0, 0, 8, 0], 0);
+    same.data_out = vec![Bytes::from(vec![0u8; 512])];
+    same.data_out_len = 512;
+    protected(&remote.execute(same).await, "WRITE SAME(10)");
+    let mut unmap = task(&n, 4, &[0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0], 0);
+    let mut list = vec![0u8; 24];
+    list[1] = 22;
+    list[3] = 16;
+    list[8..16].copy_from_slice(&100u64.to_be_bytes());
+    list[16..20].copy_from_slice(&8u32.to_be_bytes());
+    unmap.data_out = vec![Bytes::from(list)];
+    unmap.data_out_len = 24;
+    protected(&remote.execute(unmap).await, "UNMAP");
+    // An opcode the remote does not know is refused here, not there (the
+    // remote would answer ILLEGAL REQUEST).
+    protected(
+        &remote.execute(task(&n, 5, &[0xc7, 0, 0, 0, 0, 0], 0)).await,
+        "vendor",
+    );
+    let direct = lu.execute(task(&d, 5, &[0xc7, 0, 0, 0, 0, 0], 0)).await;
+    assert_eq!(sense_of(&direct).key, SenseKey::ILLEGAL_REQUEST);
+    // MODE SELECT(6) with the Control page setting SWP: refused, and the
+    // remote stays writable.
+    let mut select = task(&n, 6, &[0x15, 0x10, 0, 0, 16, 0], 0);
+    let mut page = vec![0u8; 16];
+    page[4] = 0x0a;
+    page[5] = 0x0a;
+    page[8] = 0x08;
+    select.data_out = vec![Bytes::from(page)];
+    select.data_out_len = 16;
+    protected(&remote.execute(select).await, "MODE SELECT(6)");
+
+    // Nothing reached the medium.
+    let r = lu.execute(read10(&d, 7, 100, 8, 4096)).await;
+    assert_eq!(data_of(&r), payload.to_vec());
+    // Reads pass.
+    let r = remote.execute(read10(&n, 8, 100, 8, 4096)).await;
+    assert_eq!(r.status, Status::GOOD);
+    assert_eq!(data_of(&r), payload.to_vec());
+    // MODE SENSE: WP set through the view, the rest as the remote's.
+    for (i, (cdb, wp_at)) in [
+        (vec![0x1a, 0, 0x3f, 0, 255, 0], 2usize),
+        (vec![0x5a, 0, 0x3f, 0, 0, 0, 0, 0, 255, 0], 3),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let via = data_of(&remote.execute(task(&n, 20 + i as u64, &cdb, 255)).await);
+        let mut direct = data_of(&lu.execute(task(&d, 20 + i as u64, &cdb, 255)).await);
+        assert_eq!(direct[wp_at] & 0x80, 0, "the remote is writable");
+        direct[wp_at] |= 0x80;
+        assert_eq!(via, direct, "cdb {cdb:02x?}");
+    }
 }
 
 #[tokio::test]
@@ -724,6 +826,7 @@ fn failure_log_counts_a_burst_instead_of_repeating_it() {
         remote_lun: Lun::ZERO,
         identity: Identity::Passthrough,
         task_set_depth: 1,
+        read_only: false,
     };
     log.record(&cfg, 0x28, &InitiatorError::Disconnected);
     assert!(log.last.lock().unwrap().is_some(), "the first is logged");

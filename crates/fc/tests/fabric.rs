@@ -1389,6 +1389,69 @@ fn without_fast_io_fail_a_command_waits_its_whole_timeout() {
     assert!(!reason.contains("fast_io_fail"), "{reason}");
 }
 
+/// Once a lost port is back, `fast_io_fail` no longer bounds the wait of
+/// its commands: one queued behind an earlier command for the same port
+/// that waits for the link's room waits its whole timeout, as that one
+/// does, and then both end as timed out, not as "not logged in".
+#[test]
+fn a_command_behind_one_waiting_for_room_waits_its_timeout_once_the_port_is_back() {
+    let mut s = Sim::new();
+    let t1 = s.target(T_WWPN, 8, 1 << 20);
+    let t2 = s.target(T2_WWPN, 8, 1 << 20);
+    s.run();
+    let mut cfg = NPortConfig::new(I_WWPN, Wwn(I_WWPN.0 ^ 0x0100_0000_0000_0000));
+    cfg.initiator = true;
+    cfg.discover = true;
+    cfg.fast_io_fail = Some(Duration::from_secs(5));
+    cfg.max_frames_in = Some(10);
+    let i = s.add(cfg, None);
+    s.run();
+    for target in [T_WWPN, T2_WWPN] {
+        let ua = s.submit(
+            i,
+            target,
+            Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+        );
+        assert_eq!(s.result(i, ua).unwrap().status, Status::CHECK_CONDITION);
+    }
+    // T1 holds two 8 KiB reads: the link's room is taken.
+    s.nodes[t1].hold = true;
+    for _ in 0..2 {
+        s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 16), 8192));
+    }
+    assert_eq!(s.nodes[i].port.frames_in(), 10);
+    // T2 leaves; two commands wait for it.
+    let now = s.now;
+    s.nodes[t2].port.logout(now);
+    s.run();
+    assert!(s.nodes[i].port.ready_port_by_name(T2_WWPN).is_none());
+    let c = read_one(&mut s, i, T2_WWPN);
+    let d = read_one(&mut s, i, T2_WWPN);
+    s.advance(Duration::from_secs(1));
+    // T2 is back: c waits for room, d behind c.
+    let now = s.now;
+    s.nodes[t2].port.link_up(now);
+    s.run();
+    assert!(s.nodes[i].port.ready_port_by_name(T2_WWPN).is_some());
+    assert_eq!(s.nodes[i].port.commands_waiting(), 2);
+    // Past the loss's fast_io_fail: both still wait.
+    s.advance(Duration::from_secs(6));
+    assert!(
+        unanswered(&s, i, c) && unanswered(&s, i, d),
+        "{:?}",
+        s.nodes[i].results
+    );
+    // Past their own timeout: both time out.
+    s.advance(Duration::from_secs(24));
+    for id in [c, d] {
+        assert!(
+            matches!(s.result(i, id), Err(InitiatorError::Timeout { .. })),
+            "{:?}",
+            s.result(i, id)
+        );
+    }
+}
+
 #[test]
 fn fast_io_fail_waits_for_a_port_not_yet_seen_and_sends_when_it_comes() {
     let mut s = Sim::new();

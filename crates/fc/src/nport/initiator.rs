@@ -701,6 +701,12 @@ impl NPort {
         let mut full = false;
         for mut q in queued {
             if held.contains(&q.target) {
+                // Behind an earlier command for its port. If the port is
+                // back, `fast_io_fail` no longer bounds the wait: only the
+                // command's own timeout does, as for the one ahead.
+                if q.wait_until < q.deadline && self.ready_port_by_name(q.target).is_some() {
+                    q.wait_until = q.deadline;
+                }
                 keep.push_back(q);
                 continue;
             }
@@ -1156,7 +1162,9 @@ impl NPort {
         }
         self.initiator.queued = keep;
         for q in late {
-            let e = if q.for_window {
+            // Waiting for room, or behind a command that does, with its
+            // port logged in: a timeout, not a port that never came.
+            let e = if q.for_window || self.ready_port_by_name(q.target).is_some() {
                 InitiatorError::Timeout {
                     after: self.initiator.timeout,
                 }

@@ -85,8 +85,10 @@ pub struct NPortConfig {
     /// command, for a port not seen since this port came up). A command
     /// for a port lost longer ago fails at once. Linux calls this
     /// `fast_io_fail_tmo`: a multipath host gets a retryable error in
-    /// seconds and moves to another path. `None`: a command waits up to
-    /// `command_timeout`.
+    /// seconds and moves to another path. Once the port is back, a
+    /// command still waiting (for the link's room, or behind one that does)
+    /// waits up to `command_timeout` and then ends as timed out. `None`: a
+    /// command waits up to `command_timeout`.
     pub fast_io_fail: Option<Duration>,
     /// Largest burst a target asks for with one FCP_XFER_RDY.
     pub max_burst: u32,

@@ -1640,9 +1640,10 @@ impl Actor {
         if self.enhanced {
             // Class F is not held back by the window (the link's own
             // traffic must flow), but a peer that never acknowledges
-            // cannot make it grow without bound either: past twice the
-            // window, class F is dropped and counted like any frame the
-            // tunnel cannot take.
+            // cannot make it grow without bound either: past `peer_bound`
+            // (twice the window plus two batches) unacknowledged, class F
+            // is dropped and counted like any frame the tunnel cannot
+            // take.
             if self.send.in_flight() > peer_bound(&self.cfg) {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 debug!(tunnel = %self.cfg.name, in_flight = self.send.in_flight(), "class F dropped: the peer acknowledges nothing");
@@ -2093,6 +2094,87 @@ mod tests {
             assert_eq!(after, before);
             assert!(within(&before) && !within(&after));
         }
+    }
+
+    /// Enhanced mode: class F is not held back by the window, but a peer
+    /// that acknowledges nothing cannot make it pile up without bound.
+    /// Up to `peer_bound` unacknowledged bytes it is kept (to be sent once
+    /// a circuit has room); past it, each class F frame is dropped and
+    /// counted; an acknowledgement makes room again.
+    #[tokio::test]
+    async fn class_f_past_the_peer_bound_is_dropped_and_counted() {
+        use unifab_fc::fabric::FabricConfig;
+        use unifab_fc::io::Switch;
+        use unifab_fc::wire::Eof;
+        use unifab_fc::wire::header::FcHeaderRepr;
+
+        let peer = Wwn(0x1000_0000_0000_00b1);
+        let switch = Switch::new(FabricConfig {
+            domain: 1,
+            switch_name: Wwn(0x1000_0000_0000_00a1),
+            ..FabricConfig::default()
+        });
+        let ctl = InterSwitch::start(switch);
+        let mut cfg = TunnelConfig::new(
+            "to-b",
+            0,
+            peer,
+            vec![super::super::CircuitConfig {
+                peer: None,
+                local: None,
+                weight: 1,
+            }],
+        );
+        cfg.mode = LinkMode::Enhanced;
+        cfg.window_bytes = 64 << 10;
+        let cfg = Arc::new(cfg);
+        let (fab_tx, _fab_rx) = mpsc::channel(16);
+        let (ev_tx, _ev_rx) = mpsc::channel(16);
+        let (ctl_tx, _ctl_rx) = mpsc::channel(16);
+        let fast = Arc::new(FastPath::new(1, Arc::new(AtomicU64::new(0))));
+        let link = TunnelLink {
+            tx: fab_tx,
+            name: cfg.name.clone(),
+            fast: fast.clone(),
+        };
+        let port = ctl.switch().attach_e_port(&cfg.name, Arc::new(link));
+        let stats = Arc::new(Mutex::new(TunnelStats::default()));
+        let mut a = Actor::new(cfg.clone(), port, ctl, ev_tx, ctl_tx, stats, fast);
+        // Enhanced mode negotiated, and no circuit takes anything: the
+        // peer acknowledges nothing.
+        a.enhanced = true;
+        let class_f = || Frame {
+            sof: Sof::F,
+            header: FcHeaderRepr {
+                fc_type: FcType::SW_ILS,
+                ..FcHeaderRepr::default()
+            },
+            payload: Bytes::from(vec![0u8; 2048]),
+            eof: Eof::T,
+        };
+        let bound = peer_bound(&cfg);
+        let dropped = |a: &Actor| a.dropped.load(Ordering::Relaxed);
+        let mut kept = 0;
+        while a.send.in_flight() <= bound {
+            a.send_class_f(class_f());
+            kept += 1;
+            assert_eq!(dropped(&a), 0, "dropped within the bound");
+        }
+        // Past the window (64 KiB) by far: class F is not held by it.
+        assert!(kept > 1000, "{kept} frames kept");
+        let held = a.send.in_flight();
+        assert!(held <= bound + 2 * 1024 + 64, "{held} > {bound}");
+        for n in 1..=100 {
+            a.send_class_f(class_f());
+            assert_eq!(dropped(&a), n);
+        }
+        assert_eq!(a.send.in_flight(), held, "nothing more kept");
+        // The peer acknowledges everything: class F is kept again.
+        let all = a.send.acked() + a.send.outstanding() as u64;
+        assert_eq!(a.send.on_ack(all), held);
+        a.send_class_f(class_f());
+        assert_eq!(dropped(&a), 100);
+        assert!(a.send.in_flight() > 0);
     }
 
     #[test]

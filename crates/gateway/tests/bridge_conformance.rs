@@ -7,7 +7,9 @@
 //! `conformance/bridge-tgtd.pass`.
 //!
 //! A read-only view of a tgtd LU (`read_only = true`) passes libiscsi's
-//! `ALL.ReadOnly` and leaves the LU's medium as it was.
+//! `ALL.ReadOnly` and leaves the LU's medium as it was; through it, the
+//! whole suite fails only where the view refused a command (or where it
+//! fails against tgtd directly), and changes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bridge_support;
@@ -130,5 +132,113 @@ fn every_test_that_passes_on_tgtd_passes_through_unifab() {
     let list = PassList::load(conformance_dir().join("bridge-tgtd.pass")).unwrap();
     if let Err(f) = list.check(&bridged) {
         panic!("{f}");
+    }
+    drop(gw);
+
+    // The whole suite through a read-only view of the same LU: the medium
+    // does not change, and a test fails only if the view refused one of
+    // its commands (DATA PROTECT, WRITE PROTECTED) or it fails directly.
+    let view_dir = dir.path().join("view");
+    std::fs::create_dir_all(&view_dir).unwrap();
+    let view_gw = Gateway::start(
+        &view_dir,
+        &bridge_config_lu(&view_dir, &tgtd.url(), "read_only = true", ""),
+    );
+    let before = digest(&file);
+    let viewed = IscsiTestCu::new(view_gw.url(0))
+        .multipath_url(view_gw.url(0))
+        .run()
+        .unwrap_or_else(|e| panic!("{e}"));
+    viewed.record("bridge-read-only-all").unwrap();
+    assert!(
+        viewed.is_complete(),
+        "read-only run: {}",
+        viewed.stderr_tail
+    );
+    let unexplained: Vec<String> = viewed
+        .tests
+        .iter()
+        .filter(|t| t.outcome == Outcome::Failed)
+        .filter(|t| {
+            let refused = t.detail.contains("WRITE_PROTECTED")
+                || t.detail.contains("(0x07)/(0x2700)")
+                || (WRITES_WITHOUT_SENSE.contains(&t.name.as_str())
+                    && t.detail.contains("SCSI_STATUS_CHECK_CONDITION"));
+            !refused && direct.outcome(&t.name) == Some(Outcome::Passed)
+        })
+        .map(|t| format!("{}: {}", t.name, t.detail))
+        .collect();
+    println!(
+        "read-only view: {} passed, {} skipped, {} failed",
+        viewed.count(Outcome::Passed),
+        viewed.count(Outcome::Skipped),
+        viewed.count(Outcome::Failed),
+    );
+    assert!(
+        unexplained.is_empty(),
+        "tests that pass on tgtd fail through a read-only view without a refusal:\n{}",
+        unexplained.join("\n")
+    );
+    // What only reads must not be refused: every test of the reading
+    // suites that passes on tgtd passes through the view.
+    let lost_reads: Vec<&str> = direct
+        .tests
+        .iter()
+        .filter(|t| t.outcome == Outcome::Passed)
+        .filter(|t| READ_SUITES.contains(&t.name.split('.').nth(1).unwrap_or("")))
+        .filter(|t| viewed.outcome(&t.name) != Some(Outcome::Passed))
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(
+        lost_reads.is_empty()
+            && viewed.outcome("ALL.ReadOnly.ReadOnlySBC") == Some(Outcome::Passed),
+        "reading tests that fail through the view: {lost_reads:?}\n{}",
+        viewed.to_table()
+    );
+    drop(view_gw);
+    assert!(
+        digest(&file) == before,
+        "the LU changed through a read-only view"
+    );
+}
+
+/// libiscsi suites whose tests only read, report or verify.
+const READ_SUITES: &[&str] = &[
+    "Inquiry",
+    "Prefetch10",
+    "Prefetch16",
+    "Read6",
+    "Read10",
+    "Read12",
+    "Read16",
+    "ReadCapacity10",
+    "ReadCapacity16",
+    "ReadDefectData10",
+    "ReadDefectData12",
+    "ReportSupportedOpcodes",
+    "TestUnitReady",
+    "Verify10",
+    "Verify12",
+    "Verify16",
+];
+
+/// Tests whose writes fail through a read-only view but which print only
+/// that the status was CHECK CONDITION, not the sense: Write10.Async
+/// asserts `status != SCSI_STATUS_CHECK_CONDITION` for its writes.
+const WRITES_WITHOUT_SENSE: &[&str] = &["ALL.Write10.Async"];
+
+/// A digest of a file's contents, read in 1 MiB pieces.
+fn digest(path: &std::path::Path) -> u64 {
+    use std::hash::Hasher;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            return h.finish();
+        }
+        h.write(&buf[..n]);
     }
 }

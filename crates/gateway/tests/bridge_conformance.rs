@@ -15,22 +15,15 @@
 mod bridge_support;
 
 use bridge_support::*;
+use unifab_testkit::medium;
 use unifab_testkit::peers::{IscsiTestCu, Outcome, PassList, Tgtd, conformance_dir};
 
 #[test]
 fn a_read_only_view_of_a_tgtd_lu_passes_the_read_only_suite() {
     let dir = scratch();
-    let file = lu_file(dir.path(), "lu.img", 64 << 20);
-    // A pattern where the suite writes (LBA 0 on), so that a write of
-    // anything that got through would show.
-    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8 ^ 0xa5).collect();
-    std::fs::write(&file, &pattern).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&file)
-        .and_then(|f| f.set_len(64 << 20))
-        .unwrap();
-    let before = std::fs::read(&file).unwrap();
+    let file = dir.path().join("lu.img");
+    medium::patterned(&file, 64 << 20).unwrap();
+    let before = medium::digest(&file).unwrap();
     let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
     let gw = Gateway::start(
         dir.path(),
@@ -63,7 +56,7 @@ fn a_read_only_view_of_a_tgtd_lu_passes_the_read_only_suite() {
     drop(gw);
     drop(tgtd);
     assert!(
-        std::fs::read(&file).unwrap() == before,
+        medium::digest(&file).unwrap() == before,
         "the remote LU's medium changed through a read-only view"
     );
 }
@@ -144,7 +137,7 @@ fn every_test_that_passes_on_tgtd_passes_through_unifab() {
         &view_dir,
         &bridge_config_lu(&view_dir, &tgtd.url(), "read_only = true", ""),
     );
-    let before = digest(&file);
+    let before = medium::digest(&file).unwrap();
     let viewed = IscsiTestCu::new(view_gw.url(0))
         .multipath_url(view_gw.url(0))
         .run()
@@ -197,7 +190,7 @@ fn every_test_that_passes_on_tgtd_passes_through_unifab() {
     );
     drop(view_gw);
     assert!(
-        digest(&file) == before,
+        medium::digest(&file).unwrap() == before,
         "the LU changed through a read-only view"
     );
 }
@@ -226,19 +219,3 @@ const READ_SUITES: &[&str] = &[
 /// that the status was CHECK CONDITION, not the sense: Write10.Async
 /// asserts `status != SCSI_STATUS_CHECK_CONDITION` for its writes.
 const WRITES_WITHOUT_SENSE: &[&str] = &["ALL.Write10.Async"];
-
-/// A digest of a file's contents, read in 1 MiB pieces.
-fn digest(path: &std::path::Path) -> u64 {
-    use std::hash::Hasher;
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).unwrap();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).unwrap();
-        if n == 0 {
-            return h.finish();
-        }
-        h.write(&buf[..n]);
-    }
-}

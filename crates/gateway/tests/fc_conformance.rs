@@ -18,6 +18,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use unifab_testkit::medium;
 use unifab_testkit::peers::{IscsiTestCu, Outcome, SuiteResult, Unifab, suites_except, unifab_bin};
 
 const TARGET_WWPN: &str = "21:00:00:00:c9:00:00:0a";
@@ -437,13 +438,8 @@ fn an_fc_lu_can_be_a_read_only_view() {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
     // The FC target's medium, with a pattern where the suite writes.
     let image = dir.path().join("lu.img");
-    let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8 ^ 0x5a).collect();
-    std::fs::write(&image, &pattern).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&image)
-        .and_then(|f| f.set_len(1 << 30))
-        .unwrap();
+    medium::patterned(&image, 1 << 30).unwrap();
+    let before = medium::digest(&image).unwrap();
     let view = format!(
         "\n[[lu]]\nname = \"via-fc-ro\"\nbackend = \"fc://{TARGET_WWPN}/0\"\nread_only = true\n"
     );
@@ -477,9 +473,8 @@ fn an_fc_lu_can_be_a_read_only_view() {
         "{luns}"
     );
     drop(gw);
-    let after = std::fs::read(&image).unwrap();
     assert!(
-        after.len() == 1 << 30 && after[..pattern.len()] == pattern[..],
+        medium::digest(&image).unwrap() == before,
         "the FC target's medium changed through a read-only view"
     );
 }

@@ -299,7 +299,9 @@ fn bad_param(byte: u16, bit: Option<u8>) -> TaskResult {
 fn lba_out_of_range() -> TaskResult {
     illegal(asc::LBA_OUT_OF_RANGE)
 }
-fn write_protected() -> TaskResult {
+/// CHECK CONDITION, DATA PROTECT, WRITE PROTECTED (also a read-only
+/// remote LU's refusal).
+pub(crate) fn write_protected() -> TaskResult {
     check(SenseKey::DATA_PROTECT, asc::WRITE_PROTECTED)
 }
 fn backend_failed(e: &BackendError, write: bool) -> TaskResult {

@@ -2,6 +2,7 @@
 //! can send malformed PDUs, and launchers for the real peers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod medium;
 pub mod peers;
 pub mod raw_iscsi;
 pub mod relay;

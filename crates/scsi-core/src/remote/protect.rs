@@ -30,7 +30,6 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::sense::{Sense, SenseKey, asc};
 use crate::task::{Status, TaskResult};
 
 /// Whether a write-protected remote LU may send `cdb` to the remote.
@@ -74,10 +73,9 @@ pub(super) fn allowed(cdb: &[u8]) -> bool {
     }
 }
 
-/// The answer to a command [`allowed`] refuses.
-pub(super) fn refused() -> TaskResult {
-    TaskResult::check_condition(Sense::new(SenseKey::DATA_PROTECT, asc::WRITE_PROTECTED))
-}
+/// The answer to a command [`allowed`] refuses: a write-protected
+/// emulated LU's.
+pub(super) use crate::emulated::write_protected as refused;
 
 /// Sets WP in the mode parameter header of a GOOD MODE SENSE answer
 /// (`opcode` 0x1a or 0x5a). An answer too short to hold the header (an

@@ -9,7 +9,8 @@
 //! A read-only view of a tgtd LU (`read_only = true`) passes libiscsi's
 //! `ALL.ReadOnly` and leaves the LU's medium as it was; through it, the
 //! whole suite fails only where the view refused a command (or where it
-//! fails against tgtd directly), and changes nothing.
+//! fails against tgtd directly), and changes nothing; a reset through it
+//! leaves the LU's owner its reservation and no unit attention.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bridge_support;
@@ -59,6 +60,122 @@ fn a_read_only_view_of_a_tgtd_lu_passes_the_read_only_suite() {
         medium::digest(&file).unwrap() == before,
         "the remote LU's medium changed through a read-only view"
     );
+}
+
+/// A LOGICAL UNIT RESET from a host of a read-only view resets the view,
+/// not tgtd's LU: the owner (logged in to tgtd directly) keeps its
+/// RESERVE(6) reservation and gets no unit attention; the view's host gets
+/// the view's own.
+#[test]
+fn a_reset_through_a_read_only_view_leaves_the_owner_on_tgtd_alone() {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiator};
+    use unifab_scsi_core::initiator::{Initiator, Request};
+    use unifab_scsi_core::sense::asc;
+    use unifab_scsi_core::{Lun, Sense, SenseKey, Status, TaskResult, TmfFunction, TmfResponse};
+
+    let dir = scratch();
+    let file = lu_file(dir.path(), "lu.img", 64 << 20);
+    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
+    let gw = Gateway::start(
+        dir.path(),
+        &bridge_config_lu(dir.path(), &tgtd.url(), "read_only = true", ""),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let owner = IscsiInitiator::start(
+            InitiatorConfig::new("iqn.2026-11.io.example:owner"),
+            &tgtd.addr().to_string(),
+            tgtd.iqn(),
+        );
+        let host = IscsiInitiator::start(
+            InitiatorConfig::new("iqn.2026-11.io.example:host"),
+            &gw.addr.to_string(),
+            &gw.iqn,
+        );
+        let owner_lun = Lun::from_index(Tgtd::LUN as u16).unwrap();
+        let host_lun = Lun::ZERO;
+        for i in [&owner, &host] {
+            i.wait_connected(Duration::from_secs(30)).await.unwrap();
+        }
+        let run = |i: &IscsiInitiator, lun: Lun, cdb: &'static [u8], len: u32| {
+            let out = i.submit(Request::new(lun, Bytes::from_static(cdb), len));
+            async move { out.outcome.await.unwrap() }
+        };
+        let sense = |r: &TaskResult| {
+            r.sense
+                .as_deref()
+                .and_then(Sense::parse)
+                .map(|s| (s.key, s.asc))
+        };
+        const TUR: &[u8] = &[0, 0, 0, 0, 0, 0];
+        const RESERVE6: &[u8] = &[0x16, 0, 0, 0, 0, 0];
+        const RELEASE6: &[u8] = &[0x17, 0, 0, 0, 0, 0];
+        const READ10: &[u8] = &[0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+        // Past the unit attentions a new nexus gets.
+        for (i, lun) in [(&owner, owner_lun), (&host, host_lun)] {
+            let mut good = false;
+            for _ in 0..4 {
+                if run(i, lun, TUR, 0).await.status == Status::GOOD {
+                    good = true;
+                    break;
+                }
+            }
+            assert!(good, "TEST UNIT READY never became GOOD");
+        }
+        let r = run(&owner, owner_lun, RESERVE6, 0).await;
+        assert_eq!(r.status, Status::GOOD, "RESERVE(6): {:?}", sense(&r));
+        let r = run(&host, host_lun, READ10, 512).await;
+        assert_eq!(
+            r.status,
+            Status::RESERVATION_CONFLICT,
+            "the owner's reservation holds"
+        );
+
+        let resp = host
+            .task_management(host_lun, TmfFunction::LogicalUnitReset)
+            .await
+            .unwrap();
+        assert_eq!(resp, TmfResponse::FunctionComplete);
+
+        let r = run(&owner, owner_lun, TUR, 0).await;
+        assert_eq!(
+            (r.status, sense(&r)),
+            (Status::GOOD, None),
+            "the reset through the view reached tgtd"
+        );
+        let r = run(&host, host_lun, READ10, 512).await;
+        assert_eq!(
+            sense(&r),
+            Some((
+                SenseKey::UNIT_ATTENTION,
+                asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
+            )),
+            "the view's own unit attention"
+        );
+        let r = run(&host, host_lun, READ10, 512).await;
+        assert_eq!(
+            r.status,
+            Status::RESERVATION_CONFLICT,
+            "the owner's reservation survived"
+        );
+        let r = run(&owner, owner_lun, RELEASE6, 0).await;
+        assert_eq!(r.status, Status::GOOD);
+        let r = run(&host, host_lun, READ10, 512).await;
+        assert_eq!(
+            r.status,
+            Status::GOOD,
+            "readable once released: {:?}",
+            sense(&r)
+        );
+        owner.close();
+        host.close();
+    });
 }
 
 #[test]

@@ -2191,8 +2191,9 @@ fn mode_page(code: u8, pc: u8, wce: bool, swp: bool) -> Vec<u8> {
     }
 }
 
-/// Fixed or descriptor format sense bytes.
-fn sense_bytes(s: &Sense, desc: bool) -> Vec<u8> {
+/// Fixed or descriptor format sense bytes (REQUEST SENSE parameter data;
+/// also a read-only remote LU's own unit attentions).
+pub(crate) fn sense_bytes(s: &Sense, desc: bool) -> Vec<u8> {
     if !desc {
         return s.to_fixed().to_vec();
     }

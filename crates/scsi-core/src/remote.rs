@@ -13,7 +13,11 @@
 //!   that read or report go out; the rest (writes, UNMAP, MODE SELECT,
 //!   reservations, vendor-specific opcodes, …) end at once with DATA
 //!   PROTECT, WRITE PROTECTED, and MODE SENSE answers carry the WP bit. The
-//!   allow-list and the reasons are in the `protect` module.
+//!   allow-list and the reasons are in the `protect` module. CLEAR TASK
+//!   SET, LOGICAL UNIT RESET and TARGET RESET reset the view, not the
+//!   remote: the view's own tasks are aborted there (as ABORT TASK SET
+//!   does), and the view keeps and reports the unit attentions the
+//!   function establishes for its hosts.
 //! - **Ordering.** [`LogicalUnit::execute`] submits synchronously, so the
 //!   remote task manager receives commands in the order the front end
 //!   handed them over (the ordering contract of [`LogicalUnit`]); ORDERED
@@ -63,14 +67,15 @@
 //! before the command goes on; the remote's copy manager then finds
 //! itself.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 
 use crate::initiator::{Initiator, InitiatorError, InitiatorFactory, Request};
 use crate::lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
+use crate::sense::{Asc, Sense, SenseKey, asc};
 use crate::task::{ItNexus, Lun, Status, Task, TaskResult, TransportId};
 use crate::task_set::{AbortWait, TaskSet};
 
@@ -127,6 +132,9 @@ struct Inner {
     /// seen).
     remote_naa: AtomicU64,
     failures: FailureLog,
+    /// Unit attentions queued in `State::by_port` (a read-only view's
+    /// own): commands skip the lock while it is 0.
+    view_ua: AtomicUsize,
 }
 
 /// Forwarded commands that failed in transport, for the operator's log:
@@ -168,11 +176,22 @@ impl FailureLog {
 /// A front-end initiator port and target port pair: one remote nexus.
 type PortKey = (TransportId, TransportId);
 
+fn port_key(nexus: &ItNexus) -> PortKey {
+    (nexus.initiator().clone(), nexus.target().id.clone())
+}
+
 #[derive(Debug)]
 struct PortEntry {
     initiator: Arc<dyn Initiator>,
     users: usize,
+    /// Unit attentions a read-only view established itself (its task
+    /// management stays at the gateway), oldest first; at most
+    /// [`VIEW_UA_QUEUE`].
+    ua: VecDeque<Asc>,
 }
+
+/// Most unit attentions a read-only view queues for one port.
+const VIEW_UA_QUEUE: usize = 4;
 
 use crate::idmap::IdMap;
 
@@ -217,6 +236,7 @@ impl RemoteLu {
                 serial: format!("{hash:016x}"),
                 remote_naa: AtomicU64::new(0),
                 failures: FailureLog::default(),
+                view_ua: AtomicUsize::new(0),
             }),
         }
     }
@@ -288,7 +308,7 @@ impl Inner {
         if let Some((_, i)) = st.by_nexus.get(&nexus.id()) {
             return Ok(i.clone());
         }
-        let key: PortKey = (nexus.initiator().clone(), nexus.target().id.clone());
+        let key = port_key(nexus);
         let init = match st.by_port.get_mut(&key) {
             Some(e) => {
                 e.users += 1;
@@ -301,6 +321,7 @@ impl Inner {
                     PortEntry {
                         initiator: i.clone(),
                         users: 1,
+                        ua: VecDeque::new(),
                     },
                 );
                 i
@@ -342,6 +363,67 @@ impl Inner {
         }
         self.block_size.store(bs, Ordering::Relaxed);
         self.blocks.store(last.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Queues `code` for every port of a read-only view that `pred`
+    /// selects (ports that have sent a command through it); a reset-family
+    /// code (29h) replaces what was queued, as it makes the rest moot.
+    fn queue_view_ua(&self, pred: impl Fn(&PortKey) -> bool, code: Asc) {
+        let mut st = self.lock();
+        for (key, e) in &mut st.by_port {
+            if !pred(key) {
+                continue;
+            }
+            if code.0 == 0x29 {
+                self.view_ua.fetch_sub(e.ua.len(), Ordering::AcqRel);
+                e.ua.clear();
+            }
+            if e.ua.contains(&code) || e.ua.len() >= VIEW_UA_QUEUE {
+                continue;
+            }
+            e.ua.push_back(code);
+            self.view_ua.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A read-only view's own unit attention for the task's port, reported
+    /// as SPC-4 §5.14 asks: INQUIRY and REPORT LUNS leave it pending,
+    /// REQUEST SENSE returns it as its parameter data, any other command
+    /// ends with CHECK CONDITION, UNIT ATTENTION.
+    fn view_unit_attention(&self, task: &Task) -> Option<TaskResult> {
+        if self.view_ua.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let cdb = task.cdb.as_bytes();
+        let opcode = *cdb.first()?;
+        if matches!(opcode, 0x12 | 0xa0) {
+            return None;
+        }
+        let code = {
+            let mut st = self.lock();
+            let key = port_key(&task.nexus);
+            let code = st.by_port.get_mut(&key)?.ua.pop_front()?;
+            self.view_ua.fetch_sub(1, Ordering::AcqRel);
+            code
+        };
+        let sense = Sense::new(SenseKey::UNIT_ATTENTION, code);
+        if opcode == 0x03 {
+            let desc = cdb.get(1).is_some_and(|b| b & 1 == 1);
+            let mut data = crate::emulated::sense_bytes(&sense, desc);
+            data.truncate(usize::from(cdb.get(4).copied().unwrap_or(0)));
+            return Some(TaskResult::with_data(Bytes::from(data)));
+        }
+        Some(TaskResult::check_condition(sense))
+    }
+
+    /// Does a read-only view hold a unit attention for `nexus`'s port?
+    fn view_ua_pending(&self, nexus: &ItNexus) -> bool {
+        self.view_ua.load(Ordering::Acquire) != 0
+            && self
+                .lock()
+                .by_port
+                .get(&port_key(nexus))
+                .is_some_and(|e| !e.ua.is_empty())
     }
 
     /// Marks tasks aborted and sends the function to the remote.
@@ -515,9 +597,16 @@ impl LogicalUnit for RemoteLu {
         };
         let opcode = task.cdb.opcode().unwrap_or(0);
         let read_only = inner.cfg.read_only;
-        if read_only && !protect::allowed(task.cdb.as_bytes()) {
-            drop(handle);
-            return Box::pin(std::future::ready(protect::refused()));
+        if read_only {
+            // The view's own unit attention comes first, as on any LU;
+            // then the refusal.
+            let early = inner
+                .view_unit_attention(&task)
+                .or_else(|| (!protect::allowed(task.cdb.as_bytes())).then(protect::refused));
+            if let Some(r) = early {
+                drop(handle);
+                return Box::pin(std::future::ready(r));
+            }
         }
         let init = match inner.initiator_for(&task.nexus) {
             Ok(i) => i,
@@ -609,6 +698,37 @@ impl LogicalUnit for RemoteLu {
             }
             TmfFunction::ClearTaskSet
             | TmfFunction::LogicalUnitReset
+            | TmfFunction::TargetReset
+                if inner.cfg.read_only =>
+            {
+                // A read-only view resets itself, never the remote (whose
+                // owner's tasks, reservations and unit attentions are not
+                // the view's to touch): the view's own tasks are aborted
+                // at the remote, and the view keeps the unit attentions a
+                // reset of its own LU establishes.
+                let wait = inner.tasks.abort_matching(|_, _| true);
+                let me = port_key(&nexus);
+                match request.function {
+                    TmfFunction::ClearTaskSet => inner
+                        .queue_view_ua(|k| *k != me, asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR),
+                    // Every port, the requester's included, as the
+                    // emulated LU does (SAM-5 §6.3.2).
+                    TmfFunction::LogicalUnitReset => {
+                        inner.queue_view_ua(|_| true, asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
+                    }
+                    _ => inner.queue_view_ua(
+                        |k| *k != me,
+                        asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED,
+                    ),
+                }
+                Box::pin(async move {
+                    inner.abort_remote(|_, _| true).await;
+                    wait.await;
+                    TmfResponse::FunctionComplete
+                })
+            }
+            TmfFunction::ClearTaskSet
+            | TmfFunction::LogicalUnitReset
             | TmfFunction::TargetReset => {
                 let function = match request.function {
                     TmfFunction::ClearTaskSet => TmfFunction::ClearTaskSet,
@@ -652,6 +772,9 @@ impl LogicalUnit for RemoteLu {
                 };
                 Box::pin(std::future::ready(r))
             }
+            TmfFunction::QueryAsyncEvent if inner.view_ua_pending(&nexus) => {
+                Box::pin(std::future::ready(TmfResponse::FunctionSucceeded))
+            }
             TmfFunction::QueryAsyncEvent => match inner.initiator_for(&nexus) {
                 Ok(init) => inner.forward_tmf(&init, TmfFunction::QueryAsyncEvent),
                 Err(e) => Box::pin(std::future::ready(e.tmf_response())),
@@ -673,7 +796,10 @@ impl LogicalUnit for RemoteLu {
                 None => false,
             };
             if last {
-                st.by_port.remove(&key).map(|e| e.initiator)
+                st.by_port.remove(&key).map(|e| {
+                    self.inner.view_ua.fetch_sub(e.ua.len(), Ordering::AcqRel);
+                    e.initiator
+                })
             } else {
                 None
             }

@@ -274,6 +274,179 @@ async fn a_read_only_view_refuses_what_would_change_the_remote() {
     }
 }
 
+/// A reset through a read-only view resets the view, not the remote: the
+/// remote's owner keeps its reservation and gets no unit attention, and
+/// the view's host gets the view's own.
+#[tokio::test]
+async fn a_reset_through_a_read_only_view_leaves_the_remote_alone() {
+    let lu = emulated();
+    let f = Arc::new(LoopbackFactory::new(
+        lu.clone(),
+        target_port(),
+        port("iqn.2026-11.io.unifab:gateway"),
+        true,
+    ));
+    let view = RemoteLu::new(
+        RemoteLuConfig {
+            read_only: true,
+            ..cfg(Identity::Passthrough)
+        },
+        f,
+    );
+    let owner = nexus("iqn.2026-11.io.example:owner");
+    let host = nexus("iqn.2026-11.io.example:host");
+    clear_ua(&*lu, &owner).await;
+    clear_ua(&view, &host).await;
+    let reserve = lu.execute(task(&owner, 1, &[0x16, 0, 0, 0, 0, 0], 0)).await;
+    assert_eq!(reserve.status, Status::GOOD);
+    let r = view.execute(read10(&host, 2, 0, 1, 512)).await;
+    assert_eq!(r.status, Status::RESERVATION_CONFLICT);
+
+    for function in [
+        TmfFunction::LogicalUnitReset,
+        TmfFunction::TargetReset,
+        TmfFunction::ClearTaskSet,
+    ] {
+        let resp = view
+            .task_management(TmfRequest {
+                nexus: host.clone(),
+                lun: Lun(0),
+                function,
+            })
+            .await;
+        assert_eq!(resp, TmfResponse::FunctionComplete, "{function:?}");
+        let tur = lu.execute(task(&owner, 3, &[0, 0, 0, 0, 0, 0], 0)).await;
+        assert_eq!(
+            tur.status,
+            Status::GOOD,
+            "{function:?} through the view reached the owner: {:?}",
+            tur.sense.as_deref().map(Sense::parse)
+        );
+        let r = view.execute(read10(&host, 4, 0, 1, 512)).await;
+        if function == TmfFunction::LogicalUnitReset {
+            // The view's own unit attention, then the remote's answer.
+            assert_eq!(r.status, Status::CHECK_CONDITION);
+            let s = sense_of(&r);
+            assert_eq!(
+                (s.key, s.asc),
+                (
+                    SenseKey::UNIT_ATTENTION,
+                    asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
+                )
+            );
+            let r = view.execute(read10(&host, 5, 0, 1, 512)).await;
+            assert_eq!(r.status, Status::RESERVATION_CONFLICT, "still reserved");
+        } else {
+            // The requester learns of these from the response alone.
+            assert_eq!(r.status, Status::RESERVATION_CONFLICT, "{function:?}");
+        }
+    }
+}
+
+/// The view's task management: its own tasks are aborted at the remote
+/// (never a reset or a CLEAR TASK SET there), and each of its ports gets
+/// the unit attention SAM-5 gives for the function.
+#[tokio::test]
+async fn a_read_only_view_aborts_only_its_own_tasks_and_keeps_its_unit_attentions() {
+    let tur = [0u8; 6];
+    for function in [
+        TmfFunction::LogicalUnitReset,
+        TmfFunction::TargetReset,
+        TmfFunction::ClearTaskSet,
+    ] {
+        for per_nexus in [true, false] {
+            let f = HeldFactory::new(per_nexus);
+            let view = RemoteLu::new(
+                RemoteLuConfig {
+                    read_only: true,
+                    ..cfg(Identity::Passthrough)
+                },
+                f.clone(),
+            );
+            let a = nexus("iqn.2026-11.io.example:a");
+            let b = nexus("iqn.2026-11.io.example:b");
+            let fa = tokio::spawn(view.execute(read10(&a, 1, 0, 1, 512)));
+            let fb = tokio::spawn(view.execute(read10(&b, 1, 0, 1, 512)));
+            tokio::task::yield_now().await;
+            let resp = view
+                .task_management(TmfRequest {
+                    nexus: a.clone(),
+                    lun: Lun(0),
+                    function,
+                })
+                .await;
+            assert_eq!(resp, TmfResponse::FunctionComplete);
+            assert!(fa.await.unwrap().aborted);
+            assert!(fb.await.unwrap().aborted);
+            let opened = f.opened.lock().unwrap().clone();
+            let mut sent: Vec<TmfFunction> = opened
+                .iter()
+                .flat_map(|h| h.tmfs.lock().unwrap().clone())
+                .collect();
+            sent.sort_by_key(|t| format!("{t:?}"));
+            let want = if per_nexus {
+                vec![TmfFunction::AbortTaskSet; 2]
+            } else {
+                let mut tags = opened[0].tags();
+                tags.sort();
+                tags.into_iter()
+                    .map(|tag| TmfFunction::AbortTask { tag })
+                    .collect()
+            };
+            assert_eq!(sent, want, "{function:?}, per_nexus {per_nexus}");
+
+            let (for_a, for_b) = match function {
+                TmfFunction::LogicalUnitReset => (
+                    Some(asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED),
+                    Some(asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED),
+                ),
+                TmfFunction::TargetReset => {
+                    (None, Some(asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED))
+                }
+                _ => (None, Some(asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR)),
+            };
+            let query = |n: &ItNexus| {
+                view.task_management(TmfRequest {
+                    nexus: n.clone(),
+                    lun: Lun(0),
+                    function: TmfFunction::QueryAsyncEvent,
+                })
+            };
+            assert_eq!(query(&b).await, TmfResponse::FunctionSucceeded);
+            // INQUIRY leaves it pending; REQUEST SENSE returns it as data.
+            let inq = view.execute(task(&b, 2, &[0x12, 0, 0, 0, 96, 0], 96));
+            let h = f.get(if per_nexus { 1 } else { 0 });
+            let before = h.tags().len();
+            h.complete(*h.tags().last().unwrap(), Ok(TaskResult::good()));
+            assert_eq!(inq.await.status, Status::GOOD);
+            assert_eq!(h.tags().len(), before, "INQUIRY went to the remote");
+            let rs = view.execute(task(&b, 3, &[0x03, 0, 0, 0, 18, 0], 18)).await;
+            assert_eq!(rs.status, Status::GOOD);
+            let data = data_of(&rs);
+            assert_eq!((data[0], data[2] & 0x0f), (0x70, 0x06));
+            assert_eq!(Some(Asc(data[12], data[13])), for_b);
+
+            match for_a {
+                Some(code) => {
+                    let r = view.execute(task(&a, 4, &tur, 0)).await;
+                    assert_eq!(r.status, Status::CHECK_CONDITION);
+                    let s = sense_of(&r);
+                    assert_eq!((s.key, s.asc), (SenseKey::UNIT_ATTENTION, code));
+                }
+                None => {
+                    // No unit attention: the command goes to the remote.
+                    let h = f.get(0);
+                    let before = h.tags().len();
+                    let r = view.execute(task(&a, 4, &tur, 0));
+                    assert_eq!(h.tags().len(), before + 1, "{function:?}");
+                    h.complete(*h.tags().last().unwrap(), Ok(TaskResult::good()));
+                    assert_eq!(r.await.status, Status::GOOD);
+                }
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn probe_reads_the_capacity() {
     let (remote, _) = loopback(emulated(), false);

@@ -10,7 +10,8 @@
 //! `ALL.ReadOnly` and leaves the LU's medium as it was; through it, the
 //! whole suite fails only where the view refused a command (or where it
 //! fails against tgtd directly), and changes nothing; a reset through it
-//! leaves the LU's owner its reservation and no unit attention.
+//! leaves the LU's owner its reservation and no unit attention. With one
+//! remote session for every host, every host learns of a reset.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bridge_support;
@@ -68,13 +69,9 @@ fn a_read_only_view_of_a_tgtd_lu_passes_the_read_only_suite() {
 /// the view's own.
 #[test]
 fn a_reset_through_a_read_only_view_leaves_the_owner_on_tgtd_alone() {
-    use std::time::Duration;
-
-    use bytes::Bytes;
-    use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiator};
-    use unifab_scsi_core::initiator::{Initiator, Request};
+    use host::*;
     use unifab_scsi_core::sense::asc;
-    use unifab_scsi_core::{Lun, Sense, SenseKey, Status, TaskResult, TmfFunction, TmfResponse};
+    use unifab_scsi_core::{Lun, SenseKey, Status, TmfFunction, TmfResponse};
 
     let dir = scratch();
     let file = lu_file(dir.path(), "lu.img", 64 << 20);
@@ -88,46 +85,14 @@ fn a_reset_through_a_read_only_view_leaves_the_owner_on_tgtd_alone() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let owner = IscsiInitiator::start(
-            InitiatorConfig::new("iqn.2026-11.io.example:owner"),
-            &tgtd.addr().to_string(),
-            tgtd.iqn(),
-        );
-        let host = IscsiInitiator::start(
-            InitiatorConfig::new("iqn.2026-11.io.example:host"),
-            &gw.addr.to_string(),
-            &gw.iqn,
-        );
+        let portal = tgtd.addr().to_string();
+        let owner = login("iqn.2026-11.io.example:owner", &portal, tgtd.iqn()).await;
+        let gw_portal = gw.addr.to_string();
+        let host = login("iqn.2026-11.io.example:host", &gw_portal, &gw.iqn).await;
         let owner_lun = Lun::from_index(Tgtd::LUN as u16).unwrap();
         let host_lun = Lun::ZERO;
-        for i in [&owner, &host] {
-            i.wait_connected(Duration::from_secs(30)).await.unwrap();
-        }
-        let run = |i: &IscsiInitiator, lun: Lun, cdb: &'static [u8], len: u32| {
-            let out = i.submit(Request::new(lun, Bytes::from_static(cdb), len));
-            async move { out.outcome.await.unwrap() }
-        };
-        let sense = |r: &TaskResult| {
-            r.sense
-                .as_deref()
-                .and_then(Sense::parse)
-                .map(|s| (s.key, s.asc))
-        };
-        const TUR: &[u8] = &[0, 0, 0, 0, 0, 0];
-        const RESERVE6: &[u8] = &[0x16, 0, 0, 0, 0, 0];
-        const RELEASE6: &[u8] = &[0x17, 0, 0, 0, 0, 0];
-        const READ10: &[u8] = &[0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
-        // Past the unit attentions a new nexus gets.
-        for (i, lun) in [(&owner, owner_lun), (&host, host_lun)] {
-            let mut good = false;
-            for _ in 0..4 {
-                if run(i, lun, TUR, 0).await.status == Status::GOOD {
-                    good = true;
-                    break;
-                }
-            }
-            assert!(good, "TEST UNIT READY never became GOOD");
-        }
+        ready(&owner, owner_lun).await;
+        ready(&host, host_lun).await;
         let r = run(&owner, owner_lun, RESERVE6, 0).await;
         assert_eq!(r.status, Status::GOOD, "RESERVE(6): {:?}", sense(&r));
         let r = run(&host, host_lun, READ10, 512).await;
@@ -175,6 +140,89 @@ fn a_reset_through_a_read_only_view_leaves_the_owner_on_tgtd_alone() {
         );
         owner.close();
         host.close();
+    });
+}
+
+/// With `nexus = "shared"` tgtd sees one initiator for every host of the
+/// gateway, and tells one of them (whichever sends the next command) what
+/// concerns all: the gateway tells the others. A reset by the LU's owner
+/// (directly on tgtd) and a reset by one of the gateway's hosts both reach
+/// every host.
+#[test]
+fn on_a_shared_remote_nexus_every_host_learns_of_a_reset() {
+    use host::*;
+    use unifab_scsi_core::sense::asc;
+    use unifab_scsi_core::{Lun, SenseKey, Status, TmfFunction, TmfResponse};
+
+    let dir = scratch();
+    let file = lu_file(dir.path(), "lu.img", 64 << 20);
+    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
+    let gw = Gateway::start(
+        dir.path(),
+        &bridge_config(dir.path(), &tgtd.url(), "nexus = \"shared\""),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let portal = tgtd.addr().to_string();
+        let owner = login("iqn.2026-11.io.example:owner", &portal, tgtd.iqn()).await;
+        let gw_portal = gw.addr.to_string();
+        let a = login("iqn.2026-11.io.example:a", &gw_portal, &gw.iqn).await;
+        let b = login("iqn.2026-11.io.example:b", &gw_portal, &gw.iqn).await;
+        let owner_lun = Lun::from_index(Tgtd::LUN as u16).unwrap();
+        let lun = Lun::ZERO;
+        ready(&owner, owner_lun).await;
+        ready(&a, lun).await;
+        ready(&b, lun).await;
+
+        // The owner resets the LU at tgtd: A's next command gets tgtd's
+        // unit attention, and B, whose commands tgtd cannot tell from
+        // A's, gets the same from the gateway.
+        let resp = owner
+            .task_management(owner_lun, TmfFunction::LogicalUnitReset)
+            .await
+            .unwrap();
+        assert_eq!(resp, TmfResponse::FunctionComplete);
+        let r = run(&a, lun, TUR, 0).await;
+        let Some((SenseKey::UNIT_ATTENTION, code)) = sense(&r) else {
+            panic!(
+                "A: no unit attention after tgtd's reset: {:?}",
+                (r.status, sense(&r))
+            );
+        };
+        let r = run(&b, lun, TUR, 0).await;
+        assert_eq!(sense(&r), Some((SenseKey::UNIT_ATTENTION, code)), "B");
+        for i in [&a, &b] {
+            assert_eq!(run(i, lun, TUR, 0).await.status, Status::GOOD);
+        }
+
+        // A resets the LU through the gateway: tgtd tells no other
+        // nexus of it but the owner; the gateway tells B.
+        let resp = a
+            .task_management(lun, TmfFunction::LogicalUnitReset)
+            .await
+            .unwrap();
+        assert_eq!(resp, TmfResponse::FunctionComplete);
+        let r = run(&b, lun, TUR, 0).await;
+        assert_eq!(
+            sense(&r),
+            Some((
+                SenseKey::UNIT_ATTENTION,
+                asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
+            )),
+            "B after A's reset"
+        );
+        // tgtd also reports a reset to the nexus that asked for it, so its
+        // own unit attention follows (on whichever host comes next, and
+        // the gateway gives it to the others): a host may hear of the
+        // reset twice, never not at all.
+        ready(&b, lun).await;
+        ready(&a, lun).await;
+        for i in [owner, a, b] {
+            i.close();
+        }
     });
 }
 

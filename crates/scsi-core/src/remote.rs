@@ -28,7 +28,11 @@
 //!   sets stay per initiator, as if the host were attached directly.
 //!   Reinstated front-end sessions (same ports) keep their remote nexus; the
 //!   last nexus loss of a port closes it, which the remote sees as I_T nexus
-//!   loss.
+//!   loss. On a shared remote nexus the remote reports a unit attention
+//!   once, on whichever host's command comes next; the gateway then holds
+//!   it for every other host that has used the LU, and does the same for a
+//!   CLEAR TASK SET or reset one host makes, which the remote reports to
+//!   none of them.
 //! - **Task management propagates.** ABORT TASK goes out by the remote tag;
 //!   ABORT TASK SET and I_T NEXUS RESET go out as ABORT TASK SET on a
 //!   per-nexus initiator (as one ABORT TASK per task on a shared one);
@@ -132,9 +136,9 @@ struct Inner {
     /// seen).
     remote_naa: AtomicU64,
     failures: FailureLog,
-    /// Unit attentions queued in `State::by_port` (a read-only view's
-    /// own): commands skip the lock while it is 0.
-    view_ua: AtomicUsize,
+    /// Unit attentions queued in `State::by_port` (the gateway's own, see
+    /// [`PortEntry::ua`]): commands skip the lock while it is 0.
+    local_ua: AtomicUsize,
 }
 
 /// Forwarded commands that failed in transport, for the operator's log:
@@ -184,14 +188,17 @@ fn port_key(nexus: &ItNexus) -> PortKey {
 struct PortEntry {
     initiator: Arc<dyn Initiator>,
     users: usize,
-    /// Unit attentions a read-only view established itself (its task
-    /// management stays at the gateway), oldest first; at most
-    /// [`VIEW_UA_QUEUE`].
+    /// Unit attentions the gateway holds for the port, oldest first, at
+    /// most [`LOCAL_UA_QUEUE`]: a read-only view's own (its task
+    /// management stays at the gateway), and on a shared remote nexus
+    /// those the remote reported to another host, or a reset another host
+    /// made (the remote sees one initiator, so it tells only the host
+    /// whose command comes next).
     ua: VecDeque<Asc>,
 }
 
-/// Most unit attentions a read-only view queues for one port.
-const VIEW_UA_QUEUE: usize = 4;
+/// Most unit attentions the gateway queues for one port.
+const LOCAL_UA_QUEUE: usize = 4;
 
 use crate::idmap::IdMap;
 
@@ -236,7 +243,7 @@ impl RemoteLu {
                 serial: format!("{hash:016x}"),
                 remote_naa: AtomicU64::new(0),
                 failures: FailureLog::default(),
-                view_ua: AtomicUsize::new(0),
+                local_ua: AtomicUsize::new(0),
             }),
         }
     }
@@ -365,33 +372,33 @@ impl Inner {
         self.blocks.store(last.saturating_add(1), Ordering::Relaxed);
     }
 
-    /// Queues `code` for every port of a read-only view that `pred`
-    /// selects (ports that have sent a command through it); a reset-family
-    /// code (29h) replaces what was queued, as it makes the rest moot.
-    fn queue_view_ua(&self, pred: impl Fn(&PortKey) -> bool, code: Asc) {
+    /// Queues `code` for every port that `pred` selects, of those that have
+    /// sent a command through this LU; a reset-family code (29h) replaces
+    /// what was queued, as it makes the rest moot.
+    fn queue_local_ua(&self, pred: impl Fn(&PortKey) -> bool, code: Asc) {
         let mut st = self.lock();
         for (key, e) in &mut st.by_port {
             if !pred(key) {
                 continue;
             }
             if code.0 == 0x29 {
-                self.view_ua.fetch_sub(e.ua.len(), Ordering::AcqRel);
+                self.local_ua.fetch_sub(e.ua.len(), Ordering::AcqRel);
                 e.ua.clear();
             }
-            if e.ua.contains(&code) || e.ua.len() >= VIEW_UA_QUEUE {
+            if e.ua.contains(&code) || e.ua.len() >= LOCAL_UA_QUEUE {
                 continue;
             }
             e.ua.push_back(code);
-            self.view_ua.fetch_add(1, Ordering::AcqRel);
+            self.local_ua.fetch_add(1, Ordering::AcqRel);
         }
     }
 
-    /// A read-only view's own unit attention for the task's port, reported
-    /// as SPC-4 §5.14 asks: INQUIRY and REPORT LUNS leave it pending,
+    /// A unit attention the gateway holds for the task's port, reported as
+    /// SPC-4 §5.14 asks: INQUIRY and REPORT LUNS leave it pending,
     /// REQUEST SENSE returns it as its parameter data, any other command
     /// ends with CHECK CONDITION, UNIT ATTENTION.
-    fn view_unit_attention(&self, task: &Task) -> Option<TaskResult> {
-        if self.view_ua.load(Ordering::Acquire) == 0 {
+    fn local_unit_attention(&self, task: &Task) -> Option<TaskResult> {
+        if self.local_ua.load(Ordering::Acquire) == 0 {
             return None;
         }
         let cdb = task.cdb.as_bytes();
@@ -403,7 +410,7 @@ impl Inner {
             let mut st = self.lock();
             let key = port_key(&task.nexus);
             let code = st.by_port.get_mut(&key)?.ua.pop_front()?;
-            self.view_ua.fetch_sub(1, Ordering::AcqRel);
+            self.local_ua.fetch_sub(1, Ordering::AcqRel);
             code
         };
         let sense = Sense::new(SenseKey::UNIT_ATTENTION, code);
@@ -416,14 +423,33 @@ impl Inner {
         Some(TaskResult::check_condition(sense))
     }
 
-    /// Does a read-only view hold a unit attention for `nexus`'s port?
-    fn view_ua_pending(&self, nexus: &ItNexus) -> bool {
-        self.view_ua.load(Ordering::Acquire) != 0
+    /// Does the gateway hold a unit attention for `nexus`'s port?
+    fn local_ua_pending(&self, nexus: &ItNexus) -> bool {
+        self.local_ua.load(Ordering::Acquire) != 0
             && self
                 .lock()
                 .by_port
                 .get(&port_key(nexus))
                 .is_some_and(|e| !e.ua.is_empty())
+    }
+
+    /// On a shared remote nexus, a unit attention the remote reported on
+    /// one host's command is for every host: the others get it from the
+    /// gateway.
+    fn share_unit_attention(&self, nexus_id: u64, res: &TaskResult) {
+        if res.status != Status::CHECK_CONDITION {
+            return;
+        }
+        let Some(s) = res.sense.as_deref().and_then(Sense::parse) else {
+            return;
+        };
+        if s.key != SenseKey::UNIT_ATTENTION {
+            return;
+        }
+        let Some(me) = self.lock().by_nexus.get(&nexus_id).map(|(k, _)| k.clone()) else {
+            return;
+        };
+        self.queue_local_ua(|k| *k != me, s.asc);
     }
 
     /// Marks tasks aborted and sends the function to the remote.
@@ -597,17 +623,16 @@ impl LogicalUnit for RemoteLu {
         };
         let opcode = task.cdb.opcode().unwrap_or(0);
         let read_only = inner.cfg.read_only;
-        if read_only {
-            // The view's own unit attention comes first, as on any LU;
-            // then the refusal.
-            let early = inner
-                .view_unit_attention(&task)
-                .or_else(|| (!protect::allowed(task.cdb.as_bytes())).then(protect::refused));
-            if let Some(r) = early {
-                drop(handle);
-                return Box::pin(std::future::ready(r));
-            }
+        // A unit attention the gateway holds comes first, as on any LU;
+        // then a read-only view's refusal.
+        let early = inner.local_unit_attention(&task).or_else(|| {
+            (read_only && !protect::allowed(task.cdb.as_bytes())).then(protect::refused)
+        });
+        if let Some(r) = early {
+            drop(handle);
+            return Box::pin(std::future::ready(r));
         }
+        let shared = !inner.factory.per_nexus();
         let init = match inner.initiator_for(&task.nexus) {
             Ok(i) => i,
             Err(e) => {
@@ -645,6 +670,9 @@ impl LogicalUnit for RemoteLu {
                 Ok(res) => {
                     if matches!(opcode, 0x25 | 0x9e) {
                         inner.snoop_capacity(opcode, &res);
+                    }
+                    if shared {
+                        inner.share_unit_attention(key.0, &res);
                     }
                     match derive {
                         Some((page, alloc)) => inner.derive_page(page, alloc, res),
@@ -710,13 +738,13 @@ impl LogicalUnit for RemoteLu {
                 let me = port_key(&nexus);
                 match request.function {
                     TmfFunction::ClearTaskSet => inner
-                        .queue_view_ua(|k| *k != me, asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR),
+                        .queue_local_ua(|k| *k != me, asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR),
                     // Every port, the requester's included, as the
                     // emulated LU does (SAM-5 §6.3.2).
                     TmfFunction::LogicalUnitReset => {
-                        inner.queue_view_ua(|_| true, asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
+                        inner.queue_local_ua(|_| true, asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
                     }
-                    _ => inner.queue_view_ua(
+                    _ => inner.queue_local_ua(
                         |k| *k != me,
                         asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED,
                     ),
@@ -736,13 +764,27 @@ impl LogicalUnit for RemoteLu {
                 };
                 let wait: AbortWait = inner.tasks.abort_matching(|_, _| true);
                 let init = inner.initiator_for(&nexus);
+                let me = port_key(&nexus);
                 Box::pin(async move {
                     let r = match init {
                         Ok(init) => {
                             let r = inner.forward_tmf(&init, function).await;
-                            // Tasks other remote nexuses hold on the LU.
                             if inner.factory.per_nexus() {
+                                // Tasks other remote nexuses hold on the LU.
                                 inner.abort_remote(|_, i| !Arc::ptr_eq(i, &init)).await;
+                            } else if r == TmfResponse::FunctionComplete {
+                                // One remote nexus for every host: the
+                                // remote tells none of the others.
+                                let code = match request.function {
+                                    TmfFunction::ClearTaskSet => {
+                                        asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR
+                                    }
+                                    TmfFunction::TargetReset => {
+                                        asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED
+                                    }
+                                    _ => asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+                                };
+                                inner.queue_local_ua(|k| *k != me, code);
                             }
                             r
                         }
@@ -772,7 +814,7 @@ impl LogicalUnit for RemoteLu {
                 };
                 Box::pin(std::future::ready(r))
             }
-            TmfFunction::QueryAsyncEvent if inner.view_ua_pending(&nexus) => {
+            TmfFunction::QueryAsyncEvent if inner.local_ua_pending(&nexus) => {
                 Box::pin(std::future::ready(TmfResponse::FunctionSucceeded))
             }
             TmfFunction::QueryAsyncEvent => match inner.initiator_for(&nexus) {
@@ -797,7 +839,7 @@ impl LogicalUnit for RemoteLu {
             };
             if last {
                 st.by_port.remove(&key).map(|e| {
-                    self.inner.view_ua.fetch_sub(e.ua.len(), Ordering::AcqRel);
+                    self.inner.local_ua.fetch_sub(e.ua.len(), Ordering::AcqRel);
                     e.initiator
                 })
             } else {

@@ -277,3 +277,55 @@ pub fn discover(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Host-side SCSI through unifab's own iSCSI initiator, for tests that
+/// need what libiscsi's tools cannot do together (two hosts, task
+/// management between their commands).
+pub mod host {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiator};
+    pub use unifab_scsi_core::initiator::Initiator;
+    use unifab_scsi_core::initiator::Request;
+    use unifab_scsi_core::{Asc, Lun, Sense, SenseKey, Status, TaskResult};
+
+    pub const TUR: &[u8] = &[0, 0, 0, 0, 0, 0];
+    pub const RESERVE6: &[u8] = &[0x16, 0, 0, 0, 0, 0];
+    pub const RELEASE6: &[u8] = &[0x17, 0, 0, 0, 0, 0];
+    pub const READ10: &[u8] = &[0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+
+    /// A session of initiator `name` to `target` at `portal`, logged in.
+    pub async fn login(name: &str, portal: &str, target: &str) -> IscsiInitiator {
+        let i = IscsiInitiator::start(InitiatorConfig::new(name), portal, target);
+        i.wait_connected(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{name} → {target} at {portal}: {e}"));
+        i
+    }
+
+    /// Runs `cdb` on `lun` (data-in up to `len` bytes).
+    pub async fn run(i: &IscsiInitiator, lun: Lun, cdb: &'static [u8], len: u32) -> TaskResult {
+        let out = i.submit(Request::new(lun, Bytes::from_static(cdb), len));
+        out.outcome.await.unwrap()
+    }
+
+    /// The sense key and code of a CHECK CONDITION.
+    pub fn sense(r: &TaskResult) -> Option<(SenseKey, Asc)> {
+        r.sense
+            .as_deref()
+            .and_then(Sense::parse)
+            .map(|s| (s.key, s.asc))
+    }
+
+    /// TEST UNIT READY until GOOD: past the unit attentions a new nexus
+    /// gets.
+    pub async fn ready(i: &IscsiInitiator, lun: Lun) {
+        for _ in 0..4 {
+            if run(i, lun, TUR, 0).await.status == Status::GOOD {
+                return;
+            }
+        }
+        panic!("TEST UNIT READY never became GOOD");
+    }
+}

@@ -117,6 +117,17 @@ async fn clear_ua(lu: &dyn LogicalUnit, n: &ItNexus) {
     );
 }
 
+/// The answer of a command the gateway answers itself, without the remote
+/// (a test would hang on one that went to a held remote instead).
+fn at_once(fut: BoxFuture<'static, TaskResult>) -> TaskResult {
+    let mut fut = fut;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => r,
+        std::task::Poll::Pending => panic!("the command went to the remote"),
+    }
+}
+
 fn data_of(r: &TaskResult) -> Vec<u8> {
     r.data_in.iter().flat_map(|b| b.iter().copied()).collect()
 }
@@ -420,7 +431,7 @@ async fn a_read_only_view_aborts_only_its_own_tasks_and_keeps_its_unit_attention
             h.complete(*h.tags().last().unwrap(), Ok(TaskResult::good()));
             assert_eq!(inq.await.status, Status::GOOD);
             assert_eq!(h.tags().len(), before, "INQUIRY went to the remote");
-            let rs = view.execute(task(&b, 3, &[0x03, 0, 0, 0, 18, 0], 18)).await;
+            let rs = at_once(view.execute(task(&b, 3, &[0x03, 0, 0, 0, 18, 0], 18)));
             assert_eq!(rs.status, Status::GOOD);
             let data = data_of(&rs);
             assert_eq!((data[0], data[2] & 0x0f), (0x70, 0x06));
@@ -428,7 +439,7 @@ async fn a_read_only_view_aborts_only_its_own_tasks_and_keeps_its_unit_attention
 
             match for_a {
                 Some(code) => {
-                    let r = view.execute(task(&a, 4, &tur, 0)).await;
+                    let r = at_once(view.execute(task(&a, 4, &tur, 0)));
                     assert_eq!(r.status, Status::CHECK_CONDITION);
                     let s = sense_of(&r);
                     assert_eq!((s.key, s.asc), (SenseKey::UNIT_ATTENTION, code));
@@ -884,6 +895,98 @@ async fn lu_reset_goes_out_and_aborts_other_nexuses_tasks_at_the_remote() {
         f.get(1).tmfs.lock().unwrap().clone(),
         vec![TmfFunction::AbortTaskSet]
     );
+}
+
+/// On a shared remote nexus the remote tells one host (the one whose
+/// command comes next) what it means for all: the gateway tells the
+/// others. With a remote nexus per host the remote tells each itself.
+#[tokio::test]
+async fn a_shared_remote_nexus_tells_every_host_of_a_unit_attention_or_reset() {
+    let tur = [0u8; 6];
+    for per_nexus in [false, true] {
+        let (remote, f) = held(per_nexus);
+        let a = nexus("iqn.2026-11.io.example:a");
+        let b = nexus("iqn.2026-11.io.example:b");
+        // Runs a command that must reach the remote and answers it.
+        let forwarded = |n: &ItNexus, tag: u64, answer: TaskResult| {
+            let sent = || -> usize {
+                let opened = f.opened.lock().unwrap().clone();
+                opened.iter().map(|h| h.tags().len()).sum()
+            };
+            let before = sent();
+            let fut = remote.execute(task(n, tag, &tur, 0));
+            assert_eq!(sent(), before + 1, "tag {tag} did not reach the remote");
+            let h = f.get(if per_nexus && *n == b { 1 } else { 0 });
+            h.complete(*h.tags().last().unwrap(), Ok(answer));
+            fut
+        };
+        assert_eq!(
+            forwarded(&a, 1, TaskResult::good()).await.status,
+            Status::GOOD
+        );
+        assert_eq!(
+            forwarded(&b, 1, TaskResult::good()).await.status,
+            Status::GOOD
+        );
+
+        let changed = TaskResult::check_condition(Sense::new(
+            SenseKey::UNIT_ATTENTION,
+            asc::MODE_PARAMETERS_CHANGED,
+        ));
+        let r = forwarded(&a, 2, changed).await;
+        assert_eq!(
+            sense_of(&r).asc,
+            asc::MODE_PARAMETERS_CHANGED,
+            "A's, unchanged"
+        );
+        if per_nexus {
+            let r = forwarded(&b, 2, TaskResult::good()).await;
+            assert_eq!(r.status, Status::GOOD, "B's own remote nexus tells B");
+        } else {
+            let r = at_once(remote.execute(task(&b, 2, &tur, 0)));
+            let s = sense_of(&r);
+            assert_eq!(
+                (s.key, s.asc),
+                (SenseKey::UNIT_ATTENTION, asc::MODE_PARAMETERS_CHANGED),
+                "B learns it from the gateway"
+            );
+            assert_eq!(
+                forwarded(&b, 3, TaskResult::good()).await.status,
+                Status::GOOD
+            );
+        }
+        assert_eq!(
+            forwarded(&a, 3, TaskResult::good()).await.status,
+            Status::GOOD
+        );
+
+        // A LOGICAL UNIT RESET from A.
+        let resp = remote
+            .task_management(TmfRequest {
+                nexus: a.clone(),
+                lun: Lun(0),
+                function: TmfFunction::LogicalUnitReset,
+            })
+            .await;
+        assert_eq!(resp, TmfResponse::FunctionComplete);
+        assert_eq!(
+            f.get(0).tmfs.lock().unwrap().clone(),
+            vec![TmfFunction::LogicalUnitReset]
+        );
+        if per_nexus {
+            assert_eq!(
+                forwarded(&b, 4, TaskResult::good()).await.status,
+                Status::GOOD
+            );
+        } else {
+            let r = at_once(remote.execute(task(&b, 4, &tur, 0)));
+            assert_eq!(sense_of(&r).asc, asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
+        }
+        assert_eq!(
+            forwarded(&a, 4, TaskResult::good()).await.status,
+            Status::GOOD
+        );
+    }
 }
 
 #[tokio::test]

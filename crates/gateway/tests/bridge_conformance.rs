@@ -63,6 +63,35 @@ fn a_read_only_view_of_a_tgtd_lu_passes_the_read_only_suite() {
     );
 }
 
+/// tgtd serving a 64 MiB LU, a gateway exporting it with `lu_lines` and
+/// `[lu.iscsi]` lines `remote`, and the LU's owner logged in to tgtd
+/// directly: `body` gets the owner's session and the gateway's portal and
+/// target name, and runs on a runtime of its own.
+fn with_tgtd_behind_a_gateway<F>(
+    lu_lines: &str,
+    remote: &str,
+    body: impl FnOnce(unifab_iscsi::initiator::io::IscsiInitiator, String, String) -> F,
+) where
+    F: std::future::Future<Output = ()>,
+{
+    let dir = scratch();
+    let file = lu_file(dir.path(), "lu.img", 64 << 20);
+    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
+    let gw = Gateway::start(
+        dir.path(),
+        &bridge_config_lu(dir.path(), &tgtd.url(), lu_lines, remote),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let portal = tgtd.addr().to_string();
+        let owner = host::login("iqn.2026-11.io.example:owner", &portal, tgtd.iqn()).await;
+        body(owner, gw.addr.to_string(), gw.iqn.clone()).await;
+    });
+}
+
 /// A LOGICAL UNIT RESET from a host of a read-only view resets the view,
 /// not tgtd's LU: the owner (logged in to tgtd directly) keeps its
 /// RESERVE(6) reservation and gets no unit attention; the view's host gets
@@ -73,74 +102,64 @@ fn a_reset_through_a_read_only_view_leaves_the_owner_on_tgtd_alone() {
     use unifab_scsi_core::sense::asc;
     use unifab_scsi_core::{Lun, SenseKey, Status, TmfFunction, TmfResponse};
 
-    let dir = scratch();
-    let file = lu_file(dir.path(), "lu.img", 64 << 20);
-    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
-    let gw = Gateway::start(
-        dir.path(),
-        &bridge_config_lu(dir.path(), &tgtd.url(), "read_only = true", ""),
+    with_tgtd_behind_a_gateway(
+        "read_only = true",
+        "",
+        |owner, gw_portal, gw_iqn| async move {
+            let host = login("iqn.2026-11.io.example:host", &gw_portal, &gw_iqn).await;
+            let owner_lun = Lun::from_index(Tgtd::LUN as u16).unwrap();
+            let host_lun = Lun::ZERO;
+            ready(&owner, owner_lun).await;
+            ready(&host, host_lun).await;
+            let r = run(&owner, owner_lun, RESERVE6, 0).await;
+            assert_eq!(r.status, Status::GOOD, "RESERVE(6): {:?}", sense(&r));
+            let r = run(&host, host_lun, READ10, 512).await;
+            assert_eq!(
+                r.status,
+                Status::RESERVATION_CONFLICT,
+                "the owner's reservation holds"
+            );
+
+            let resp = host
+                .task_management(host_lun, TmfFunction::LogicalUnitReset)
+                .await
+                .unwrap();
+            assert_eq!(resp, TmfResponse::FunctionComplete);
+
+            let r = run(&owner, owner_lun, TUR, 0).await;
+            assert_eq!(
+                (r.status, sense(&r)),
+                (Status::GOOD, None),
+                "the reset through the view reached tgtd"
+            );
+            let r = run(&host, host_lun, READ10, 512).await;
+            assert_eq!(
+                sense(&r),
+                Some((
+                    SenseKey::UNIT_ATTENTION,
+                    asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
+                )),
+                "the view's own unit attention"
+            );
+            let r = run(&host, host_lun, READ10, 512).await;
+            assert_eq!(
+                r.status,
+                Status::RESERVATION_CONFLICT,
+                "the owner's reservation survived"
+            );
+            let r = run(&owner, owner_lun, RELEASE6, 0).await;
+            assert_eq!(r.status, Status::GOOD);
+            let r = run(&host, host_lun, READ10, 512).await;
+            assert_eq!(
+                r.status,
+                Status::GOOD,
+                "readable once released: {:?}",
+                sense(&r)
+            );
+            owner.close();
+            host.close();
+        },
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let portal = tgtd.addr().to_string();
-        let owner = login("iqn.2026-11.io.example:owner", &portal, tgtd.iqn()).await;
-        let gw_portal = gw.addr.to_string();
-        let host = login("iqn.2026-11.io.example:host", &gw_portal, &gw.iqn).await;
-        let owner_lun = Lun::from_index(Tgtd::LUN as u16).unwrap();
-        let host_lun = Lun::ZERO;
-        ready(&owner, owner_lun).await;
-        ready(&host, host_lun).await;
-        let r = run(&owner, owner_lun, RESERVE6, 0).await;
-        assert_eq!(r.status, Status::GOOD, "RESERVE(6): {:?}", sense(&r));
-        let r = run(&host, host_lun, READ10, 512).await;
-        assert_eq!(
-            r.status,
-            Status::RESERVATION_CONFLICT,
-            "the owner's reservation holds"
-        );
-
-        let resp = host
-            .task_management(host_lun, TmfFunction::LogicalUnitReset)
-            .await
-            .unwrap();
-        assert_eq!(resp, TmfResponse::FunctionComplete);
-
-        let r = run(&owner, owner_lun, TUR, 0).await;
-        assert_eq!(
-            (r.status, sense(&r)),
-            (Status::GOOD, None),
-            "the reset through the view reached tgtd"
-        );
-        let r = run(&host, host_lun, READ10, 512).await;
-        assert_eq!(
-            sense(&r),
-            Some((
-                SenseKey::UNIT_ATTENTION,
-                asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
-            )),
-            "the view's own unit attention"
-        );
-        let r = run(&host, host_lun, READ10, 512).await;
-        assert_eq!(
-            r.status,
-            Status::RESERVATION_CONFLICT,
-            "the owner's reservation survived"
-        );
-        let r = run(&owner, owner_lun, RELEASE6, 0).await;
-        assert_eq!(r.status, Status::GOOD);
-        let r = run(&host, host_lun, READ10, 512).await;
-        assert_eq!(
-            r.status,
-            Status::GOOD,
-            "readable once released: {:?}",
-            sense(&r)
-        );
-        owner.close();
-        host.close();
-    });
 }
 
 /// With `nexus = "shared"` tgtd sees one initiator for every host of the
@@ -154,76 +173,66 @@ fn on_a_shared_remote_nexus_every_host_learns_of_a_reset() {
     use unifab_scsi_core::sense::asc;
     use unifab_scsi_core::{Lun, SenseKey, Status, TmfFunction, TmfResponse};
 
-    let dir = scratch();
-    let file = lu_file(dir.path(), "lu.img", 64 << 20);
-    let tgtd = Tgtd::start(&file).unwrap_or_else(|e| panic!("{e}"));
-    let gw = Gateway::start(
-        dir.path(),
-        &bridge_config(dir.path(), &tgtd.url(), "nexus = \"shared\""),
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let portal = tgtd.addr().to_string();
-        let owner = login("iqn.2026-11.io.example:owner", &portal, tgtd.iqn()).await;
-        let gw_portal = gw.addr.to_string();
-        let a = login("iqn.2026-11.io.example:a", &gw_portal, &gw.iqn).await;
-        let b = login("iqn.2026-11.io.example:b", &gw_portal, &gw.iqn).await;
-        let owner_lun = Lun::from_index(Tgtd::LUN as u16).unwrap();
-        let lun = Lun::ZERO;
-        ready(&owner, owner_lun).await;
-        ready(&a, lun).await;
-        ready(&b, lun).await;
+    with_tgtd_behind_a_gateway(
+        "",
+        "nexus = \"shared\"",
+        |owner, gw_portal, gw_iqn| async move {
+            let a = login("iqn.2026-11.io.example:a", &gw_portal, &gw_iqn).await;
+            let b = login("iqn.2026-11.io.example:b", &gw_portal, &gw_iqn).await;
+            let owner_lun = Lun::from_index(Tgtd::LUN as u16).unwrap();
+            let lun = Lun::ZERO;
+            ready(&owner, owner_lun).await;
+            ready(&a, lun).await;
+            ready(&b, lun).await;
 
-        // The owner resets the LU at tgtd: A's next command gets tgtd's
-        // unit attention, and B, whose commands tgtd cannot tell from
-        // A's, gets the same from the gateway.
-        let resp = owner
-            .task_management(owner_lun, TmfFunction::LogicalUnitReset)
-            .await
-            .unwrap();
-        assert_eq!(resp, TmfResponse::FunctionComplete);
-        let r = run(&a, lun, TUR, 0).await;
-        let Some((SenseKey::UNIT_ATTENTION, code)) = sense(&r) else {
-            panic!(
-                "A: no unit attention after tgtd's reset: {:?}",
-                (r.status, sense(&r))
+            // The owner resets the LU at tgtd: A's next command gets tgtd's
+            // unit attention, and B, whose commands tgtd cannot tell from
+            // A's, gets the same from the gateway.
+            let resp = owner
+                .task_management(owner_lun, TmfFunction::LogicalUnitReset)
+                .await
+                .unwrap();
+            assert_eq!(resp, TmfResponse::FunctionComplete);
+            let r = run(&a, lun, TUR, 0).await;
+            let Some((SenseKey::UNIT_ATTENTION, code)) = sense(&r) else {
+                panic!(
+                    "A: no unit attention after tgtd's reset: {:?}",
+                    (r.status, sense(&r))
+                );
+            };
+            let r = run(&b, lun, TUR, 0).await;
+            assert_eq!(sense(&r), Some((SenseKey::UNIT_ATTENTION, code)), "B");
+            for i in [&a, &b] {
+                assert_eq!(run(i, lun, TUR, 0).await.status, Status::GOOD);
+            }
+
+            // A resets the LU through the gateway: tgtd tells no other
+            // nexus of it but the owner; the gateway tells B.
+            let resp = a
+                .task_management(lun, TmfFunction::LogicalUnitReset)
+                .await
+                .unwrap();
+            assert_eq!(resp, TmfResponse::FunctionComplete);
+            let r = run(&b, lun, TUR, 0).await;
+            assert_eq!(
+                sense(&r),
+                Some((
+                    SenseKey::UNIT_ATTENTION,
+                    asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
+                )),
+                "B after A's reset"
             );
-        };
-        let r = run(&b, lun, TUR, 0).await;
-        assert_eq!(sense(&r), Some((SenseKey::UNIT_ATTENTION, code)), "B");
-        for i in [&a, &b] {
-            assert_eq!(run(i, lun, TUR, 0).await.status, Status::GOOD);
-        }
-
-        // A resets the LU through the gateway: tgtd tells no other
-        // nexus of it but the owner; the gateway tells B.
-        let resp = a
-            .task_management(lun, TmfFunction::LogicalUnitReset)
-            .await
-            .unwrap();
-        assert_eq!(resp, TmfResponse::FunctionComplete);
-        let r = run(&b, lun, TUR, 0).await;
-        assert_eq!(
-            sense(&r),
-            Some((
-                SenseKey::UNIT_ATTENTION,
-                asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
-            )),
-            "B after A's reset"
-        );
-        // tgtd also reports a reset to the nexus that asked for it, so its
-        // own unit attention follows (on whichever host comes next, and
-        // the gateway gives it to the others): a host may hear of the
-        // reset twice, never not at all.
-        ready(&b, lun).await;
-        ready(&a, lun).await;
-        for i in [owner, a, b] {
-            i.close();
-        }
-    });
+            // tgtd also reports a reset to the nexus that asked for it, so its
+            // own unit attention follows (on whichever host comes next, and
+            // the gateway gives it to the others): a host may hear of the
+            // reset twice, never not at all.
+            ready(&b, lun).await;
+            ready(&a, lun).await;
+            for i in [owner, a, b] {
+                i.close();
+            }
+        },
+    );
 }
 
 #[test]

@@ -54,6 +54,24 @@ fn cfg(identity: Identity) -> RemoteLuConfig {
     }
 }
 
+fn read_only() -> RemoteLuConfig {
+    RemoteLuConfig {
+        read_only: true,
+        ..cfg(Identity::Passthrough)
+    }
+}
+
+/// A read-only view of `lu`, one remote nexus per host.
+fn view_of(lu: Arc<EmulatedLu>) -> RemoteLu {
+    let f = Arc::new(LoopbackFactory::new(
+        lu,
+        target_port(),
+        port("iqn.2026-11.io.unifab:gateway"),
+        true,
+    ));
+    RemoteLu::new(read_only(), f)
+}
+
 fn loopback(lu: Arc<EmulatedLu>, per_nexus: bool) -> (RemoteLu, Arc<LoopbackFactory>) {
     let f = Arc::new(LoopbackFactory::new(
         lu,
@@ -190,19 +208,7 @@ async fn answers_are_the_remotes_unchanged() {
 #[tokio::test]
 async fn a_read_only_view_refuses_what_would_change_the_remote() {
     let lu = emulated();
-    let f = Arc::new(LoopbackFactory::new(
-        lu.clone(),
-        target_port(),
-        port("iqn.2026-11.io.unifab:gateway"),
-        true,
-    ));
-    let remote = RemoteLu::new(
-        RemoteLuConfig {
-            read_only: true,
-            ..cfg(Identity::Passthrough)
-        },
-        f,
-    );
+    let remote = view_of(lu.clone());
     let n = nexus("iqn.2026-11.io.example:host");
     let d = nexus("iqn.2026-11.io.example:direct");
     clear_ua(&remote, &n).await;
@@ -291,19 +297,7 @@ async fn a_read_only_view_refuses_what_would_change_the_remote() {
 #[tokio::test]
 async fn a_reset_through_a_read_only_view_leaves_the_remote_alone() {
     let lu = emulated();
-    let f = Arc::new(LoopbackFactory::new(
-        lu.clone(),
-        target_port(),
-        port("iqn.2026-11.io.unifab:gateway"),
-        true,
-    ));
-    let view = RemoteLu::new(
-        RemoteLuConfig {
-            read_only: true,
-            ..cfg(Identity::Passthrough)
-        },
-        f,
-    );
+    let view = view_of(lu.clone());
     let owner = nexus("iqn.2026-11.io.example:owner");
     let host = nexus("iqn.2026-11.io.example:host");
     clear_ua(&*lu, &owner).await;
@@ -367,13 +361,7 @@ async fn a_read_only_view_aborts_only_its_own_tasks_and_keeps_its_unit_attention
     ] {
         for per_nexus in [true, false] {
             let f = HeldFactory::new(per_nexus);
-            let view = RemoteLu::new(
-                RemoteLuConfig {
-                    read_only: true,
-                    ..cfg(Identity::Passthrough)
-                },
-                f.clone(),
-            );
+            let view = RemoteLu::new(read_only(), f.clone());
             let a = nexus("iqn.2026-11.io.example:a");
             let b = nexus("iqn.2026-11.io.example:b");
             let fa = tokio::spawn(view.execute(read10(&a, 1, 0, 1, 512)));

@@ -184,6 +184,17 @@ fn port_key(nexus: &ItNexus) -> PortKey {
     (nexus.initiator().clone(), nexus.target().id.clone())
 }
 
+/// The unit attention a CLEAR TASK SET, LOGICAL UNIT RESET or TARGET RESET
+/// establishes for the nexuses it affects (SAM-5, "Task management
+/// functions").
+fn ua_of(function: TmfFunction) -> Asc {
+    match function {
+        TmfFunction::ClearTaskSet => asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR,
+        TmfFunction::TargetReset => asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED,
+        _ => asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    }
+}
+
 #[derive(Debug)]
 struct PortEntry {
     initiator: Arc<dyn Initiator>,
@@ -736,19 +747,10 @@ impl LogicalUnit for RemoteLu {
                 // reset of its own LU establishes.
                 let wait = inner.tasks.abort_matching(|_, _| true);
                 let me = port_key(&nexus);
-                match request.function {
-                    TmfFunction::ClearTaskSet => inner
-                        .queue_local_ua(|k| *k != me, asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR),
-                    // Every port, the requester's included, as the
-                    // emulated LU does (SAM-5 §6.3.2).
-                    TmfFunction::LogicalUnitReset => {
-                        inner.queue_local_ua(|_| true, asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
-                    }
-                    _ => inner.queue_local_ua(
-                        |k| *k != me,
-                        asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED,
-                    ),
-                }
+                // LOGICAL UNIT RESET: every port, the requester's included,
+                // as the emulated LU does (SAM-5 §6.3.2).
+                let all = request.function == TmfFunction::LogicalUnitReset;
+                inner.queue_local_ua(|k| all || *k != me, ua_of(request.function));
                 Box::pin(async move {
                     inner.abort_remote(|_, _| true).await;
                     wait.await;
@@ -775,16 +777,7 @@ impl LogicalUnit for RemoteLu {
                             } else if r == TmfResponse::FunctionComplete {
                                 // One remote nexus for every host: the
                                 // remote tells none of the others.
-                                let code = match request.function {
-                                    TmfFunction::ClearTaskSet => {
-                                        asc::COMMANDS_CLEARED_BY_ANOTHER_INITIATOR
-                                    }
-                                    TmfFunction::TargetReset => {
-                                        asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED
-                                    }
-                                    _ => asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
-                                };
-                                inner.queue_local_ua(|k| *k != me, code);
+                                inner.queue_local_ua(|k| *k != me, ua_of(request.function));
                             }
                             r
                         }

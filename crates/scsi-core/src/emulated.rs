@@ -545,15 +545,9 @@ impl Inner {
             if !pred(key) {
                 continue;
             }
-            if reset {
-                self.ua_total.fetch_sub(q.len(), Ordering::AcqRel);
-                q.clear();
-            }
-            if q.contains(&code) || q.len() >= UA_QUEUE {
-                continue;
-            }
-            q.push_back(code);
-            self.ua_total.fetch_add(1, Ordering::AcqRel);
+            let (removed, added) = crate::sense::establish_ua(q, code, reset, UA_QUEUE);
+            self.ua_total.fetch_sub(removed, Ordering::AcqRel);
+            self.ua_total.fetch_add(added, Ordering::AcqRel);
         }
     }
 

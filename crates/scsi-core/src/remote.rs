@@ -392,15 +392,11 @@ impl Inner {
             if !pred(key) {
                 continue;
             }
-            if code.0 == 0x29 {
-                self.local_ua.fetch_sub(e.ua.len(), Ordering::AcqRel);
-                e.ua.clear();
-            }
-            if e.ua.contains(&code) || e.ua.len() >= LOCAL_UA_QUEUE {
-                continue;
-            }
-            e.ua.push_back(code);
-            self.local_ua.fetch_add(1, Ordering::AcqRel);
+            let reset = code.0 == 0x29;
+            let (removed, added) =
+                crate::sense::establish_ua(&mut e.ua, code, reset, LOCAL_UA_QUEUE);
+            self.local_ua.fetch_sub(removed, Ordering::AcqRel);
+            self.local_ua.fetch_add(added, Ordering::AcqRel);
         }
     }
 

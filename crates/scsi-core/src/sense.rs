@@ -37,6 +37,30 @@ impl SenseKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Asc(pub u8, pub u8);
 
+/// Establishes unit attention `code` in a queue of pending ones, as every
+/// LU here keeps them: a reset-family code (`reset`) replaces what was
+/// queued, a code already pending is not queued twice, and at most `cap`
+/// are kept. Returns (removed, added), for a caller that counts them.
+pub(crate) fn establish_ua(
+    q: &mut std::collections::VecDeque<Asc>,
+    code: Asc,
+    reset: bool,
+    cap: usize,
+) -> (usize, usize) {
+    let removed = if reset {
+        let n = q.len();
+        q.clear();
+        n
+    } else {
+        0
+    };
+    if q.contains(&code) || q.len() >= cap {
+        return (removed, 0);
+    }
+    q.push_back(code);
+    (removed, 1)
+}
+
 /// Decoded sense: what a device server says about a CHECK CONDITION.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Sense {

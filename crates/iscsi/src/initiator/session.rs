@@ -928,9 +928,11 @@ impl<T> Session<T> {
     /// Login for a new connection failed. With `permanent` (the target
     /// refused us: authentication, no such target), queued commands fail
     /// with [`InitiatorError::Unreachable`] now; otherwise they keep
-    /// waiting for a connection until their deadlines.
+    /// waiting for a connection until their deadlines. Only a session
+    /// without a connection is logging in: while one is up this does
+    /// nothing (commands sent on it wait for their answers).
     pub fn login_failed(&mut self, permanent: bool, reason: &str) {
-        if !permanent || self.state == State::Closed {
+        if !permanent || self.state != State::Down {
             return;
         }
         while let Some(s) = self.queue.pop_front() {
@@ -952,6 +954,10 @@ impl<T> Session<T> {
 
     /// The earliest time [`Session::handle_timeout`] must run.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.state == State::Closed {
+            // Nothing is left to time (and `handle_timeout` does nothing).
+            return None;
+        }
         let mut t = self.scan_at;
         let mut consider = |d: Instant| t = Some(t.map_or(d, |c: Instant| c.min(d)));
         for c in self.control.values() {
@@ -1683,7 +1689,12 @@ impl<T> Session<T> {
             self.control.remove(&n.itt);
         }
         if n.ttt != RESERVED_TAG {
-            // The target pings: answer with its TTT and data.
+            // The target pings: answer with its TTT and data, as much of
+            // it as the target accepts (RFC 7143 §11.18.3: reflected data
+            // is limited to the receiver's MaxRecvDataSegmentLength; ours
+            // may be the larger).
+            let max = self.params.max_send_data_segment_length as usize;
+            let data = data.slice(..data.len().min(max));
             self.tx.push_back(OutPdu {
                 pdu: Pdu::NopOut(NopOut {
                     immediate: true,

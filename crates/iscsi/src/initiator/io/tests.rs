@@ -599,6 +599,8 @@ async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
         now,
         FfpParams {
             max_recv_data_segment_length: 1 << 20,
+            // The target takes the 64 KiB answers whole.
+            max_send_data_segment_length: 1 << 20,
             ..FfpParams::default()
         },
         StartSn {

@@ -717,6 +717,35 @@ fn nop_pings_detect_a_dead_peer_and_answer_the_targets() {
         }
         other => panic!("{other:?}"),
     }
+
+    // Ping data longer than the target accepts comes back cut to its
+    // MaxRecvDataSegmentLength (ours, which bounds what came, is larger).
+    let mut tp = params(true, true, 512, 512, 512);
+    tp.max_xmit_data_segment_length = 8192;
+    let mut p = Pair::new(SessionConfig::default(), tp, SessionLimits::default());
+    let ping = pattern(3000, 7);
+    let frame = encode(
+        &Pdu::NopIn(NopIn {
+            lun: 0,
+            itt: RESERVED_TAG,
+            ttt: 0x1235,
+            stat_sn: 501,
+            exp_cmd_sn: 1001,
+            max_cmd_sn: 1100,
+        }),
+        &[],
+        &DataSegment::One(ping.clone()),
+        Digests::default(),
+    );
+    let f = p
+        .framer()
+        .decode(&mut BytesMut::from(&frame[..]))
+        .unwrap()
+        .unwrap();
+    p.ini.handle_frame(p.now, f).unwrap();
+    let o = p.ini.poll_transmit().unwrap();
+    assert!(matches!(o.pdu, Pdu::NopOut(n) if n.ttt == 0x1235), "{o:?}");
+    assert_eq!(o.data, DataSegment::One(ping.slice(..512)));
 }
 
 #[test]
@@ -1104,6 +1133,10 @@ fn close_drains_then_logs_out() {
     let t = p.submit(read16(0, 1));
     p.run();
     p.ini.close(p.now);
+    // A login failure reported while the connection is up (a driver's
+    // mistake) neither closes the session nor strands the command sent.
+    p.ini.login_failed(true, "not logging in");
+    assert!(!p.ini.is_closed() && !p.closed);
     assert!(matches!(
         p.ini.submit(p.now, read16(0, 1), 77),
         Err((InitiatorError::Closed, 77))

@@ -852,7 +852,7 @@ impl TargetLogin {
             let Some(neg) = self.negotiator.as_mut() else {
                 return Err(LoginError::Protocol("no negotiator"));
             };
-            let (session, connection) = neg.finish();
+            let (session, connection) = neg.finish()?;
             let iname = self.initiator_name.clone().unwrap_or_default();
             let tsih = policy.admit(&AdmitRequest {
                 initiator_name: &iname,
@@ -1268,6 +1268,20 @@ impl InitiatorLogin {
         {
             return Err(LoginError::Protocol("invalid NSG from target"));
         }
+        // The target may move on only where we asked to (RFC 7143 §11.13.1:
+        // not with T=1 when our request had T=0, and to no later stage than
+        // our NSG). A target that went from the security stage straight to
+        // full feature phase would skip our operational offers, and the
+        // session would run on defaults we never accepted: no digests when
+        // we require them, bursts and segments beyond our limits.
+        let (asked_transit, _, asked_nsg) = self.out_flags;
+        if let Some(n) = transit_to
+            && (!asked_transit || n.0 > asked_nsg.0)
+        {
+            return Err(LoginError::Protocol(
+                "target moved to a login stage we did not ask for",
+            ));
+        }
 
         match self.state {
             IState::AuthMethod => {
@@ -1353,7 +1367,7 @@ impl InitiatorLogin {
                     "target offered keys in its final response",
                 ));
             }
-            let (session, connection) = self.negotiator.finish();
+            let (session, connection) = self.negotiator.finish()?;
             if self.config.tsih == 0 && resp.tsih == 0 {
                 return Err(LoginError::Protocol("final response without TSIH"));
             }

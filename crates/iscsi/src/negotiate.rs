@@ -13,7 +13,13 @@
 //!
 //! Decisions where the RFC leaves room (documented so they can be revisited):
 //! - A numerical or list offer that is out of range or malformed is answered
-//!   `Reject`; the parameter keeps its default (§6.2).
+//!   `Reject`. §6.2 leaves the parameter at its default; here it settles as
+//!   if we had offered our own value and been answered the default (the
+//!   smaller or larger number, the Boolean our value decides, the default
+//!   of a list only if it is among ours, else no agreement), so that a
+//!   peer's bad offer cannot leave the session outside our limits. Our own
+//!   offers left unanswered, or answered `Reject`, `Irrelevant` or
+//!   `NotUnderstood`, settle the same way.
 //! - A key the negotiator does not know is answered `NotUnderstood`, X- and
 //!   X# extension keys included (except `X#NodeArchitecture`, recorded).
 //! - A key sent by the wrong party, an initialize-only key in full feature
@@ -1227,9 +1233,10 @@ impl Negotiator {
         }
         self.set_state(key, KeyState::Done);
         if let Some(s) = kv.special() {
-            // A special value offered unprompted: nothing to answer.
+            // A special value offered unprompted: nothing to answer; the
+            // key settles within our values as after a Reject (below).
             let _ = s;
-            return Ok(());
+            return self.settle_refused_offer(key);
         }
         let answer = |v: &str| Pair::new(d.name, v);
         if !d.senders.allows(peer) {
@@ -1267,9 +1274,24 @@ impl Negotiator {
                     self.declared_mrdsl = true;
                 }
             }
-            None => out.answers.push(answer("Reject")),
+            None => {
+                out.answers.push(answer("Reject"));
+                self.settle_refused_offer(key)?;
+            }
         }
         Ok(())
+    }
+
+    /// A peer's offer we could not take (malformed, out of range, or a
+    /// special value): the key settles as if we had offered our own value
+    /// and been answered the default, so that it stays within our limits
+    /// (or there is no agreement), rather than at a default we may not
+    /// support, a digest we require, say, left at None.
+    fn settle_refused_offer(&mut self, key: Key) -> Result<(), NegotiationError> {
+        match self.local_value(key) {
+            Some(ours) => self.settle_unanswered(key, &ours),
+            None => Ok(()),
+        }
     }
 
     /// Compute our answer to the peer's offer `value` for `key`, and record
@@ -1407,11 +1429,10 @@ impl Negotiator {
             value: answer.to_string(),
         };
         if let Some(s) = Special::from_value(answer) {
-            // Reject / Irrelevant / NotUnderstood: the default stands, except
-            // that a Boolean the offer alone decides keeps the offer.
+            // Reject / Irrelevant / NotUnderstood: as if the peer had
+            // answered the key's default (see `settle_unanswered`).
             let _ = s;
-            self.settle_unanswered(key, ours);
-            return Ok(());
+            return self.settle_unanswered(key, ours);
         }
         match d.result {
             ResultFn::Declarative => {
@@ -1471,19 +1492,51 @@ impl Negotiator {
         }
     }
 
-    fn settle_unanswered(&mut self, key: Key, ours: &str) {
+    /// An offer the peer did not answer (or answered Reject, Irrelevant or
+    /// NotUnderstood) settles as if the peer had answered the key's default
+    /// value: a Boolean the offer alone decides keeps the offer, a number
+    /// is the smaller (Min) or larger (Max) of the offer and the default,
+    /// and a list keeps the default only if we offered it. A peer cannot so
+    /// leave the session on a value outside what we offered (no digest where
+    /// we require CRC32C, bursts beyond our MaxBurstLength): where the
+    /// default is not among our values there is no agreement.
+    fn settle_unanswered(&mut self, key: Key, ours: &str) -> Result<(), NegotiationError> {
         let d = key.def();
-        if let Ok(offer) = parse_bool(ours)
-            && (d.result == ResultFn::And && !offer || d.result == ResultFn::Or && offer)
-        {
-            self.set_bool(key, offer);
+        match d.result {
+            ResultFn::And | ResultFn::Or => {
+                if let Ok(offer) = parse_bool(ours)
+                    && (d.result == ResultFn::And && !offer || d.result == ResultFn::Or && offer)
+                {
+                    self.set_bool(key, offer);
+                }
+            }
+            ResultFn::Min | ResultFn::Max => {
+                if let (Ok(offer), Ok(default)) = (parse_number(ours), parse_number(d.default)) {
+                    self.set_number(
+                        key,
+                        if d.result == ResultFn::Min {
+                            offer.min(default)
+                        } else {
+                            offer.max(default)
+                        },
+                    );
+                }
+            }
+            ResultFn::ListFirstMatch => {
+                if !d.default.is_empty() && !list_items(ours).any(|o| o == d.default) {
+                    return Err(NegotiationError::NoAgreement { key: d.name });
+                }
+            }
+            ResultFn::Declarative | ResultFn::Obsolete => {}
         }
+        Ok(())
     }
 
-    /// Close the negotiation: offers never answered are settled (a Boolean
-    /// the offer decides keeps it; anything else keeps its default).
-    /// Returns the final parameters.
-    pub fn finish(&mut self) -> (SessionParams, ConnectionParams) {
+    /// Close the negotiation: offers never answered are settled as if the
+    /// peer had answered the default (`settle_unanswered`), which fails
+    /// where the default is not among the values we offered. Returns the
+    /// final parameters.
+    pub fn finish(&mut self) -> Result<(SessionParams, ConnectionParams), NegotiationError> {
         let pending: Vec<(Key, String)> = KEYS
             .iter()
             .zip(&self.state)
@@ -1493,8 +1546,8 @@ impl Negotiator {
             })
             .collect();
         for (k, v) in pending {
-            self.settle_unanswered(k, &v);
             self.set_state(k, KeyState::Done);
+            self.settle_unanswered(k, &v)?;
         }
         if self.session.first_burst_length > self.session.max_burst_length {
             self.session.first_burst_length = self.session.max_burst_length;
@@ -1509,7 +1562,7 @@ impl Negotiator {
                     self.limits.max_recv_data_segment_length
             }
         }
-        (self.session, self.conn)
+        Ok((self.session, self.conn))
     }
 
     fn offer(&mut self, key: Key, value: String, out: &mut Vec<Pair>) {
@@ -1756,7 +1809,7 @@ mod tests {
         assert_eq!(get("TaskReporting"), Some("RFC3720")); // list first match
         assert_eq!(get("iSCSIProtocolLevel"), Some("2"));
         assert_eq!(get("MaxRecvDataSegmentLength"), Some("262144")); // declarative
-        let (s, c) = t.finish();
+        let (s, c) = t.finish().unwrap();
         assert_eq!(s.max_burst_length, 1 << 20);
         assert_eq!(s.default_time2retain, 0);
         assert!(s.initial_r2t && s.immediate_data);
@@ -1779,10 +1832,17 @@ mod tests {
         assert_eq!(t.connection_params().header_digest, Digest::Crc32c);
         let mut limits = NegotiationLimits::default();
         limits.header_digests = vec![Digest::Crc32c];
+        // Required, and the initiator offers only None: no agreement (the
+        // default None is not ours), not a session without the digest.
         let mut t = Negotiator::new(Role::Target, limits, true);
-        let a = answer(&mut t, &[("HeaderDigest", "None")]);
-        assert_eq!(a[0].1, "Reject");
-        assert_eq!(t.connection_params().header_digest, Digest::None);
+        let data = text(&[("HeaderDigest", "None")]);
+        let p = TextParams::parse(&data).unwrap();
+        assert!(matches!(
+            t.receive(&p, Phase::Operational),
+            Err(NegotiationError::NoAgreement {
+                key: "HeaderDigest"
+            })
+        ));
     }
 
     #[test]
@@ -1976,7 +2036,7 @@ mod tests {
             ],
         );
         assert!(a.is_empty());
-        let (s, c) = i.finish();
+        let (s, c) = i.finish().unwrap();
         assert_eq!(s.max_burst_length, 262_144);
         assert_eq!(c.header_digest, Digest::Crc32c);
         assert_eq!(c.target_max_recv_data_segment_length, 8192);
@@ -2028,8 +2088,51 @@ mod tests {
         let mut i = Negotiator::new(Role::Initiator, limits, true);
         i.initiator_offers();
         assert!(i.pending().any(|k| k == Key::ImmediateData));
-        let (s, _) = i.finish();
+        let (s, _) = i.finish().unwrap();
         assert!(!s.immediate_data);
         assert!(s.initial_r2t);
+    }
+
+    /// An offer left unanswered, or answered Reject / NotUnderstood, settles
+    /// as if the peer had answered the default: never outside what we
+    /// offered, and no agreement where the default is not among our values.
+    #[test]
+    fn unanswered_or_refused_offers_stay_within_ours() {
+        let mut limits = NegotiationLimits::default();
+        limits.max_burst_length = 512;
+        limits.first_burst_length = 512;
+        limits.max_outstanding_r2t = 4;
+        let mut i = Negotiator::new(Role::Initiator, limits.clone(), true);
+        i.initiator_offers();
+        // MaxBurstLength refused, the rest not answered at all.
+        answer(&mut i, &[("MaxBurstLength", "Reject")]);
+        let (s, c) = i.finish().unwrap();
+        assert_eq!(s.max_burst_length, 512, "not the default 262144");
+        assert_eq!(s.first_burst_length, 512);
+        assert_eq!(
+            s.max_outstanding_r2t, 1,
+            "the smaller of 4 and the default 1"
+        );
+        assert_eq!(c.header_digest, Digest::None, "None was offered");
+
+        // Digests required: the default None is not ours.
+        limits.header_digests = vec![Digest::Crc32c];
+        let mut i = Negotiator::new(Role::Initiator, limits.clone(), true);
+        i.initiator_offers();
+        assert!(matches!(
+            i.finish(),
+            Err(NegotiationError::NoAgreement {
+                key: "HeaderDigest"
+            })
+        ));
+        let mut i = Negotiator::new(Role::Initiator, limits, true);
+        i.initiator_offers();
+        let p = TextParams::parse(b"HeaderDigest=NotUnderstood\0").unwrap();
+        assert!(matches!(
+            i.receive(&p, Phase::Operational),
+            Err(NegotiationError::NoAgreement {
+                key: "HeaderDigest"
+            })
+        ));
     }
 }

@@ -427,13 +427,42 @@ fn digests_negotiated() {
             data: true
         }
     );
-    // Target requires digests the initiator refuses: Reject, defaults stay.
+    // Target requires digests the initiator refuses: the login fails
+    // (initiator error, 0x0200) rather than run without them.
     let mut p = policy(AuthPolicy::None);
     p.targets.get_mut(TNAME).unwrap().limits.header_digests = vec![Digest::Crc32c];
     let mut ic = icfg(Some(TNAME));
     ic.limits.header_digests = vec![Digest::None];
     let r = drive(ic, &mut p, TargetLoginConfig::default());
-    assert!(!r.target.unwrap().digests.header);
+    let (status, e) = r.target.unwrap_err();
+    assert_eq!(status, LoginStatus::new(0x02, 0x00));
+    assert!(
+        matches!(
+            e,
+            LoginError::Negotiation(NegotiationError::NoAgreement {
+                key: "HeaderDigest"
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(r.initiator.is_err());
+    // And the other way round: the initiator requires them, the target
+    // only does None.
+    let mut p = policy(AuthPolicy::None);
+    p.targets.get_mut(TNAME).unwrap().limits.data_digests = vec![Digest::None];
+    let mut ic = icfg(Some(TNAME));
+    ic.limits.data_digests = vec![Digest::Crc32c];
+    let r = drive(ic, &mut p, TargetLoginConfig::default());
+    assert!(
+        matches!(
+            r.initiator,
+            Err(LoginError::Negotiation(NegotiationError::NoAgreement {
+                key: "DataDigest"
+            }))
+        ),
+        "{:?}",
+        r.initiator
+    );
 }
 
 #[test]
@@ -737,4 +766,67 @@ fn text_bound_enforced() {
         &mut rng,
     );
     assert_eq!(status(&step), LoginStatus::INITIATOR_ERROR);
+}
+
+/// A Login Response to the initiator, echoing what it must.
+fn response_to(req: &LoginPdu<LoginRequest>, transit: bool, nsg: Stage) -> LoginResponse {
+    LoginResponse {
+        transit,
+        continue_flag: false,
+        csg: req.header.csg,
+        nsg: if transit { nsg } else { Stage(0) },
+        version_max: 0,
+        version_active: 0,
+        isid: req.header.isid,
+        tsih: 0x11,
+        itt: req.header.itt,
+        stat_sn: 1,
+        exp_cmd_sn: req.header.cmd_sn,
+        max_cmd_sn: req.header.cmd_sn,
+        status_class: 0,
+        status_detail: 0,
+    }
+}
+
+/// A target may move on only where the initiator asked to: one that goes
+/// from the security stage straight to full feature phase would have the
+/// session run on defaults the initiator never accepted (here: no digests
+/// where it requires CRC32C).
+#[test]
+fn a_target_that_skips_a_stage_we_asked_for_fails_the_login() {
+    let mut rng = TestRng::new(7);
+    let mut cfg = icfg(Some(TNAME));
+    cfg.limits.header_digests = vec![Digest::Crc32c];
+    let mut i = InitiatorLogin::new(cfg).unwrap();
+    let req = i.start().unwrap();
+    assert!(req.header.transit);
+    assert_eq!(req.header.nsg, Stage::LOGIN_OPERATIONAL_NEGOTIATION);
+    let resp = response_to(&req, true, Stage::FULL_FEATURE_PHASE);
+    match i.handle(&resp, b"", &mut rng) {
+        InitiatorStep::Failed(LoginError::Protocol(m)) => {
+            assert!(m.contains("did not ask for"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // With CHAP: the request naming the algorithms has T=0, so the
+    // target may not answer it with T=1.
+    let mut i =
+        InitiatorLogin::new(chap_icfg(b"initiator-secret-1", None, ChapAlgorithm::MD5)).unwrap();
+    let req = i.start().unwrap();
+    assert!(!req.header.transit);
+    let resp = response_to(&req, false, Stage(0));
+    let InitiatorStep::Send(chap_a) = i.handle(&resp, b"AuthMethod=CHAP\0", &mut rng) else {
+        panic!("no CHAP_A request");
+    };
+    assert!(!chap_a.header.transit);
+    let resp = response_to(&chap_a, true, Stage::LOGIN_OPERATIONAL_NEGOTIATION);
+    let challenge = b"CHAP_A=5\0CHAP_I=1\0CHAP_C=0x00112233445566778899aabbccddeeff\0";
+    assert!(
+        matches!(
+            i.handle(&resp, challenge, &mut rng),
+            InitiatorStep::Failed(LoginError::Protocol(_))
+        ),
+        "a T=1 answer to a T=0 request was taken"
+    );
 }

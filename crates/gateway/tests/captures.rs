@@ -119,11 +119,37 @@ fn write_fuzz_seeds() {
     std::fs::create_dir_all(&pdu_dir).unwrap();
     std::fs::create_dir_all(&text_dir).unwrap();
     std::fs::create_dir_all(&cdb_dir).unwrap();
+    // The session targets replay a connection's full-feature-phase PDUs
+    // of one direction: `R`, the digest selector, the PDUs back to back.
+    let target_dir = root.join("fuzz/corpus/iscsi_target_session");
+    let initiator_dir = root.join("fuzz/corpus/iscsi_initiator_session");
+    // The login target replays a connection's Login Responses: `R`, then
+    // the PDUs back to back.
+    let login_dir = root.join("fuzz/corpus/iscsi_initiator_login");
+    for d in [&target_dir, &initiator_dir, &login_dir] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut logins = 0;
+    let mut replays = 0;
     let mut cdbs = 0;
     let mut n = 0;
     for name in ["iscsi-tapel.pcap", "scsi-osd-example-001.pcap"] {
         let file = std::fs::read(capture(name)).unwrap();
-        for (_, p) in iscsi_pdus(&file, &CheckOptions::default()).unwrap() {
+        let mut streams: std::collections::BTreeMap<_, Vec<u8>> = Default::default();
+        let mut login_streams: std::collections::BTreeMap<_, Vec<u8>> = Default::default();
+        for (flow, p) in iscsi_pdus(&file, &CheckOptions::default()).unwrap() {
+            let op = p.bytes[0] & 0x3f;
+            if op == 0x23 {
+                let s = login_streams.entry(flow).or_insert_with(|| vec![b'R']);
+                s.extend_from_slice(&p.bytes);
+            }
+            if !matches!(op, 0x03 | 0x23) {
+                let sel = u8::from(p.digests.header) | (u8::from(p.digests.data) << 1);
+                let s = streams
+                    .entry((flow, op >= 0x20))
+                    .or_insert_with(|| vec![b'R', sel]);
+                s.extend_from_slice(&p.bytes);
+            }
             let sel = u8::from(p.digests.header) | (u8::from(p.digests.data) << 1);
             let mut seed = vec![sel];
             seed.extend_from_slice(&p.bytes);
@@ -172,8 +198,25 @@ fn write_fuzz_seeds() {
             }
             n += 1;
         }
+        for (i, ((_, from_target), seed)) in streams.iter().enumerate() {
+            if seed.len() > 2 {
+                let dir = if *from_target {
+                    &initiator_dir
+                } else {
+                    &target_dir
+                };
+                std::fs::write(dir.join(format!("{name}-{i}")), seed).unwrap();
+                replays += 1;
+            }
+        }
+        for (i, seed) in login_streams.values().enumerate() {
+            std::fs::write(login_dir.join(format!("{name}-{i}")), seed).unwrap();
+            logins += 1;
+        }
     }
     assert!(n > 300, "only {n} seeds");
+    assert!(replays >= 4, "only {replays} session replay seeds");
+    assert!(logins >= 2, "only {logins} login replay seeds");
     assert!(cdbs > 50, "only {cdbs} CDB seeds");
 }
 

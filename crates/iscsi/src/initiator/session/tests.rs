@@ -658,6 +658,30 @@ fn an_unanswered_abort_declares_the_connection_dead() {
     assert_eq!(p.ini.command_count(), 0);
 }
 
+/// The target pings (NOP-In with `ttt` and `data`): the initiator's answer.
+fn target_ping(p: &mut Pair, ttt: u32, data: Bytes) -> OutPdu {
+    let frame = encode(
+        &Pdu::NopIn(NopIn {
+            lun: 0,
+            itt: RESERVED_TAG,
+            ttt,
+            stat_sn: 501,
+            exp_cmd_sn: 1001,
+            max_cmd_sn: 1100,
+        }),
+        &[],
+        &DataSegment::One(data),
+        Digests::default(),
+    );
+    let f = p
+        .framer()
+        .decode(&mut BytesMut::from(&frame[..]))
+        .unwrap()
+        .unwrap();
+    p.ini.handle_frame(p.now, f).unwrap();
+    p.ini.poll_transmit().unwrap()
+}
+
 #[test]
 fn nop_pings_detect_a_dead_peer_and_answer_the_targets() {
     let cfg = SessionConfig {
@@ -690,26 +714,7 @@ fn nop_pings_detect_a_dead_peer_and_answer_the_targets() {
         TParams::default(),
         SessionLimits::default(),
     );
-    let frame = encode(
-        &Pdu::NopIn(NopIn {
-            lun: 0,
-            itt: RESERVED_TAG,
-            ttt: 0x1234,
-            stat_sn: 501,
-            exp_cmd_sn: 1001,
-            max_cmd_sn: 1100,
-        }),
-        &[],
-        &DataSegment::One(Bytes::from_static(b"ping")),
-        Digests::default(),
-    );
-    let f = p
-        .framer()
-        .decode(&mut BytesMut::from(&frame[..]))
-        .unwrap()
-        .unwrap();
-    p.ini.handle_frame(p.now, f).unwrap();
-    let o = p.ini.poll_transmit().unwrap();
+    let o = target_ping(&mut p, 0x1234, Bytes::from_static(b"ping"));
     match o.pdu {
         Pdu::NopOut(n) => {
             assert_eq!((n.itt, n.ttt), (RESERVED_TAG, 0x1234));
@@ -724,26 +729,7 @@ fn nop_pings_detect_a_dead_peer_and_answer_the_targets() {
     tp.max_xmit_data_segment_length = 8192;
     let mut p = Pair::new(SessionConfig::default(), tp, SessionLimits::default());
     let ping = pattern(3000, 7);
-    let frame = encode(
-        &Pdu::NopIn(NopIn {
-            lun: 0,
-            itt: RESERVED_TAG,
-            ttt: 0x1235,
-            stat_sn: 501,
-            exp_cmd_sn: 1001,
-            max_cmd_sn: 1100,
-        }),
-        &[],
-        &DataSegment::One(ping.clone()),
-        Digests::default(),
-    );
-    let f = p
-        .framer()
-        .decode(&mut BytesMut::from(&frame[..]))
-        .unwrap()
-        .unwrap();
-    p.ini.handle_frame(p.now, f).unwrap();
-    let o = p.ini.poll_transmit().unwrap();
+    let o = target_ping(&mut p, 0x1235, ping.clone());
     assert!(matches!(o.pdu, Pdu::NopOut(n) if n.ttt == 0x1235), "{o:?}");
     assert_eq!(o.data, DataSegment::One(ping.slice(..512)));
 }

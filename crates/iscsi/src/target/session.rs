@@ -1226,8 +1226,21 @@ impl Session {
         self.fail_task(itt, TaskResult::check_condition(sense));
     }
 
-    /// Ends a task that never reached the LU with `result`.
+    /// Ends a task that never reached the LU with `result`. A task the LU
+    /// is running is left alone: it keeps its ITT until the LU answers
+    /// ([`Session::complete_task`]), or a new command could take the tag
+    /// and be sent the old one's answer. The stray PDU that led here (a
+    /// Data-Out after all the data, a Data-Out whose digest failed) has
+    /// been rejected; the task ends as the LU says.
     fn fail_task(&mut self, itt: u32, result: TaskResult) {
+        if self
+            .tasks
+            .get(&itt)
+            .is_some_and(|e| matches!(e.phase, Phase::Executing))
+        {
+            debug!(itt, "the LU runs the task; it ends with the LU's answer");
+            return;
+        }
         let Some(entry) = self.tasks.remove(&itt) else {
             return;
         };

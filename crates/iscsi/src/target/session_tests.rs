@@ -1106,3 +1106,51 @@ fn text_requests_gather_continuations_and_page_long_answers() {
     );
     assert!(matches!(h.out()[0].pdu, Pdu::Reject(_)));
 }
+
+/// A Data-Out for a task the LU is already running (all its data came, or
+/// it had none) is rejected, and the task keeps its ITT until the LU
+/// answers: a new command with that ITT is refused ("task in progress")
+/// rather than executed and sent the first one's data.
+#[test]
+fn a_stray_data_out_does_not_free_the_tag_of_a_task_the_lu_runs() {
+    let mut h = Harness::default();
+    // READ(10) of 512 bytes, handed to the LU.
+    h.command(5, 0x28, 512, 0, &[], true);
+    let (itt, task) = h.execute_one();
+    assert_eq!((itt, task.data_in_len), (5, 512));
+    h.out();
+    h.feed(
+        Pdu::DataOut(DataOut {
+            final_flag: true,
+            lun: 0,
+            itt: 5,
+            ttt: RESERVED_TAG,
+            exp_stat_sn: 0,
+            data_sn: 0,
+            buffer_offset: 0,
+        }),
+        &[0; 512],
+    );
+    let out = h.out();
+    assert!(
+        matches!(out.as_slice(), [o] if matches!(o.pdu, Pdu::Reject(_))),
+        "{out:?}"
+    );
+    // The tag is still the first READ's.
+    h.command(5, 0x28, 4096, 0, &[], true);
+    let out = h.out();
+    let Pdu::Reject(r) = out[0].pdu else {
+        panic!("{out:?}")
+    };
+    assert_eq!(r.reason, RejectReason::TASK_IN_PROGRESS);
+    assert!(h.events().is_empty(), "a second task with the tag ran");
+    // The LU's answer goes to the first READ: 512 bytes and GOOD.
+    h.s.complete_task(5, TaskResult::with_data(Bytes::from(vec![0xab; 512])));
+    let out = h.out();
+    let data: usize = out
+        .iter()
+        .filter(|o| matches!(o.pdu, Pdu::DataIn(d) if d.itt == 5))
+        .map(|o| o.data.len())
+        .sum();
+    assert_eq!(data, 512, "{out:?}");
+}

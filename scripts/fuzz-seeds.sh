@@ -13,7 +13,7 @@ cargo test -p unifab --test captures -- --ignored write_fuzz_seeds
 cargo test -p unifab --test fcip_captures -- --ignored write_fcip_fuzz_seeds
 cargo test -p unifab --test fc_captures -- --ignored write_fc_fuzz_seeds
 cargo test -p unifab --test fcoe_captures -- --ignored write_fcoe_fuzz_seeds
-for d in iscsi_pdu iscsi_text iscsi_target_session iscsi_initiator_session iscsi_initiator_login cdb fcip_encap fcip_fsf fcip_sw_ils fc_header fc_els fc_ct fc_fcp fip_frame fcoe_frame; do
+for d in iscsi_pdu iscsi_text iscsi_target_session iscsi_initiator_session iscsi_initiator_login iscsi_target_login cdb fcip_encap fcip_fsf fcip_sw_ils fc_header fc_els fc_ct fc_fcp fip_frame fcoe_frame; do
     echo "$d: $(find "fuzz/corpus/$d" -type f | wc -l) files"
 done
 # pcap_check takes whole capture files: every capture up to 256 KiB.

@@ -476,6 +476,13 @@ impl Harness {
                 Residual::Underflow(u.arbitrary()?)
             });
         }
+        if tracing() {
+            eprintln!(
+                "  complete {itt}: {:?}, {} bytes",
+                result.status,
+                result.data_in_total()
+            );
+        }
         if !result.aborted {
             self.answered.insert(itt, expected);
         }

@@ -123,10 +123,11 @@ fn write_fuzz_seeds() {
     // of one direction: `R`, the digest selector, the PDUs back to back.
     let target_dir = root.join("fuzz/corpus/iscsi_target_session");
     let initiator_dir = root.join("fuzz/corpus/iscsi_initiator_session");
-    // The login target replays a connection's Login Responses: `R`, then
-    // the PDUs back to back.
+    // The login targets replay a connection's Login Responses (initiator
+    // login) or Requests (target login): `R`, then the PDUs back to back.
     let login_dir = root.join("fuzz/corpus/iscsi_initiator_login");
-    for d in [&target_dir, &initiator_dir, &login_dir] {
+    let target_login_dir = root.join("fuzz/corpus/iscsi_target_login");
+    for d in [&target_dir, &initiator_dir, &login_dir, &target_login_dir] {
         std::fs::create_dir_all(d).unwrap();
     }
     let mut logins = 0;
@@ -139,8 +140,10 @@ fn write_fuzz_seeds() {
         let mut login_streams: std::collections::BTreeMap<_, Vec<u8>> = Default::default();
         for (flow, p) in iscsi_pdus(&file, &CheckOptions::default()).unwrap() {
             let op = p.bytes[0] & 0x3f;
-            if op == 0x23 {
-                let s = login_streams.entry(flow).or_insert_with(|| vec![b'R']);
+            if matches!(op, 0x03 | 0x23) {
+                let s = login_streams
+                    .entry((flow, op))
+                    .or_insert_with(|| vec![b'R']);
                 s.extend_from_slice(&p.bytes);
             }
             if !matches!(op, 0x03 | 0x23) {
@@ -209,14 +212,19 @@ fn write_fuzz_seeds() {
                 replays += 1;
             }
         }
-        for (i, seed) in login_streams.values().enumerate() {
-            std::fs::write(login_dir.join(format!("{name}-{i}")), seed).unwrap();
+        for (i, ((_, op), seed)) in login_streams.iter().enumerate() {
+            let dir = if *op == 0x23 {
+                &login_dir
+            } else {
+                &target_login_dir
+            };
+            std::fs::write(dir.join(format!("{name}-{i}")), seed).unwrap();
             logins += 1;
         }
     }
     assert!(n > 300, "only {n} seeds");
     assert!(replays >= 4, "only {replays} session replay seeds");
-    assert!(logins >= 2, "only {logins} login replay seeds");
+    assert!(logins >= 4, "only {logins} login replay seeds");
     assert!(cdbs > 50, "only {cdbs} CDB seeds");
 }
 

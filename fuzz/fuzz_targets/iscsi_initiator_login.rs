@@ -277,6 +277,26 @@ fn check_outcome(o: &LoginOutcome, cfg: &InitiatorLoginConfig) {
     }
 }
 
+/// A normal session's leading login without CHAP, on default limits: the
+/// replay's configuration, and what `run` fuzzes from.
+fn base_config() -> InitiatorLoginConfig {
+    InitiatorLoginConfig {
+        initiator_name: "iqn.2026-11.fuzz:initiator".into(),
+        initiator_alias: None,
+        target_name: Some("iqn.2026-11.fuzz:target".into()),
+        isid: ISID,
+        tsih: 0,
+        cid: 0,
+        itt: ITT,
+        cmd_sn: 1,
+        exp_stat_sn: 0,
+        chap: None,
+        chap_config: ChapConfig::default(),
+        limits: NegotiationLimits::default(),
+        session: None,
+    }
+}
+
 /// Checks a Login Request and notes its CHAP keys.
 fn check_request(p: &LoginPdu<LoginRequest>, cfg: &InitiatorLoginConfig, sent: &mut Sent) {
     let h = p.header;
@@ -332,15 +352,10 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         ])?
         .clone();
     let cfg = InitiatorLoginConfig {
-        initiator_name: "iqn.2026-11.fuzz:initiator".into(),
-        initiator_alias: None,
         target_name: (!discovery).then(|| "iqn.2026-11.fuzz:target".to_string()),
-        isid: ISID,
         tsih,
         cid: u.int_in_range(0..=3)?,
-        itt: ITT,
         cmd_sn: u.arbitrary()?,
-        exp_stat_sn: 0,
         chap: match chap_mode {
             0 => None,
             1 => Some((ChapCredentials::new("initiator", OUR_SECRET), None)),
@@ -355,7 +370,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             ..ChapConfig::default()
         },
         limits: limits.clone(),
-        session: None,
+        ..base_config()
     };
     if tracing() {
         eprintln!("config: chap {chap_mode} discovery {discovery} tsih {tsih} {limits:?}");
@@ -480,21 +495,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
 /// PDUs back to back, no digests: login has none) to a login without CHAP,
 /// with their ITT and ISID set to ours.
 fn replay(stream: &[u8]) {
-    let cfg = InitiatorLoginConfig {
-        initiator_name: "iqn.2026-11.fuzz:initiator".into(),
-        initiator_alias: None,
-        target_name: Some("iqn.2026-11.fuzz:target".into()),
-        isid: ISID,
-        tsih: 0,
-        cid: 0,
-        itt: ITT,
-        cmd_sn: 1,
-        exp_stat_sn: 0,
-        chap: None,
-        chap_config: ChapConfig::default(),
-        limits: NegotiationLimits::default(),
-        session: None,
-    };
+    let cfg = base_config();
     let Ok(mut login) = InitiatorLogin::new(cfg.clone()) else {
         return;
     };

@@ -10,6 +10,8 @@
 #      targets (fuzz/, outside the workspace) formatted and type-checked;
 #      the crates' API docs (cargo doc --workspace --no-deps) build with no
 #      warning: a broken intra-doc link fails the run
+#      each protocol crate builds with --no-default-features and pulls no
+#      tokio (cargo tree)
 #   4. cargo deny check bans licenses sources   (+ advisories when the RustSec
 #      database can be fetched: it lives on GitHub, which these machines do
 #      not reach; the step then says so loudly — see deny.toml)
@@ -115,6 +117,22 @@ cargo check --manifest-path fuzz/Cargo.toml --bins
 # of the product. Broken intra-doc links and bad doc markup fail here.
 step "cargo doc --workspace --no-deps (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
+# 3d --------------------------------------------------------------------------
+# Another Rust storage project may take the wire layers and sans-IO state
+# machines alone: each protocol crate must build without its default
+# features, and that build must pull no tokio (docs/architecture.md).
+step "library crates without default features: build, and no tokio in cargo tree"
+for crate in unifab-scsi-core unifab-iscsi unifab-fc unifab-fcoe unifab-fcip unifab-capture; do
+    cargo build -p "$crate" --no-default-features
+    if cargo tree -p "$crate" --no-default-features -e normal --prefix none |
+        grep -E '^(tokio|tokio-[a-z-]+|mio) v' >"$LOG_DIR/tree-$crate.txt"; then
+        echo "$crate --no-default-features pulls an async runtime:" >&2
+        sort -u "$LOG_DIR/tree-$crate.txt" >&2
+        exit 1
+    fi
+    echo "$crate --no-default-features: built, no tokio in its dependency tree"
+done
 
 # 4 ---------------------------------------------------------------------------
 step "cargo deny check"

@@ -18,6 +18,7 @@ use unifab_fc::fabric::{Fabric, FabricConfig, PortIndex};
 use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
 use unifab_fc::nport::{CommandId, NPort, NPortConfig, NPortEvent};
 use unifab_fc::wire::Wwn;
+use unifab_scsi_core::Dispatch;
 use unifab_scsi_core::initiator::Request;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::task::Cdb;

@@ -6,10 +6,9 @@
 //! 2. The same CDB, with the rest of the input as data-out, runs through an
 //!    `EmulatedLu` over a small `MemoryBackend` without panicking, and the
 //!    task completes on its first poll (inline I/O, nothing else queued).
-//!    The one exception is SANITIZE without IMMED: the gateway dependency
-//!    (for `pcap_check`) turns on scsi-core's `tokio` feature, with which
-//!    it waits for its worker thread on a tokio timer; it is driven to its
-//!    end on a current-thread runtime.
+//!    The one exception is SANITIZE without IMMED: where scsi-core's
+//!    `tokio` feature is on it waits for its worker thread on a tokio
+//!    timer, so it is driven to its end on a current-thread runtime.
 //! 3. The same task runs through two `RemoteLu`s forwarding to that LU over
 //!    a loopback initiator: one with a derived identity (VPD pages 0x80 and
 //!    0x83 rebuilt, EXTENDED COPY CSCDs rewritten from the data-out), one a
@@ -26,7 +25,7 @@ use libfuzzer_sys::fuzz_target;
 use unifab_scsi_core::initiator::LoopbackFactory;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
-    BoxFuture, Command, EmulatedLu, EmulatedLuConfig, IoMode, ItNexus, LogicalUnit, Lun,
+    BoxFuture, Command, Dispatch, EmulatedLu, EmulatedLuConfig, IoMode, ItNexus, LogicalUnit, Lun,
     MemoryBackend, RemoteLu, RemoteLuConfig, ScsiTarget, SenseKey, Status, TargetPort, Task,
     TaskAttr, TaskResult, TransportId, sense::asc, task::Cdb,
 };

@@ -12,8 +12,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use unifab::capture::pcap::read_frames;
-use unifab::pcap_check::{CheckOptions, check_bytes};
+use unifab_capture::check::{CheckOptions, check_bytes};
+use unifab_capture::pcap::read_frames;
 
 fuzz_target!(|data: &[u8]| {
     let opts = CheckOptions::default();

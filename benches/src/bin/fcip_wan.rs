@@ -708,16 +708,12 @@ fn env_number(name: &str, what: &str, min: u32) -> Option<u32> {
 fn main() {
     let workers = env_number("FCIP_WAN_WORKERS", "a positive number", 1).map_or(2, |n| n as usize);
     let spinners = env_number("FCIP_WAN_SPIN", "a number of tasks", 0).unwrap_or(0) as usize;
-    // Its runtime is sized by FCIP_WAN_WORKERS, not `worker_threads`.
-    let mut tuning = unifab::tuning::TuningSection::default();
-    tuning.cpu_latency_us = env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs", 0);
-    let held = match tuning.apply() {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("{e}");
+    let held = env_number("FCIP_WAN_CPU_LATENCY_US", "a number of µs", 0).map(|us| {
+        unifab_benches::CpuLatencyRequest::hold(us).unwrap_or_else(|e| {
+            eprintln!("FCIP_WAN_CPU_LATENCY_US = {us}: /dev/cpu_dma_latency: {e}");
             std::process::exit(2);
-        }
-    };
+        })
+    });
     match &held {
         Some(h) => println!(
             "(CPU wake-up latency request: {} µs, system-wide, for the whole run)",

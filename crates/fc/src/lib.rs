@@ -11,6 +11,7 @@
 //! - [`link`]: the [`FcLink`](link::FcLink) trait ports attach through.
 //! - `io` (feature, default): the switch, the in-memory link, the N_Port
 //!   node driver, and the scsi-core initiator over FCP.
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]

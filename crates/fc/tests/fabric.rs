@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use unifab_scsi_core::Dispatch;
 
 use bytes::Bytes;
 use unifab_fc::fabric::zoning::{Zone, ZoneMember, ZoneSet};

@@ -150,8 +150,8 @@ fn main() -> ExitCode {
 }
 
 fn pcap_check(file: &std::path::Path, verbose: bool) -> anyhow::Result<ExitCode> {
-    use unifab::pcap_check::{Protocol, Verdict};
-    let report = unifab::pcap_check::pcap_check(file)?;
+    use unifab_capture::check::{Protocol, Verdict};
+    let report = unifab_capture::check::pcap_check(file)?;
     if verbose {
         for e in &report.entries {
             if e.verdict == Verdict::Ok {

@@ -12,34 +12,15 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use unifab_iscsi::negotiate::Digest;
-use unifab_iscsi::target::io::TaskRouter;
 use unifab_iscsi::target::server::{ChapSettings, ServerConfig, TargetNode, TargetServer};
 use unifab_scsi_core::backend::{BlockBackend, FileBackend, FileOptions, MemoryBackend};
 use unifab_scsi_core::emulated::{EmulatedLu, EmulatedLuConfig};
 use unifab_scsi_core::target::ScsiTarget;
-use unifab_scsi_core::{
-    BoxFuture, ItNexus, LogicalUnit, Lun, Task, TaskResult, TmfRequest, TmfResponse,
-};
+use unifab_scsi_core::{LogicalUnit, Lun};
 
 use crate::admin::{self, AdminView, Metrics};
 use crate::config::{Backend, Config, LuConfig};
 use crate::remote::GatewayLu;
-
-/// A SCSI target as the iSCSI front end sees it.
-#[derive(Debug)]
-pub struct Router(pub Arc<ScsiTarget>);
-
-impl TaskRouter for Router {
-    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
-        self.0.dispatch(task)
-    }
-    fn task_management(&self, request: TmfRequest) -> BoxFuture<'static, TmfResponse> {
-        self.0.task_management(request)
-    }
-    fn nexus_loss(&self, nexus: &ItNexus) {
-        self.0.nexus_loss(nexus);
-    }
-}
 
 /// Opens a LU's backend and builds the emulated LU.
 pub fn build_lu(
@@ -309,7 +290,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             nodes.push(TargetNode {
                 name: t.iqn.clone(),
                 alias: t.alias.clone(),
-                router: Arc::new(Router(scsi)),
+                scsi,
                 allow: t.allow.clone(),
                 chap: t.chap.as_ref().map(|c| ChapSettings {
                     user: c.user.clone(),

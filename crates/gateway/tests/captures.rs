@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use unifab::pcap_check::{Protocol, Report, Verdict, pcap_check};
+use unifab_capture::check::{Protocol, Report, Verdict, pcap_check};
 
 fn capture(name: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -91,7 +91,7 @@ fn missing_capture_is_an_error() {
 fn report_lists_failures_by_frame() {
     let r = Report {
         frames: 3,
-        entries: vec![unifab::pcap_check::Entry {
+        entries: vec![unifab_capture::check::Entry {
             frame: 2,
             protocol: Protocol::Iscsi,
             what: "SCSI Command".into(),
@@ -111,7 +111,7 @@ fn report_lists_failures_by_frame() {
 #[test]
 #[ignore = "seed generator, run by scripts/fuzz-seeds.sh"]
 fn write_fuzz_seeds() {
-    use unifab::pcap_check::{CheckOptions, iscsi_pdus};
+    use unifab_capture::check::{CheckOptions, iscsi_pdus};
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let pdu_dir = root.join("fuzz/corpus/iscsi_pdu");
     let text_dir = root.join("fuzz/corpus/iscsi_text");
@@ -234,8 +234,8 @@ mod login_transcripts {
     //! and the answers compared with IET's, key by key.
 
     use super::capture;
-    use unifab::capture::tcp::FlowKey;
-    use unifab::pcap_check::{CheckOptions, iscsi_pdus};
+    use unifab_capture::check::{CheckOptions, iscsi_pdus};
+    use unifab_capture::tcp::FlowKey;
     use unifab_iscsi::chap::{TargetSecrets, TestRng};
     use unifab_iscsi::login::{
         AdmitRequest, AuthPolicy, LoginPolicy, LoginStatus, TargetConfig, TargetLogin,

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use unifab::pcap_check::{Protocol, Report, Verdict, pcap_check};
+use unifab_capture::check::{Protocol, Report, Verdict, pcap_check};
 
 fn capture(name: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -138,8 +138,8 @@ fn the_command_reports_and_exits_by_verdict() {
 #[test]
 #[ignore = "writes fuzz seeds into fuzz/corpus; run by hand before fuzzing"]
 fn write_fc_fuzz_seeds() {
-    use unifab::capture::net::{ETHERTYPE_FCOE, LinkPayload, link_payload};
-    use unifab::capture::pcap::read_frames;
+    use unifab_capture::net::{ETHERTYPE_FCOE, LinkPayload, link_payload};
+    use unifab_capture::pcap::read_frames;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
     let mut n = 0;
     for name in [

@@ -6,7 +6,7 @@
 //! accept is reported with its frame number.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use unifab::pcap_check::{Protocol, Verdict, pcap_check};
+use unifab_capture::check::{Protocol, Verdict, pcap_check};
 
 const TRACE: &str = "../../../shared/captures/fcip_trace.cap";
 
@@ -63,7 +63,7 @@ fn fcip_trace_parses_frame_by_frame() {
 #[ignore = "writes fuzz seeds: scripts/fuzz-seeds.sh"]
 fn write_fcip_fuzz_seeds() {
     use bytes::Bytes;
-    use unifab::pcap_check::{CheckOptions, fcip_frames};
+    use unifab_capture::check::{CheckOptions, fcip_frames};
     use unifab_fc::wire::Wwn;
     use unifab_fc::wire::header::FcType;
     use unifab_fcip::wire::frame::FcipFrameRepr;

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use unifab::pcap_check::{Protocol, Report, Verdict, pcap_check};
+use unifab_capture::check::{Protocol, Report, Verdict, pcap_check};
 
 fn capture(name: &str) -> Report {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -143,8 +143,8 @@ fn the_command_reports_fcoe_and_fip_and_exits_by_verdict() {
 #[test]
 #[ignore = "writes fuzz seeds into fuzz/corpus; run by hand before fuzzing"]
 fn write_fcoe_fuzz_seeds() {
-    use unifab::capture::net::{ETHERTYPE_FCOE, ETHERTYPE_FIP, LinkPayload, link_payload};
-    use unifab::capture::pcap::read_frames;
+    use unifab_capture::net::{ETHERTYPE_FCOE, ETHERTYPE_FIP, LinkPayload, link_payload};
+    use unifab_capture::pcap::read_frames;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
     let (mut fip, mut fcoe) = (0, 0);
     for name in [

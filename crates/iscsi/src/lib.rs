@@ -5,6 +5,7 @@
 //!   feature the tokio driver (`initiator::io::IscsiInitiator`, an
 //!   `unifab_scsi_core::Initiator`), SendTargets discovery and
 //!   `iscsi://` URLs.
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 

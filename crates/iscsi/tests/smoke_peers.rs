@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::watch;
-use unifab_iscsi::target::io::TaskRouter;
 use unifab_iscsi::target::server::{ChapSettings, ServerConfig, TargetNode, TargetServer};
 use unifab_scsi_core::{
-    BoxFuture, ItNexus, Sense, SenseKey, Task, TaskResult, TmfRequest, TmfResponse, sense::asc,
+    BoxFuture, Dispatch, ItNexus, Sense, SenseKey, Task, TaskResult, TmfRequest, TmfResponse,
+    sense::asc,
 };
 
 const IQN: &str = "iqn.2026-11.io.unifab:smoke";
@@ -21,7 +21,7 @@ struct RamDisk {
     data: Mutex<Vec<u8>>,
 }
 
-impl TaskRouter for RamDisk {
+impl Dispatch for RamDisk {
     fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
         let cdb = task.cdb.as_bytes().to_vec();
         let result = match cdb.first().copied() {
@@ -79,7 +79,7 @@ async fn start(chap: Option<ChapSettings>) -> (std::net::SocketAddr, watch::Send
     let node = TargetNode {
         name: IQN.into(),
         alias: Some("smoke".into()),
-        router: Arc::new(RamDisk {
+        scsi: Arc::new(RamDisk {
             data: Mutex::new(vec![0; 1 << 20]),
         }),
         allow: None,

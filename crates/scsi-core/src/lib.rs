@@ -10,7 +10,8 @@
 //! - [`emulated`]: [`EmulatedLu`], the SPC-4/SBC-3 device server.
 //! - [`pr`]: persistent reservations.
 //! - [`task_set`]: [`TaskSet`], ordering and task management.
-//! - [`target`]: [`ScsiTarget`], the LUN map transports dispatch through.
+//! - [`target`]: [`Dispatch`], the one door every transport enters by, and
+//!   [`ScsiTarget`], the LUN map behind it.
 //! - [`initiator`]: the [`Initiator`] interface transports implement to reach
 //!   remote targets.
 //! - [`remote`]: [`RemoteLu`], a LU forwarded through an initiator.
@@ -39,7 +40,7 @@ pub use initiator::{Initiator, InitiatorError, InitiatorFactory};
 pub use lu::{BoxFuture, Keyed, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 pub use remote::{RemoteLu, RemoteLuConfig};
 pub use sense::{Asc, Sense, SenseKey};
-pub use target::ScsiTarget;
+pub use target::{Dispatch, ScsiTarget};
 pub use task::{
     Cdb, DataDirection, ItNexus, Lun, Residual, Status, TargetPort, Task, TaskAttr, TaskResult,
     TransportId,

@@ -1,5 +1,6 @@
-//! The SCSI target device: a LUN map every transport front end dispatches
-//! through.
+//! The SCSI target device: the one door every transport's target enters
+//! the SCSI core through ([`Dispatch`]), and the LUN map that implements it
+//! ([`ScsiTarget`]).
 //!
 //! [`ScsiTarget::dispatch`] answers REPORT LUNS itself (every SELECT
 //! REPORT, REPORT LUNS well-known LUN included), INQUIRY and REQUEST SENSE
@@ -18,6 +19,27 @@ use crate::cdb::{Command, opcode};
 use crate::lu::{BoxFuture, LogicalUnit, TmfFunction, TmfRequest, TmfResponse};
 use crate::sense::{Sense, SenseKey, asc};
 use crate::task::{ItNexus, Lun, Task, TaskResult};
+
+/// The one door into the SCSI core: what a transport's target (the iSCSI
+/// session loop, the FCP target port) hands its tasks, task management
+/// functions and nexus losses to.
+///
+/// SAM-5 calls this role the task router of a SCSI target device: it
+/// routes each command to the logical unit its LUN names and answers the
+/// target-level commands itself. [`ScsiTarget`] is the implementation a
+/// gateway serves; a transport may be given any other (an iSCSI discovery
+/// session's, which has no logical units, or a test's).
+pub trait Dispatch: Send + Sync + std::fmt::Debug + 'static {
+    /// Runs one task (REPORT LUNS and missing LUNs included). The LU's
+    /// `execute` is called before this returns (the ordering contract of
+    /// [`LogicalUnit::execute`]).
+    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult>;
+    /// Runs a task management function; resolves when every affected
+    /// task has ended.
+    fn task_management(&self, request: TmfRequest) -> BoxFuture<'static, TmfResponse>;
+    /// The I_T nexus is gone (logout, connection loss, session end).
+    fn nexus_loss(&self, nexus: &ItNexus);
+}
 
 /// The REPORT LUNS well-known logical unit (SPC-4 §8.2).
 pub const REPORT_LUNS_WLUN: Lun = Lun(0xc101_0000_0000_0000);
@@ -102,54 +124,6 @@ impl ScsiTarget {
             .collect()
     }
 
-    /// Runs a task: target-level commands here, the rest on its LU. The
-    /// LU's `execute` is called before this returns (ordering contract).
-    pub fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
-        let op = task.cdb.opcode();
-        let changed = {
-            let mut n = self.nexuses();
-            let pending = n.entry(task.nexus.id()).or_insert(false);
-            let was = *pending;
-            match op {
-                Some(opcode::REPORT_LUNS) | Some(opcode::REQUEST_SENSE) => *pending = false,
-                Some(opcode::INQUIRY) => {}
-                _ => *pending = false,
-            }
-            was
-        };
-        if op == Some(opcode::REPORT_LUNS) {
-            return Box::pin(std::future::ready(self.report_luns(&task)));
-        }
-        let lu = if task.lun == REPORT_LUNS_WLUN {
-            None
-        } else {
-            self.get(task.lun)
-        };
-        if changed && op == Some(opcode::REQUEST_SENSE) {
-            let alloc = match Command::parse(task.cdb.as_bytes()) {
-                Ok(Command::RequestSense { alloc_len, .. }) => usize::from(alloc_len),
-                _ => 0,
-            };
-            let s = fixed_sense(
-                SenseKey::UNIT_ATTENTION,
-                asc::REPORTED_LUNS_DATA_HAS_CHANGED,
-            );
-            return Box::pin(std::future::ready(TaskResult::with_data(
-                s.slice(..alloc.min(s.len())),
-            )));
-        }
-        if changed && op != Some(opcode::INQUIRY) {
-            return Box::pin(std::future::ready(TaskResult::check_condition(Sense::new(
-                SenseKey::UNIT_ATTENTION,
-                asc::REPORTED_LUNS_DATA_HAS_CHANGED,
-            ))));
-        }
-        match lu {
-            Some(lu) => lu.execute(task),
-            None => Box::pin(std::future::ready(self.missing_lun(&task))),
-        }
-    }
-
     fn missing_lun(&self, task: &Task) -> TaskResult {
         match Command::parse(task.cdb.as_bytes()) {
             Ok(Command::Inquiry {
@@ -232,11 +206,61 @@ impl ScsiTarget {
         v.truncate(alloc as usize);
         TaskResult::with_data(Bytes::from(v))
     }
+}
+
+impl Dispatch for ScsiTarget {
+    /// Runs a task: target-level commands here, the rest on its LU. The
+    /// LU's `execute` is called before this returns (ordering contract).
+    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        let op = task.cdb.opcode();
+        let changed = {
+            let mut n = self.nexuses();
+            let pending = n.entry(task.nexus.id()).or_insert(false);
+            let was = *pending;
+            match op {
+                Some(opcode::REPORT_LUNS) | Some(opcode::REQUEST_SENSE) => *pending = false,
+                Some(opcode::INQUIRY) => {}
+                _ => *pending = false,
+            }
+            was
+        };
+        if op == Some(opcode::REPORT_LUNS) {
+            return Box::pin(std::future::ready(self.report_luns(&task)));
+        }
+        let lu = if task.lun == REPORT_LUNS_WLUN {
+            None
+        } else {
+            self.get(task.lun)
+        };
+        if changed && op == Some(opcode::REQUEST_SENSE) {
+            let alloc = match Command::parse(task.cdb.as_bytes()) {
+                Ok(Command::RequestSense { alloc_len, .. }) => usize::from(alloc_len),
+                _ => 0,
+            };
+            let s = fixed_sense(
+                SenseKey::UNIT_ATTENTION,
+                asc::REPORTED_LUNS_DATA_HAS_CHANGED,
+            );
+            return Box::pin(std::future::ready(TaskResult::with_data(
+                s.slice(..alloc.min(s.len())),
+            )));
+        }
+        if changed && op != Some(opcode::INQUIRY) {
+            return Box::pin(std::future::ready(TaskResult::check_condition(Sense::new(
+                SenseKey::UNIT_ATTENTION,
+                asc::REPORTED_LUNS_DATA_HAS_CHANGED,
+            ))));
+        }
+        match lu {
+            Some(lu) => lu.execute(task),
+            None => Box::pin(std::future::ready(self.missing_lun(&task))),
+        }
+    }
 
     /// Routes a task management function: LU-addressed functions to their
     /// LU (INCORRECT LOGICAL UNIT NUMBER if unmapped), TARGET RESET and
     /// I_T NEXUS RESET to every LU. Resolves when all affected tasks ended.
-    pub fn task_management(&self, req: TmfRequest) -> BoxFuture<'static, TmfResponse> {
+    fn task_management(&self, req: TmfRequest) -> BoxFuture<'static, TmfResponse> {
         match req.function {
             TmfFunction::TargetReset | TmfFunction::ItNexusReset => {
                 let lus: Vec<Arc<dyn LogicalUnit>> = self
@@ -270,7 +294,7 @@ impl ScsiTarget {
     }
 
     /// The nexus is gone: every LU hears of it.
-    pub fn nexus_loss(&self, nexus: &ItNexus) {
+    fn nexus_loss(&self, nexus: &ItNexus) {
         self.nexuses().remove(&nexus.id());
         let lus: Vec<Arc<dyn LogicalUnit>> = self
             .inner

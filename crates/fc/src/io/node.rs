@@ -38,7 +38,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 use unifab_scsi_core::initiator::{InitiatorError, Outcome, Request};
-use unifab_scsi_core::{Keyed, Lun, ScsiTarget, TaskResult, TmfFunction, TmfResponse};
+use unifab_scsi_core::{Dispatch, Keyed, Lun, ScsiTarget, TaskResult, TmfFunction, TmfResponse};
 
 use super::switch::{FabricPort, Switch};
 use crate::link::{FcLink, LinkError};

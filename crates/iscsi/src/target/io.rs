@@ -23,22 +23,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, info, warn};
 
-use unifab_scsi_core::{BoxFuture, ItNexus, Keyed, Task, TaskResult, TmfRequest, TmfResponse};
+use unifab_scsi_core::{Dispatch, ItNexus, Keyed, TaskResult, TmfResponse};
 
 use super::session::{Coalescing, Event, FfpParams, OutPdu, Session, SessionLimits};
 use crate::sock::{ReadOutcome, RecvAlloc, read_some};
 use crate::wire::{Check, Digests, Framer, Pdu, WireError, digest, encode_header, frame::padding};
-
-/// Where a target's SCSI tasks go: a LUN map with its logical units
-/// (`unifab_scsi_core::target::ScsiTarget` implements it in the gateway).
-pub trait TaskRouter: Send + Sync + std::fmt::Debug + 'static {
-    /// Runs one task (REPORT LUNS and missing LUNs included).
-    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult>;
-    /// Runs a task management function.
-    fn task_management(&self, request: TmfRequest) -> BoxFuture<'static, TmfResponse>;
-    /// The nexus is gone.
-    fn nexus_loss(&self, nexus: &ItNexus);
-}
 
 /// One connection's state as the operator sees it (`unifab show sessions`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,7 +117,7 @@ pub(crate) struct FfpSetup {
     pub(crate) digests: Digests,
     pub(crate) exp_cmd_sn: u32,
     pub(crate) stat_sn: u32,
-    pub(crate) router: Arc<dyn TaskRouter>,
+    pub(crate) scsi: Arc<dyn Dispatch>,
     pub(crate) kill: watch::Receiver<bool>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) info: Arc<Mutex<SessionInfo>>,
@@ -350,7 +339,7 @@ pub(crate) async fn run_ffp(
         setup.stat_sn,
         Instant::now(),
     );
-    let router = setup.router.clone();
+    let scsi = setup.scsi.clone();
     let mut running: FuturesUnordered<Keyed<u32, TaskResult>> = FuturesUnordered::new();
     let mut tmfs: FuturesUnordered<Keyed<u32, TmfResponse>> = FuturesUnordered::new();
     let mut arena = BytesMut::with_capacity(8192);
@@ -413,11 +402,11 @@ pub(crate) async fn run_ffp(
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .commands += 1;
-                    let fut = router.dispatch(task);
+                    let fut = scsi.dispatch(task);
                     running.push(Keyed::new(itt, fut));
                 }
                 Event::TaskManagement { itt, request } => {
-                    let fut = router.task_management(request);
+                    let fut = scsi.task_management(request);
                     tmfs.push(Keyed::new(itt, fut));
                 }
                 Event::Text { itt, data } => {

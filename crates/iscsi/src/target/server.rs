@@ -25,11 +25,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, info, warn};
 
-use unifab_scsi_core::{ItNexus, TargetPort, TransportId};
+use unifab_scsi_core::{Dispatch, ItNexus, TargetPort, TransportId};
 
-use super::io::{
-    FfpSetup, Listeners, SessionHandle, SessionInfo, Shared, TaskRouter, fill, run_ffp,
-};
+use super::io::{FfpSetup, Listeners, SessionHandle, SessionInfo, Shared, fill, run_ffp};
 use super::session::{FfpParams, SessionLimits};
 use crate::chap::{ChapConfig, ChapCredentials, TargetSecrets};
 use crate::login::{
@@ -69,7 +67,7 @@ pub struct TargetNode {
     /// TargetAlias.
     pub alias: Option<String>,
     /// Where its tasks go.
-    pub router: Arc<dyn TaskRouter>,
+    pub scsi: Arc<dyn Dispatch>,
     /// Initiator names allowed (None: all).
     pub allow: Option<Vec<String>>,
     /// CHAP, required when set.
@@ -315,7 +313,7 @@ impl TargetServer {
         local: SocketAddr,
     ) -> io::Result<()> {
         // A discovery session is a full-feature-phase session that accepts
-        // only Text (SendTargets), NOP and Logout: its router refuses SCSI
+        // only Text (SendTargets), NOP and Logout: its `Dispatch` refuses SCSI
         // commands.
         let me = self.clone();
         let text = Box::new(move |data: &Bytes| Some(me.send_targets(data, local, None)));
@@ -355,7 +353,7 @@ impl TargetServer {
             digests: outcome.digests,
             exp_cmd_sn: outcome.exp_cmd_sn,
             stat_sn,
-            router: Arc::new(DiscoveryRouter),
+            scsi: Arc::new(DiscoverySessionTarget),
             kill,
             shutdown: sd,
             info,
@@ -445,7 +443,7 @@ impl TargetServer {
             digests: outcome.digests,
             exp_cmd_sn: outcome.exp_cmd_sn,
             stat_sn,
-            router: node.router.clone(),
+            scsi: node.scsi.clone(),
             kill,
             shutdown,
             info: info.clone(),
@@ -455,7 +453,7 @@ impl TargetServer {
         let result = run_ffp(stream, rbuf, setup).await;
         let commands = info.lock().unwrap_or_else(|e| e.into_inner()).commands;
         self.shared.commands.fetch_add(commands, Ordering::Relaxed);
-        node.router.nexus_loss(&nexus);
+        node.scsi.nexus_loss(&nexus);
         {
             let mut sessions = self
                 .shared
@@ -727,12 +725,12 @@ impl LoginPolicy for Policy<'_> {
     }
 }
 
-/// Discovery sessions carry no SCSI: every command gets the target's
-/// refusal.
+/// What a discovery session dispatches to: it carries no SCSI, so every
+/// command gets the target's refusal.
 #[derive(Debug)]
-struct DiscoveryRouter;
+struct DiscoverySessionTarget;
 
-impl TaskRouter for DiscoveryRouter {
+impl Dispatch for DiscoverySessionTarget {
     fn dispatch(
         &self,
         _task: unifab_scsi_core::Task,

@@ -1,6 +1,7 @@
+use super::spc::SUPPORTED;
 use super::*;
 use crate::backend::{FileBackend, FileOptions, MemoryBackend};
-use crate::target::ScsiTarget;
+use crate::target::{Dispatch, ScsiTarget};
 use crate::task::{Cdb, Lun, TargetPort, TaskAttr};
 
 const BLOCKS: u64 = 8192;

@@ -12,28 +12,10 @@ use unifab_scsi_core::{LogicalUnit, Status, Task, TaskResult};
 use unifab_testkit::relay::TcpRelay;
 
 use super::*;
-use crate::target::io::TaskRouter;
 use crate::target::server::{ChapSettings, ServerConfig, TargetNode, TargetServer};
+use unifab_scsi_core::Dispatch;
 
 const IQN: &str = "iqn.2026-11.io.unifab:unit";
-
-#[derive(Debug)]
-struct Router(Arc<ScsiTarget>);
-
-impl TaskRouter for Router {
-    fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
-        self.0.dispatch(task)
-    }
-    fn task_management(
-        &self,
-        request: unifab_scsi_core::TmfRequest,
-    ) -> BoxFuture<'static, TmfResponse> {
-        self.0.task_management(request)
-    }
-    fn nexus_loss(&self, nexus: &ItNexus) {
-        self.0.nexus_loss(nexus);
-    }
-}
 
 struct Target {
     addr: SocketAddr,
@@ -47,7 +29,7 @@ async fn target(chap: Option<ChapSettings>, digests: Option<Vec<Digest>>) -> Tar
         sc.negotiation.header_digests = d.clone();
         sc.negotiation.data_digests = d;
     }
-    serve(Arc::new(Router(memory_lun0(64 << 20))), sc, chap).await
+    serve(memory_lun0(64 << 20), sc, chap).await
 }
 
 /// A SCSI target whose LUN 0 is a memory LU of `size` bytes.
@@ -63,18 +45,14 @@ fn memory_lun0(size: u64) -> Arc<ScsiTarget> {
 }
 
 /// An iSCSI target server on 127.0.0.1 with one node, `IQN`.
-async fn serve(
-    router: Arc<dyn TaskRouter>,
-    sc: ServerConfig,
-    chap: Option<ChapSettings>,
-) -> Target {
+async fn serve(scsi: Arc<dyn Dispatch>, sc: ServerConfig, chap: Option<ChapSettings>) -> Target {
     let (server, listeners) = TargetServer::bind(
         &["127.0.0.1:0".parse().unwrap()],
         sc,
         vec![TargetNode {
             name: IQN.into(),
             alias: None,
-            router,
+            scsi,
             allow: None,
             chap,
         }],
@@ -673,11 +651,11 @@ async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
 /// other command runs at once.
 #[derive(Debug)]
 struct Gate {
-    inner: Router,
+    inner: Arc<ScsiTarget>,
     release: watch::Receiver<bool>,
 }
 
-impl TaskRouter for Gate {
+impl Dispatch for Gate {
     fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
         let cdb = task.cdb.as_bytes();
         let gated = cdb[0] == 0x88 && u64::from_be_bytes(cdb[2..10].try_into().unwrap()) >= 1000;
@@ -715,7 +693,7 @@ async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
         max_delay: Duration::from_millis(300),
     };
     let gate = Gate {
-        inner: Router(memory_lun0(8 << 20)),
+        inner: memory_lun0(8 << 20),
         release,
     };
     let t = serve(Arc::new(gate), sc, None).await;

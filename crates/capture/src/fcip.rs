@@ -20,7 +20,7 @@ use unifab_fcip::wire::sw_ils::{SwIlsCode, SwIlsRepr};
 
 use super::fc::{first_difference, round_trip};
 use super::tcp::{Flow, FlowKey, Run};
-use crate::pcap_check::{Entry, Protocol, Report, StreamGap, Verdict};
+use crate::check::{Entry, Protocol, Report, StreamGap, Verdict};
 
 fn frame_at(run: &Run, end: u64) -> u64 {
     run.frames

@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use unifab_fcoe::wire::{FipRepr, WireError};
 
-use crate::pcap_check::{Entry, Protocol, Verdict};
+use crate::check::{Entry, Protocol, Verdict};
 
 /// Checks one FIP frame; `payload` is what follows the EtherType.
 pub fn check(number: u64, payload: &[u8], truncated: bool) -> Entry {

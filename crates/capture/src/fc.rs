@@ -17,7 +17,7 @@ use unifab_fc::wire::header::HEADER_LEN;
 use unifab_fc::wire::{FrameRepr, ReplyTracker};
 
 use super::pcap::LinkType;
-use crate::pcap_check::{Entry, Protocol, Verdict};
+use crate::check::{Entry, Protocol, Verdict};
 
 /// FCoE encapsulation header length (version, reserved, SOF).
 pub const FCOE_HEADER_LEN: usize = 14;

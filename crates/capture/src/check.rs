@@ -16,10 +16,10 @@ use thiserror::Error;
 use unifab_iscsi::text::{TextParams, TextWriter};
 use unifab_iscsi::wire::{Ahs, BHS_LEN, Bhs, Pdu, digest, encode_header};
 
-use crate::capture::iscsi::{Negotiated, SplitEvent, SplitPdu, Splitter};
-use crate::capture::net::{ETHERTYPE_FCOE, ETHERTYPE_FIP, LinkPayload, link_payload, tcp_segment};
-use crate::capture::pcap::{CaptureError, read_frames};
-use crate::capture::tcp::{Flow, FlowKey};
+use crate::iscsi::{Negotiated, SplitEvent, SplitPdu, Splitter};
+use crate::net::{ETHERTYPE_FCOE, ETHERTYPE_FIP, LinkPayload, link_payload, tcp_segment};
+use crate::pcap::{CaptureError, read_frames};
+use crate::tcp::{Flow, FlowKey};
 
 /// A protocol the checker knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -260,7 +260,7 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
             LinkPayload::Ether {
                 ethertype: ETHERTYPE_FCOE,
                 payload,
-            } => report.entries.push(crate::capture::fc::check_fcoe(
+            } => report.entries.push(crate::fc::check_fcoe(
                 fr.number,
                 payload,
                 fr.is_truncated(),
@@ -271,19 +271,17 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
                 payload,
             } => {
                 // The FIP frame itself, then the FC frames it carries.
-                report.entries.push(crate::capture::fip::check(
-                    fr.number,
-                    payload,
-                    fr.is_truncated(),
-                ));
-                report.entries.extend(crate::capture::fc::check_fip(
+                report
+                    .entries
+                    .push(crate::fip::check(fr.number, payload, fr.is_truncated()));
+                report.entries.extend(crate::fc::check_fip(
                     fr.number,
                     payload,
                     fr.is_truncated(),
                     &mut fc_tracker,
                 ));
             }
-            LinkPayload::Fc(data) => report.entries.push(crate::capture::fc::check_fc(
+            LinkPayload::Fc(data) => report.entries.push(crate::fc::check_fc(
                 fr.number,
                 fr.link_type,
                 data,
@@ -294,7 +292,7 @@ pub fn check_bytes(file: &[u8], opts: &CheckOptions) -> Result<Report, CheckErro
         }
     }
     check_iscsi(&iscsi_flows, opts, &mut report);
-    crate::capture::fcip::check_flows(&fcip_flows, &mut report);
+    crate::fcip::check_flows(&fcip_flows, &mut report);
     report.entries.sort_by_key(|e| e.frame);
     Ok(report)
 }
@@ -323,7 +321,7 @@ pub fn fcip_frames(
                 .push(fr.number, &seg);
         }
     }
-    Ok(crate::capture::fcip::frames(&flows))
+    Ok(crate::fcip::frames(&flows))
 }
 
 /// Every whole iSCSI PDU of a capture with its direction, in stream order

@@ -3,6 +3,8 @@
 //! Unknown keys are refused: the error names the file, the line and the
 //! key, so a typo never silently falls back to a default.
 
+pub mod fabric;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
@@ -34,7 +36,7 @@ pub struct Config {
     pub admin: AdminConfig,
     /// The FC fabric and the gateway's FC ports.
     #[serde(default)]
-    pub fabric: Option<crate::fc::FabricSection>,
+    pub fabric: Option<fabric::FabricSection>,
     /// FCoE ports.
     #[serde(default)]
     pub fcoe: Option<crate::fcoe::FcoeSection>,
@@ -410,7 +412,7 @@ pub enum Backend {
     Iscsi(unifab_iscsi::initiator::IscsiUrl),
     /// A LU behind an FC target port, through the gateway's fabric
     /// (`fc://WWPN/LUN`).
-    Fc(crate::fc::FcUrl),
+    Fc(fabric::FcUrl),
 }
 
 impl LuConfig {
@@ -653,7 +655,7 @@ impl Config {
                 }
             }
         }
-        crate::fc::validate(self)?;
+        fabric::validate(self)?;
         crate::fcoe::validate(self)?;
         crate::fcip::validate(self)?;
         Ok(())

@@ -374,7 +374,7 @@ impl FcoePorts {
 
 /// `show flogi` with FCoE details, and `show fcoe`.
 pub fn show(
-    fc: Option<&crate::fc::FcPlane>,
+    fc: Option<&crate::plane::fc::FcPlane>,
     fcoe: Option<&Arc<FcoePorts>>,
     what: &str,
 ) -> Option<String> {

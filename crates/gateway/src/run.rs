@@ -93,7 +93,7 @@ fn sanitize(name: &str) -> String {
 /// The running gateway's state as the admin endpoint shows it.
 struct View {
     server: Option<TargetServer>,
-    fc: Option<Arc<crate::fc::FcPlane>>,
+    fc: Option<Arc<crate::plane::fc::FcPlane>>,
     fcoe: Option<Arc<crate::fcoe::FcoePorts>>,
     fcip: Option<Arc<crate::fcip::FcipPlane>>,
     luns: Vec<(String, GatewayLu)>,
@@ -104,7 +104,7 @@ struct View {
         Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
     )>,
     /// Each `fc://` LU: name and remote.
-    fc_remotes: Vec<(String, crate::fc::FcUrl)>,
+    fc_remotes: Vec<(String, crate::config::fabric::FcUrl)>,
     metrics: Arc<Metrics>,
 }
 
@@ -228,7 +228,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
         .unwrap_or_default();
     let mut fcoe_opened = crate::fcoe::open(&cfg, initiator_node)?;
     let fc = match &cfg.fabric {
-        Some(f) => Some(Arc::new(crate::fc::FcPlane::start_with(
+        Some(f) => Some(Arc::new(crate::plane::fc::FcPlane::start_with(
             f,
             |name| lus.get(name).map(GatewayLu::lu),
             fcoe_opened.initiator_via.take(),

@@ -1,7 +1,7 @@
-//! The FC plane inside the gateway: the `[fabric]` configuration, the
-//! software switch, the gateway's own FCP target N_Ports presenting LUs,
-//! the FCP initiator N_Port behind `fc://WWPN/LUN` backends, and the
-//! operator's views (`unifab show flogi`, `fcns`, `zones`).
+//! `[fabric]`: the configuration of the FC plane (the software switch,
+//! zoning, the gateway's FCP target N_Ports, the FCP initiator N_Port
+//! behind `fc://WWPN/LUN` backends) and its validation. The running plane
+//! is [`crate::plane::fc`].
 //!
 //! ```toml
 //! [fabric]
@@ -80,21 +80,13 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::Context;
 use serde::Deserialize;
-use tracing::{info, warn};
-use unifab_fc::exchange::Timeouts;
-use unifab_fc::fabric::zoning::{Zone, ZoneMember, ZoneSet};
-use unifab_fc::fabric::{FabricConfig, LoginKind};
-use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
-use unifab_fc::nport::{LinkBudget, NPortConfig};
+use unifab_fc::fabric::zoning::ZoneMember;
+use unifab_fc::nport::NPortConfig;
 use unifab_fc::wire::Wwn;
-use unifab_fc::wire::header::FcType;
+use unifab_scsi_core::Lun;
 use unifab_scsi_core::remote::Identity;
-use unifab_scsi_core::{LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget};
 
 use crate::config::{Backend, Config, LuConfig, seconds_in};
 
@@ -302,20 +294,7 @@ pub struct FcInitiatorSection {
 pub const ENODE_FRAMES_IN: u32 = 8 * 513;
 
 /// The range of `max_frames_in`: one 1 MiB read (513 frames) must fit.
-const FRAMES_IN: std::ops::RangeInclusive<u32> = 513..=1 << 20;
-
-/// The budget of `max` among `budgets`, made and added if none has that
-/// bound: ports given the same bound share one.
-fn shared_budget(budgets: &mut Vec<LinkBudget>, max: u64) -> LinkBudget {
-    match budgets.iter().find(|b| b.max() == max) {
-        Some(b) => b.clone(),
-        None => {
-            let b = LinkBudget::new(max);
-            budgets.push(b.clone());
-            b
-        }
-    }
-}
+pub(crate) const FRAMES_IN: std::ops::RangeInclusive<u32> = 513..=1 << 20;
 
 /// An `fc://WWPN/LUN` backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -351,24 +330,24 @@ impl FromStr for FcUrl {
     }
 }
 
-fn wwn(field: &str, s: &str) -> Result<Wwn, String> {
+pub(crate) fn wwn(field: &str, s: &str) -> Result<Wwn, String> {
     s.parse::<Wwn>()
         .map_err(|_| format!("{field}: {s:?} is not a WWN (20:00:00:25:b5:00:00:01)"))
 }
 
 /// Node name for a port name when none is given.
-fn node_name_for(port: Wwn) -> Wwn {
+pub(crate) fn node_name_for(port: Wwn) -> Wwn {
     Wwn(port.0 ^ 0x0100_0000_0000_0000)
 }
 
 impl FabricSection {
-    fn switch(&self) -> Result<Wwn, String> {
+    pub(crate) fn switch(&self) -> Result<Wwn, String> {
         wwn("fabric.switch_wwn", &self.switch_wwn)
     }
 
     /// The FCP initiator N_Port's configuration from `[fabric.initiator]`
     /// (names, command timeout, `fast_io_fail`; default E_D_TOV/R_A_TOV).
-    fn initiator_port_config(&self) -> Result<NPortConfig, String> {
+    pub(crate) fn initiator_port_config(&self) -> Result<NPortConfig, String> {
         let initiator = self.initiator_wwpn()?;
         let section = self.initiator.as_ref();
         let wwnn = match section.and_then(|i| i.wwnn.as_ref()) {
@@ -388,7 +367,7 @@ impl FabricSection {
         Ok(cfg)
     }
 
-    fn initiator_wwpn(&self) -> Result<Wwn, String> {
+    pub(crate) fn initiator_wwpn(&self) -> Result<Wwn, String> {
         match self.initiator.as_ref().and_then(|i| i.wwpn.as_ref()) {
             Some(w) => wwn("fabric.initiator.wwpn", w),
             // 21:00 and the switch's low six bytes.
@@ -406,7 +385,7 @@ impl FabricSection {
         }
     }
 
-    fn per_nexus(&self) -> bool {
+    pub(crate) fn per_nexus(&self) -> bool {
         self.initiator
             .as_ref()
             .and_then(|i| i.nexus.as_deref())
@@ -545,7 +524,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
 
 /// An `fc://` LU's identity (`[lu.fc]`): derived from `identity_seed`,
 /// or else from the backend URL, unless passed through.
-fn fc_identity(lu: &LuConfig, url: FcUrl) -> Identity {
+pub(crate) fn fc_identity(lu: &LuConfig, url: FcUrl) -> Identity {
     let fc = lu.fc.as_ref();
     crate::remote::identity(
         fc.and_then(|f| f.identity.as_deref()),
@@ -554,418 +533,10 @@ fn fc_identity(lu: &LuConfig, url: FcUrl) -> Identity {
     )
 }
 
-/// The running FC plane.
-#[derive(Debug)]
-pub struct FcPlane {
-    switch: Switch,
-    node: FcNode,
-    initiator: Wwn,
-    per_nexus: bool,
-    names: Vec<(Wwn, String)>,
-}
-
-impl FcPlane {
-    /// Starts the switch, the target N_Ports (their LUs found with
-    /// `lookup`) and the initiator N_Port. Must run inside the runtime.
-    pub fn start(
-        f: &FabricSection,
-        lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
-    ) -> anyhow::Result<FcPlane> {
-        FcPlane::start_with(f, lookup, None, false)
-    }
-
-    /// As [`FcPlane::start`], with the initiator N_Port attached through
-    /// `initiator_via` (an FCoE ENode's link to a remote FCF) instead of
-    /// this gateway's switch. `behind_fcf`: the gateway runs an FCoE FCF,
-    /// so its target ports bound the write data in flight toward them
-    /// ([`FCF_WRITE_IN_FLIGHT`]) unless configured otherwise.
-    pub fn start_with(
-        f: &FabricSection,
-        lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
-        initiator_via: Option<unifab_fc::io::Connect>,
-        behind_fcf: bool,
-    ) -> anyhow::Result<FcPlane> {
-        let switch_name = f.switch().map_err(anyhow::Error::msg)?;
-        let timeouts = Timeouts::default();
-        let switch = Switch::new(FabricConfig {
-            domain: f.domain,
-            switch_name,
-            timeouts,
-            rx_data_field_size: 2048,
-            default_zone_permit: f.default_zone.as_deref() != Some("deny"),
-        });
-        switch.with_fabric(|fab| -> anyhow::Result<()> {
-            for z in &f.zone {
-                let members = z
-                    .members
-                    .iter()
-                    .map(|m| m.parse::<ZoneMember>())
-                    .collect::<Result<Vec<_>, _>>()?;
-                fab.define_zone(Zone {
-                    name: z.name.clone(),
-                    members,
-                });
-            }
-            for s in &f.zoneset {
-                fab.define_zone_set(ZoneSet {
-                    name: s.name.clone(),
-                    zones: s.zones.clone(),
-                });
-            }
-            if let Some(a) = &f.active_zoneset {
-                fab.activate_zone_set(a)?;
-            }
-            Ok(())
-        })?;
-        let node = FcNode::spawn(&switch, "gateway");
-        let mut names = Vec::new();
-        // Target ports with the same `max_write_in_flight` share one
-        // budget: behind an FCF they all receive through its link.
-        let mut write_budgets: Vec<LinkBudget> = Vec::new();
-        for (k, t) in f.target.iter().enumerate() {
-            let wwpn = wwn("fabric.target.wwpn", &t.wwpn).map_err(anyhow::Error::msg)?;
-            let wwnn = match &t.wwnn {
-                Some(n) => wwn("fabric.target.wwnn", n).map_err(anyhow::Error::msg)?,
-                None => node_name_for(wwpn),
-            };
-            let scsi = ScsiTarget::new();
-            for (i, name) in t.luns.iter().enumerate() {
-                let lu = lookup(name).with_context(|| format!("lu {name:?} is not defined"))?;
-                let lun = u16::try_from(i)
-                    .ok()
-                    .and_then(Lun::from_index)
-                    .with_context(|| format!("fabric.target {wwpn}: too many LUNs"))?;
-                scsi.insert(lun, lu);
-            }
-            let mut cfg = NPortConfig::new(wwpn, wwnn);
-            cfg.target = true;
-            cfg.max_burst = t.max_burst().map_err(anyhow::Error::msg)?;
-            cfg.max_write_held = t.max_write_held().map_err(anyhow::Error::msg)?;
-            cfg.max_write_in_flight = t
-                .max_write_in_flight(behind_fcf)
-                .map_err(anyhow::Error::msg)?;
-            cfg.write_budget = cfg
-                .max_write_in_flight
-                .map(|max| shared_budget(&mut write_budgets, max));
-            cfg.timeouts = timeouts;
-            cfg.relative_port_id = u16::try_from(k + 1).unwrap_or(u16::MAX);
-            cfg.symbolic_name = format!("unifab FCP target {wwpn}");
-            let iface = format!("fc1/{}", k + 1);
-            node.add_port(&iface, cfg, Some(scsi))
-                .map_err(|e| anyhow::anyhow!("fabric.target {wwpn}: {e}"))?;
-            names.push((wwpn, iface));
-            println!("FC target {wwpn} with {} LUN(s)", t.luns.len());
-        }
-        let mut cfg = f.initiator_port_config().map_err(anyhow::Error::msg)?;
-        cfg.timeouts = timeouts;
-        if initiator_via.is_some() && cfg.max_frames_in.is_none() {
-            cfg.max_frames_in = Some(ENODE_FRAMES_IN);
-        }
-        let initiator = cfg.port_name;
-        let iface = format!("fc1/{}", f.target.len() + 1);
-        match initiator_via {
-            Some(via) => node.add_port_via(&iface, cfg, None, via),
-            None => node.add_port(&iface, cfg, None),
-        }
-        .map_err(|e| anyhow::anyhow!("fabric.initiator: {e}"))?;
-        names.push((initiator, iface));
-        info!(domain = f.domain, switch = %switch_name, "FC fabric running");
-        Ok(FcPlane {
-            switch,
-            node,
-            initiator,
-            per_nexus: f.per_nexus(),
-            names,
-        })
-    }
-
-    /// The remote LU of an `fc://` backend.
-    pub fn remote_lu(&self, lu: &LuConfig, url: FcUrl) -> Arc<RemoteLu> {
-        let factory = Arc::new(FcpInitiatorFactory::new(
-            self.node.clone(),
-            self.initiator,
-            url.wwpn,
-            self.per_nexus,
-        ));
-        let remote = Arc::new(RemoteLu::new(
-            RemoteLuConfig {
-                name: lu.name.clone(),
-                backend: url.to_string(),
-                remote_lun: Lun::from_index(url.lun).unwrap_or(Lun::ZERO),
-                identity: fc_identity(lu, url),
-                task_set_depth: 1024,
-                read_only: lu.read_only,
-            },
-            factory,
-        ));
-        // Learn the capacity once the target is reachable.
-        let probe = remote.clone();
-        let name = lu.name.clone();
-        tokio::spawn(async move {
-            for _ in 0..30 {
-                match probe.probe().await {
-                    Ok((bs, blocks)) => {
-                        info!(lu = %name, block_size = bs, blocks, "fc:// LU reachable");
-                        return;
-                    }
-                    Err(e) => {
-                        warn!(lu = %name, error = %e, "fc:// LU not reachable yet");
-                        tokio::time::sleep(Duration::from_secs(2)).await;
-                    }
-                }
-            }
-        });
-        remote
-    }
-
-    /// Rows of `unifab show remotes` for the `fc://` LUs `lus`: for each,
-    /// the session of every initiator N_Port of this gateway (the
-    /// configured one and, with one remote nexus per host, each host's NPIV
-    /// port) with the LU's target port.
-    pub fn remote_rows(&self, lus: &[(String, FcUrl)]) -> Vec<serde_json::Value> {
-        let ports: Vec<_> = self
-            .node
-            .ports()
-            .into_iter()
-            .filter(|p| p.initiator && (p.port_name == self.initiator || p.virtual_port))
-            .collect();
-        let mut rows = Vec::new();
-        for (name, url) in lus {
-            for p in &ports {
-                let record = p.sessions.iter().find(|r| r.port_name == url.wwpn);
-                let up = p.online && record.is_some_and(|r| r.up);
-                // Since when it has been so: the session's last change, or
-                // the port's if it never had one.
-                let since = record.map_or(p.since, |r| r.since);
-                // The latest of the session's end and the port's going offline.
-                let last = [
-                    record.and_then(|r| r.last_down.as_ref()),
-                    p.last_offline.as_ref(),
-                ]
-                .into_iter()
-                .flatten()
-                .max_by_key(|(_, at)| *at);
-                let iface = if p.virtual_port {
-                    format!("{} (npiv)", p.port_name)
-                } else {
-                    p.port_name.to_string()
-                };
-                let remote = url.to_string();
-                let row = crate::remote::RemoteRow {
-                    lu: name,
-                    remote: &remote,
-                    initiator: iface,
-                    up,
-                    for_how_long: since.elapsed(),
-                    logins: record.map_or(0, |r| r.logins),
-                    last_error: last.map(|(e, at)| (e.as_str(), at.elapsed())),
-                };
-                rows.push(row.to_json(serde_json::json!({ "fcid": p.fc_id.to_string() })));
-            }
-        }
-        rows
-    }
-
-    /// The switch (zoning changes, counters).
-    pub fn switch(&self) -> &Switch {
-        &self.switch
-    }
-
-    fn interface(&self, port_index: usize, wwpn: Wwn) -> String {
-        self.names
-            .iter()
-            .find(|(w, _)| *w == wwpn)
-            .map(|(_, n)| n.clone())
-            .unwrap_or_else(|| format!("vfc{}", port_index + 1))
-    }
-
-    /// The node's N_Ports' counters in the Prometheus text format, one
-    /// series per port (label `wwpn`; the counters are at most
-    /// [`unifab_fc::io::STATS_REFRESH`] old).
-    pub fn metrics(&self) -> String {
-        let ports = self.node.ports();
-        type Get = fn(&unifab_fc::io::NodePortView) -> u64;
-        // (name, help, value); a name ending in _total is a counter, the
-        // rest gauges.
-        let series: [(&str, &str, Get); 13] = [
-            (
-                "unifab_fc_port_rx_frames_total",
-                "FC frames the N_Port received.",
-                |p| p.stats.rx_frames,
-            ),
-            (
-                "unifab_fc_port_tx_frames_total",
-                "FC frames the N_Port sent.",
-                |p| p.stats.tx_frames,
-            ),
-            (
-                "unifab_fc_port_discarded_frames_total",
-                "Frames the N_Port discarded (not for it, malformed, no login).",
-                |p| p.stats.discarded,
-            ),
-            (
-                "unifab_fc_port_abts_sent_total",
-                "ABTS the N_Port sent.",
-                |p| p.stats.abts_sent,
-            ),
-            (
-                "unifab_fc_port_abts_received_total",
-                "ABTS the N_Port received.",
-                |p| p.stats.abts_received,
-            ),
-            (
-                "unifab_fc_port_write_refusals_total",
-                "Writes refused as larger than the whole write-data budget.",
-                |p| p.stats.write_refusals,
-            ),
-            (
-                "unifab_fc_port_logins_refused_total",
-                "PLOGIs refused because the port had its most remote ports logged in.",
-                |p| p.stats.logins_refused,
-            ),
-            (
-                "unifab_fc_port_writes_deferred_total",
-                "Writes that waited for the write-data budget.",
-                |p| p.stats.writes_deferred,
-            ),
-            (
-                "unifab_fc_port_writes_waiting",
-                "Writes waiting for the write-data budget now.",
-                |p| p.writes_waiting as u64,
-            ),
-            (
-                "unifab_fc_port_write_bytes_held",
-                "Write data the admitted writes account for.",
-                |p| p.write_bytes_held,
-            ),
-            (
-                "unifab_fc_port_write_bytes_to_come",
-                "Write data the admitted writes have yet to receive (the link's max_write_in_flight bounds the sum over the target ports sharing it).",
-                |p| p.write_bytes_to_come,
-            ),
-            (
-                "unifab_fc_port_frames_in",
-                "Frames the initiator's open commands can still bring back (the link's max_frames_in bounds the sum over its ports).",
-                |p| u64::from(p.frames_in),
-            ),
-            (
-                "unifab_fc_port_commands_waiting",
-                "Initiator commands waiting for their target port or for room under the link's max_frames_in.",
-                |p| p.commands_waiting as u64,
-            ),
-        ];
-        let mut out = String::new();
-        for (name, help, get) in series {
-            let kind = if name.ends_with("_total") {
-                "counter"
-            } else {
-                "gauge"
-            };
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-            for p in &ports {
-                out.push_str(&format!("{name}{{wwpn=\"{}\"}} {}\n", p.port_name, get(p)));
-            }
-        }
-        out
-    }
-
-    /// JSON for `unifab show flogi|fcns|zones`, or `None` for other views.
-    pub fn show(&self, what: &str) -> Option<String> {
-        let v = match what {
-            "flogi" => {
-                let logins = self.switch.with_fabric(|f| {
-                    f.logins()
-                        .into_iter()
-                        .map(|l| (l.clone(), f.port_name(l.port).map(str::to_string)))
-                        .collect::<Vec<_>>()
-                });
-                logins
-                    .into_iter()
-                    .map(|(l, port)| {
-                        let iface = match (&port, l.kind) {
-                            (Some(p), LoginKind::Flogi) => p.clone(),
-                            (Some(p), LoginKind::Fdisc) => format!("{p} (npiv)"),
-                            (None, _) => self.interface(l.port.0, l.port_name),
-                        };
-                        serde_json::json!({
-                            "interface": iface,
-                            "fcid": l.fc_id.to_string(),
-                            "port name": l.port_name.to_string(),
-                            "node name": l.node_name.to_string(),
-                        })
-                    })
-                    .collect::<Vec<_>>()
-            }
-            "fcns" => self
-                .switch
-                .with_fabric(|f| f.name_server())
-                .into_iter()
-                .map(|e| {
-                    let feats = e.fc4_features.get(FcType::FCP);
-                    let fc4 = if e.fc4_types.contains(FcType::FCP) {
-                        let role = match (feats & 1 != 0, feats & 2 != 0) {
-                            (true, true) => ":init,target",
-                            (true, false) => ":target",
-                            (false, true) => ":init",
-                            (false, false) => "",
-                        };
-                        format!("scsi-fcp{role}")
-                    } else {
-                        "-".into()
-                    };
-                    serde_json::json!({
-                        "fcid": e.fc_id.to_string(),
-                        "type": "N",
-                        "pwwn": e.port_name.to_string(),
-                        "nwwn": e.node_name.to_string(),
-                        "fc4-type:feature": fc4,
-                        "symbolic name": String::from_utf8_lossy(&e.symbolic_port_name),
-                    })
-                })
-                .collect(),
-            "zones" => self.switch.with_fabric(|f| {
-                let z = f.zoning();
-                let active = z.active().map(str::to_string);
-                let mut rows = Vec::new();
-                for set in z.zone_sets() {
-                    for zname in &set.zones {
-                        let members = z
-                            .zones()
-                            .find(|x| &x.name == zname)
-                            .map(|x| x.members.clone())
-                            .unwrap_or_default();
-                        for m in members {
-                            rows.push(serde_json::json!({
-                                "zoneset": set.name,
-                                "zone": zname,
-                                "member": m.to_string(),
-                                "active": active.as_deref() == Some(set.name.as_str()),
-                            }));
-                        }
-                    }
-                }
-                rows
-            }),
-            _ => return None,
-        };
-        Some(serde_json::Value::Array(v).to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn target_ports_with_the_same_write_bound_share_one_budget() {
-        let mut budgets = Vec::new();
-        let a = shared_budget(&mut budgets, FCF_WRITE_IN_FLIGHT);
-        let b = shared_budget(&mut budgets, FCF_WRITE_IN_FLIGHT);
-        let c = shared_budget(&mut budgets, 1 << 20);
-        assert!(a.same(&b));
-        assert!(!a.same(&c));
-        assert_eq!((c.max(), budgets.len()), (1 << 20, 2));
-    }
+    use std::time::Duration;
 
     #[test]
     fn fc_urls() {

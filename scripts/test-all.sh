@@ -11,7 +11,8 @@
 #      the crates' API docs (cargo doc --workspace --no-deps) build with no
 #      warning: a broken intra-doc link fails the run
 #      each protocol crate builds with --no-default-features and pulls no
-#      tokio (cargo tree)
+#      tokio (cargo tree); every crate's examples build, and those that
+#      need no outside peer run (scripts/run-examples.sh)
 #   4. cargo deny check bans licenses sources   (+ advisories when the RustSec
 #      database can be fetched: it lives on GitHub, which these machines do
 #      not reach; the step then says so loudly — see deny.toml)
@@ -133,6 +134,13 @@ for crate in unifab-scsi-core unifab-iscsi unifab-fc unifab-fcoe unifab-fcip uni
     fi
     echo "$crate --no-default-features: built, no tokio in its dependency tree"
 done
+
+# 3e --------------------------------------------------------------------------
+# Every library crate's examples build, and those that need no outside peer
+# run (the iSCSI target and initiator examples are each other's peer).
+step "examples: build, and run the ones that need no outside peer"
+cargo build --workspace --examples
+bash scripts/run-examples.sh
 
 # 4 ---------------------------------------------------------------------------
 step "cargo deny check"

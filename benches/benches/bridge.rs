@@ -18,14 +18,15 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use unifab_iscsi::initiator::session::{Event, FfpParams, Session, SessionConfig, StartSn};
+use unifab_iscsi::ffp::FfpParams;
+use unifab_iscsi::initiator::session::{Event, Session, SessionConfig, StartSn};
 use unifab_iscsi::wire::{DataIn, Digests, Framer, Pdu, ScsiResponse, encode_pdu};
 use unifab_scsi_core::initiator::{LoopbackFactory, Request};
 use unifab_scsi_core::remote::{Identity, RemoteLu, RemoteLuConfig};
 use unifab_scsi_core::task::Cdb;
 use unifab_scsi_core::{
     BoxFuture, EmulatedLu, EmulatedLuConfig, IoMode, ItNexus, LogicalUnit, Lun, MemoryBackend,
-    TargetPort, Task, TaskAttr, TaskResult, TransportId,
+    TargetPort, Task, TaskResult, TransportId,
 };
 
 fn complete(mut f: BoxFuture<'static, TaskResult>) -> TaskResult {
@@ -69,13 +70,14 @@ fn session() -> (Session<u32>, Instant) {
     s.connected(
         now,
         FfpParams {
-            max_send_data_segment_length: 262_144,
+            max_xmit_data_segment_length: 262_144,
             max_recv_data_segment_length: 262_144,
             max_burst_length: 1 << 20,
             first_burst_length: 262_144,
             initial_r2t: false,
             immediate_data: true,
             protocol_level: 2,
+            ..FfpParams::default()
         },
         StartSn {
             cmd_sn: 1,
@@ -190,17 +192,8 @@ fn bench(c: &mut Criterion) {
         )),
     );
     let nexus = ItNexus::new(port("iqn.bench:host"), target_port());
-    let task = |tag: u64| Task {
-        nexus: nexus.clone(),
-        lun: Lun(0),
-        tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::from_static(&[0x28, 0, 0, 0, 0, 8, 0, 0, 8, 0])),
-        data_out: Vec::new(),
-        data_out_len: 0,
-        data_in_len: 4096,
-    };
+    let read = Cdb::new(Bytes::from_static(&[0x28, 0, 0, 0, 0, 8, 0, 0, 8, 0]));
+    let task = |tag: u64| Task::new(nexus.clone(), Lun(0), tag, read.clone()).with_data_in(4096);
     // Consume the power-on unit attentions of both nexuses.
     for _ in 0..2 {
         let _ = complete(remote.execute(task(0)));

@@ -24,7 +24,7 @@ use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::task::Cdb;
 use unifab_scsi_core::{
     EmulatedLu, EmulatedLuConfig, IoMode, ItNexus, LogicalUnit, Lun, MemoryBackend, RemoteLu,
-    RemoteLuConfig, ScsiTarget, TargetPort, Task, TaskAttr, TaskResult, TransportId,
+    RemoteLuConfig, ScsiTarget, TargetPort, Task, TaskResult, TransportId,
 };
 
 const T: Wwn = Wwn(0x2100_0000_0000_0a01);
@@ -212,16 +212,8 @@ fn bench(c: &mut Criterion) {
         )
     });
     let nexus = front_nexus();
-    let task = |tag: u64, lba: u32| Task {
-        nexus: nexus.clone(),
-        lun: Lun(0),
-        tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(rw10(0x28, lba, 8)),
-        data_out: Vec::new(),
-        data_out_len: 0,
-        data_in_len: 4096,
+    let task = |tag: u64, lba: u32| {
+        Task::new(nexus.clone(), Lun(0), tag, Cdb::new(rw10(0x28, lba, 8))).with_data_in(4096)
     };
     // The first command on the nexus meets its unit attention.
     rt.block_on(remote.execute(task(0, 0)));

@@ -12,7 +12,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use unifab_scsi_core::task::Cdb;
 use unifab_scsi_core::{
     EmulatedLu, EmulatedLuConfig, IoMode, ItNexus, LogicalUnit, Lun, MemoryBackend, Status,
-    TargetPort, Task, TaskAttr, TaskResult, TransportId,
+    TargetPort, Task, TaskResult, TransportId,
 };
 
 fn complete(lu: &EmulatedLu, task: Task) -> TaskResult {
@@ -56,16 +56,12 @@ fn bench(c: &mut Criterion) {
             port_group: 1,
         },
     );
-    let task = |cdb: Cdb, data: Option<Bytes>| Task {
-        nexus: nexus.clone(),
-        lun: Lun::ZERO,
-        tag: 1,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb,
-        data_out_len: data.as_ref().map_or(0, |d| d.len() as u32),
-        data_out: data.into_iter().collect(),
-        data_in_len: 4096,
+    let task = |cdb: Cdb, data: Option<Bytes>| {
+        let t = Task::new(nexus.clone(), Lun::ZERO, 1, cdb).with_data_in(4096);
+        match data {
+            Some(d) => t.with_data(d),
+            None => t,
+        }
     };
     // Consume the power-on unit attention.
     let _ = complete(&lu, task(rw10(0x00, 0, 0), None));

@@ -27,7 +27,7 @@ use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
     BoxFuture, Command, Dispatch, EmulatedLu, EmulatedLuConfig, IoMode, ItNexus, LogicalUnit, Lun,
     MemoryBackend, RemoteLu, RemoteLuConfig, ScsiTarget, SenseKey, Status, TargetPort, Task,
-    TaskAttr, TaskResult, TransportId, sense::asc, task::Cdb,
+    TaskResult, TransportId, sense::asc, task::Cdb,
 };
 
 struct World {
@@ -129,17 +129,8 @@ fn world() -> &'static World {
         // The derived view learns the remote's NAA (from page 0x83), so
         // EXTENDED COPY lists are rewritten.
         for _ in 0..2 {
-            let inquiry = Task {
-                nexus: nexus.clone(),
-                lun: Lun::ZERO,
-                tag: 0,
-                attr: TaskAttr::Simple,
-                priority: 0,
-                cdb: Cdb::new(Bytes::from_static(&[0x12, 1, 0x83, 0x10, 0, 0])),
-                data_out: Vec::new(),
-                data_out_len: 0,
-                data_in_len: 4096,
-            };
+            let page_83 = Cdb::new(Bytes::from_static(&[0x12, 1, 0x83, 0x10, 0, 0]));
+            let inquiry = Task::new(nexus.clone(), Lun::ZERO, 0, page_83).with_data_in(4096);
             run(&rt, &derived, inquiry);
         }
         World {
@@ -166,17 +157,14 @@ fuzz_target!(|input: &[u8]| {
     }
 
     let w = world();
-    let task = Task {
-        nexus: w.nexus.clone(),
-        lun: Lun::ZERO,
-        tag: 1,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
-        data_out: vec![Bytes::copy_from_slice(data)],
-        data_out_len: data.len() as u32,
-        data_in_len: 4096,
-    };
+    let task = Task::new(
+        w.nexus.clone(),
+        Lun::ZERO,
+        1,
+        Cdb::new(Bytes::copy_from_slice(cdb)),
+    )
+    .with_data(Bytes::copy_from_slice(data))
+    .with_data_in(4096);
     let opcode = cdb.first().copied();
     complete(&w.rt, opcode, w.target.dispatch(task.clone()));
     let _ = LogicalUnit::describe(&*w.target.get(Lun::ZERO).expect("lu"));

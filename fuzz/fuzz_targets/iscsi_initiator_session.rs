@@ -41,8 +41,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use unifab_iscsi::initiator::{Event, FfpParams, Session, SessionConfig, StartSn};
-use unifab_iscsi::target::session::{RESERVED_TAG, sn_le, sn_lt};
+use unifab_iscsi::ffp::FfpParams;
+use unifab_iscsi::ffp::{RESERVED_TAG, sn_le, sn_lt};
+use unifab_iscsi::initiator::{Event, Session, SessionConfig, StartSn};
 use unifab_iscsi::wire::{
     AsyncEvent, AsyncMessage, DataIn, LogoutResponse, NopIn, Pdu, PduFrame, R2t, Reject,
     RejectReason, ScsiResponse, TaskMgmtResponse, TextResponse, TmfResponseCode,
@@ -80,13 +81,14 @@ fn config(u: &mut Unstructured<'_>) -> Result<SessionConfig> {
 fn params(u: &mut Unstructured<'_>) -> Result<FfpParams> {
     let max_burst_length = *u.choose(&SIZES)?;
     Ok(FfpParams {
-        max_send_data_segment_length: *u.choose(&SIZES)?,
+        max_xmit_data_segment_length: *u.choose(&SIZES)?,
         max_recv_data_segment_length: *u.choose(&SIZES)?,
         max_burst_length,
         first_burst_length: (*u.choose(&SIZES)?).min(max_burst_length),
         initial_r2t: u.arbitrary()?,
         immediate_data: u.arbitrary()?,
         protocol_level: u.int_in_range(0..=2)?,
+        ..FfpParams::default()
     })
 }
 
@@ -692,9 +694,9 @@ impl Harness {
         while let Some(out) = self.s.poll_transmit() {
             let len = check_emitted(&out.pdu, &out.ahs, out.data.slices()) as u32;
             assert!(
-                len <= p.max_send_data_segment_length,
+                len <= p.max_xmit_data_segment_length,
                 "{len} bytes of data past the target's MaxRecvDataSegmentLength {}: {:?}",
-                p.max_send_data_segment_length,
+                p.max_xmit_data_segment_length,
                 out.pdu
             );
             match out.pdu {
@@ -882,13 +884,14 @@ fn replay(sel: u8, stream: &[u8]) {
     let big = 1 << 18;
     let mut h = Harness::new(SessionConfig::default());
     let params = FfpParams {
-        max_send_data_segment_length: big,
+        max_xmit_data_segment_length: big,
         max_recv_data_segment_length: big,
         max_burst_length: 1 << 20,
         first_burst_length: big,
         initial_r2t: false,
         immediate_data: true,
         protocol_level: 2,
+        ..FfpParams::default()
     };
     h.connect_with(params, 1, 1, 64);
     for i in 0..16u8 {

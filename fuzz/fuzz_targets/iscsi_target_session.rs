@@ -40,9 +40,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use unifab_iscsi::target::session::{
-    Coalescing, Event, FfpParams, RESERVED_TAG, Session, SessionLimits,
-};
+use unifab_iscsi::ffp::{FfpParams, RESERVED_TAG};
+use unifab_iscsi::target::session::{Coalescing, Event, Session, SessionLimits};
 use unifab_iscsi::wire::{
     DataOut, LogoutReason, LogoutRequest, NopOut, Pdu, PduFrame, ScsiCommand, TaskAttrCode,
     TaskMgmtRequest, TextRequest, TmfCode,

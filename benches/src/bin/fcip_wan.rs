@@ -25,7 +25,7 @@ use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
     Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
-    ScsiTarget, Status, Task, TaskAttr,
+    ScsiTarget, Status, Task,
 };
 use unifab_testkit::wan::{WanLink, WanProfile};
 
@@ -43,23 +43,10 @@ fn nexus() -> ItNexus {
 }
 
 fn task(tag: u64, cdb: Vec<u8>, data: Option<Bytes>, data_in: u32) -> Task {
-    let (data_out, data_out_len) = match data {
-        Some(d) => {
-            let n = d.len() as u32;
-            (vec![d], n)
-        }
-        None => (Vec::new(), 0),
-    };
-    Task {
-        nexus: nexus(),
-        lun: Lun(0),
-        tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::from(cdb)),
-        data_out,
-        data_out_len,
-        data_in_len: data_in,
+    let t = Task::new(nexus(), Lun(0), tag, Cdb::new(Bytes::from(cdb))).with_data_in(data_in);
+    match data {
+        Some(d) => t.with_data(d),
+        None => t,
     }
 }
 

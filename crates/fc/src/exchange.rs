@@ -9,8 +9,8 @@
 
 use std::collections::VecDeque;
 
-use crate::fastmap::{FastMap, FastSet};
 use std::time::{Duration, Instant};
+use unifab_scsi_core::idmap::{IdMap, IdSet};
 
 use crate::wire::{FcId, OxId, RxId};
 
@@ -52,17 +52,17 @@ pub struct ExchangeManager {
     timeouts: Timeouts,
     limit: usize,
     next_ox: u16,
-    originated: FastSet<u16>,
+    originated: IdSet<u16>,
     next_rx: u16,
-    responded: FastMap<(FcId, u16), u16>,
-    rx_in_use: FastSet<u16>,
+    responded: IdMap<(FcId, u16), u16>,
+    rx_in_use: IdSet<u16>,
     /// Identifiers of aborted exchanges, with the time they become free.
     held_ox: VecDeque<(Instant, u16)>,
-    held_ox_set: FastSet<u16>,
+    held_ox_set: IdSet<u16>,
     /// Held RX_IDs: when each becomes free, and the exchange (originator,
     /// OX_ID) it answered, which an RRQ must name to release it.
     held_rx: VecDeque<(Instant, u16, FcId, u16)>,
-    held_rx_set: FastSet<u16>,
+    held_rx_set: IdSet<u16>,
 }
 
 impl ExchangeManager {
@@ -73,14 +73,14 @@ impl ExchangeManager {
             timeouts,
             limit: limit.clamp(1, 0xffff),
             next_ox: 0,
-            originated: FastSet::default(),
+            originated: IdSet::default(),
             next_rx: 0,
-            responded: FastMap::default(),
-            rx_in_use: FastSet::default(),
+            responded: IdMap::default(),
+            rx_in_use: IdSet::default(),
             held_ox: VecDeque::new(),
-            held_ox_set: FastSet::default(),
+            held_ox_set: IdSet::default(),
             held_rx: VecDeque::new(),
-            held_rx_set: FastSet::default(),
+            held_rx_set: IdSet::default(),
         }
     }
 

@@ -19,7 +19,6 @@
 pub mod compose;
 pub mod exchange;
 pub mod fabric;
-pub mod fastmap;
 #[cfg(feature = "io")]
 pub mod io;
 pub mod link;

@@ -15,41 +15,14 @@ use unifab_fc::wire::Wwn;
 use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
-    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
-    ScsiTarget, Status, Task, TaskAttr,
+    EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget,
+    Status,
 };
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0a01);
 const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0b01);
 
-fn front_nexus(isid: u8) -> ItNexus {
-    ItNexus::iscsi(
-        "iqn.2026-11.io.unifab:host",
-        [0x40, 0, 0, 0, 0, isid],
-        "iqn.2026-11.io.unifab:gw,t,0x1",
-    )
-}
-
-fn task(nexus: &ItNexus, tag: u64, cdb: &[u8], data_out: Option<Bytes>, data_in_len: u32) -> Task {
-    let (data_out, data_out_len) = match data_out {
-        Some(d) => {
-            let n = d.len() as u32;
-            (vec![d], n)
-        }
-        None => (Vec::new(), 0),
-    };
-    Task {
-        nexus: nexus.clone(),
-        lun: Lun(0),
-        tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
-        data_out,
-        data_out_len,
-        data_in_len,
-    }
-}
+use unifab_testkit::scsi::{host_nexus as front_nexus, task};
 
 /// A node with an FCP target port (a 16 MiB memory LU) and an initiator
 /// port on a switch, and a `RemoteLu` over it with an NPIV port per

@@ -17,8 +17,8 @@ use unifab_fcip::io::{CircuitConfig, InterSwitch, Listener, Tunnel, TunnelConfig
 use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
-    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
-    ScsiTarget, Status, Task, TaskAttr,
+    EmulatedLu, EmulatedLuConfig, LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Status,
+    Task,
 };
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0c0a);
@@ -61,33 +61,14 @@ fn connecting(name: &str, n: u32, peer: Wwn, to: std::net::SocketAddr) -> Tunnel
     )
 }
 
-fn nexus() -> ItNexus {
-    ItNexus::iscsi(
-        "iqn.2026-11.io.unifab:host",
-        [0x40, 0, 0, 0, 0, 1],
-        "iqn.2026-11.io.unifab:gw,t,0x1",
-    )
-}
-
 fn task(tag: u64, cdb: &[u8], data: Option<Bytes>, data_in: u32) -> Task {
-    let (data_out, data_out_len) = match data {
-        Some(d) => {
-            let n = d.len() as u32;
-            (vec![d], n)
-        }
-        None => (Vec::new(), 0),
-    };
-    Task {
-        nexus: nexus(),
-        lun: Lun(0),
+    unifab_testkit::scsi::task(
+        &unifab_testkit::scsi::host_nexus(1),
         tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
-        data_out,
-        data_out_len,
-        data_in_len: data_in,
-    }
+        cdb,
+        data,
+        data_in,
+    )
 }
 
 async fn wait(mut f: impl FnMut() -> bool) -> bool {

@@ -21,8 +21,7 @@ use unifab_fcoe::wire::MacAddr;
 use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
-    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
-    ScsiTarget, Status, Task, TaskAttr,
+    EmulatedLu, EmulatedLuConfig, LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Status,
 };
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0a01);
@@ -30,34 +29,7 @@ const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0b01);
 const FCF_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0xfc, 1]);
 const ENODE_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0xe0, 1]);
 
-fn nexus(isid: u8) -> ItNexus {
-    ItNexus::iscsi(
-        "iqn.2026-11.io.unifab:host",
-        [0x40, 0, 0, 0, 0, isid],
-        "iqn.2026-11.io.unifab:gw,t,0x1",
-    )
-}
-
-fn task(nexus: &ItNexus, tag: u64, cdb: &[u8], data_out: Option<Bytes>, data_in_len: u32) -> Task {
-    let (data_out, data_out_len) = match data_out {
-        Some(d) => {
-            let n = d.len() as u32;
-            (vec![d], n)
-        }
-        None => (Vec::new(), 0),
-    };
-    Task {
-        nexus: nexus.clone(),
-        lun: Lun(0),
-        tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
-        data_out,
-        data_out_len,
-        data_in_len,
-    }
-}
+use unifab_testkit::scsi::{host_nexus as nexus, task};
 
 async fn until(mut f: impl FnMut() -> bool, what: &str) {
     for _ in 0..1000 {

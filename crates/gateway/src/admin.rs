@@ -5,6 +5,8 @@
 //! Requests are bounded (8 KiB, 5 s, 64 at once); anything but GET is
 //! refused. There is no authentication: keep it on loopback (the default).
 
+pub mod view;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

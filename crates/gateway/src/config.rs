@@ -4,6 +4,9 @@
 //! key, so a typo never silently falls back to a default.
 
 pub mod fabric;
+pub mod fcip;
+pub mod fcoe;
+pub mod remote;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -39,10 +42,10 @@ pub struct Config {
     pub fabric: Option<fabric::FabricSection>,
     /// FCoE ports.
     #[serde(default)]
-    pub fcoe: Option<crate::fcoe::FcoeSection>,
+    pub fcoe: Option<fcoe::FcoeSection>,
     /// FCIP tunnels to other sites' fabrics.
     #[serde(default)]
-    pub fcip: Option<crate::fcip::FcipSection>,
+    pub fcip: Option<fcip::FcipSection>,
     /// Host tuning held while the gateway runs.
     #[serde(default)]
     pub tuning: crate::tuning::TuningSection,
@@ -552,7 +555,7 @@ impl Config {
                 return Err(format!("lu {:?} is defined twice", lu.name));
             }
             let backend = lu.parsed_backend()?;
-            crate::remote::validate(lu, &backend)?;
+            remote::validate(lu, &backend)?;
             if backend == Backend::Memory && lu.size.is_none() {
                 return Err(format!("lu {:?}: a memory backend needs a size", lu.name));
             }
@@ -656,8 +659,8 @@ impl Config {
             }
         }
         fabric::validate(self)?;
-        crate::fcoe::validate(self)?;
-        crate::fcip::validate(self)?;
+        fcoe::validate(self)?;
+        fcip::validate(self)?;
         Ok(())
     }
 }

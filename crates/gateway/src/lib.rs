@@ -5,13 +5,8 @@
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod bench;
+pub mod cli;
 pub mod config;
-pub mod discover;
-pub mod fcip;
-pub mod fcoe;
 pub mod plane;
-pub mod remote;
 pub mod run;
-pub mod show;
 pub mod tuning;

@@ -63,13 +63,13 @@ enum Command {
     },
     /// A verifying load generator: random or sequential reads and writes
     /// through unifab's iSCSI initiator, every read checked.
-    Bench(unifab::bench::BenchArgs),
+    Bench(unifab::cli::bench::BenchArgs),
 }
 
 #[derive(Subcommand, Debug)]
 enum IscsiCommand {
     /// SendTargets discovery at a portal, then the LUNs of each target.
-    Discover(unifab::discover::DiscoverArgs),
+    Discover(unifab::cli::discover::DiscoverArgs),
 }
 
 fn init_tracing() {
@@ -132,12 +132,14 @@ fn main() -> ExitCode {
                 Some(cfg) => unifab::run::run(cfg).await,
                 None => Err(anyhow::anyhow!("no configuration")),
             },
-            Command::Show { what, admin, json } => unifab::show::show(&what, admin, json).await,
+            Command::Show { what, admin, json } => {
+                unifab::cli::show::show(&what, admin, json).await
+            }
             Command::PcapCheck { file, verbose } => pcap_check(&file, verbose),
             Command::Iscsi {
                 command: IscsiCommand::Discover(args),
-            } => unifab::discover::run(args).await,
-            Command::Bench(args) => unifab::bench::run(args).await,
+            } => unifab::cli::discover::run(args).await,
+            Command::Bench(args) => unifab::cli::bench::run(args).await,
         }
     });
     match result {

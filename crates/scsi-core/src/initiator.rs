@@ -404,17 +404,12 @@ impl Initiator for LoopbackInitiator {
             return Submitted::failed(e);
         }
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
-        let fut = self.lu.execute(Task {
-            nexus: self.nexus.clone(),
-            lun: request.lun,
-            tag,
-            attr: request.attr,
-            priority: request.priority,
-            cdb: request.cdb,
-            data_out: request.data_out,
-            data_out_len: request.data_out_len,
-            data_in_len: request.data_in_len,
-        });
+        let task = Task::new(self.nexus.clone(), request.lun, tag, request.cdb)
+            .with_attr(request.attr)
+            .with_priority(request.priority)
+            .with_data_out(request.data_out, request.data_out_len)
+            .with_data_in(request.data_in_len);
+        let fut = self.lu.execute(task);
         Submitted {
             tag,
             outcome: Box::pin(async move {

@@ -351,6 +351,73 @@ pub struct Task {
 }
 
 impl Task {
+    /// A SIMPLE task at default priority that expects no data either way;
+    /// the `with_…` methods set the rest. Every transport and test builds
+    /// its tasks this way:
+    ///
+    /// ```
+    /// # use bytes::Bytes;
+    /// # use unifab_scsi_core::{Cdb, ItNexus, Lun, Task, TaskAttr};
+    /// let nexus = ItNexus::iscsi("iqn.2026-11.io.unifab:host", [0x40, 0, 0, 0, 0, 1], "iqn.2026-11.io.unifab:t,t,0x1");
+    /// let read = Cdb::new(Bytes::from_static(&[0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0]));
+    /// let task = Task::new(nexus, Lun(0), 7, read)
+    ///     .with_attr(TaskAttr::Ordered)
+    ///     .with_data_in(8 * 512);
+    /// assert_eq!(task.data_in_len, 4096);
+    /// ```
+    pub fn new(nexus: ItNexus, lun: Lun, tag: u64, cdb: Cdb) -> Task {
+        Task {
+            nexus,
+            lun,
+            tag,
+            attr: TaskAttr::Simple,
+            priority: 0,
+            cdb,
+            data_out: Vec::new(),
+            data_out_len: 0,
+            data_in_len: 0,
+        }
+    }
+
+    /// With this task attribute.
+    #[must_use]
+    pub fn with_attr(mut self, attr: TaskAttr) -> Task {
+        self.attr = attr;
+        self
+    }
+
+    /// With this command priority (SAM-5 §8.7).
+    #[must_use]
+    pub fn with_priority(mut self, priority: u8) -> Task {
+        self.priority = priority;
+        self
+    }
+
+    /// With the data-out received so far (`slices`, in relative-offset
+    /// order) and the expected data-out transfer length the initiator
+    /// announced.
+    #[must_use]
+    pub fn with_data_out(mut self, slices: Vec<Bytes>, expected_len: u32) -> Task {
+        self.data_out = slices;
+        self.data_out_len = expected_len;
+        self
+    }
+
+    /// With all of its data-out in one buffer, which is also the expected
+    /// length (saturated at `u32::MAX`).
+    #[must_use]
+    pub fn with_data(self, data: Bytes) -> Task {
+        let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        self.with_data_out(vec![data], len)
+    }
+
+    /// With this expected data-in transfer length.
+    #[must_use]
+    pub fn with_data_in(mut self, expected_len: u32) -> Task {
+        self.data_in_len = expected_len;
+        self
+    }
+
     /// Total bytes of data-out actually present.
     pub fn data_out_total(&self) -> usize {
         self.data_out.iter().map(Bytes::len).sum()

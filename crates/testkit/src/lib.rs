@@ -6,5 +6,6 @@ pub mod medium;
 pub mod peers;
 pub mod raw_iscsi;
 pub mod relay;
+pub mod scsi;
 pub mod veth;
 pub mod wan;

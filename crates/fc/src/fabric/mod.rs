@@ -25,8 +25,8 @@ pub mod zoning;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::fastmap::FastMap;
 use std::time::Instant;
+use unifab_scsi_core::idmap::IdMap;
 
 use crate::compose::{self, Route};
 use crate::exchange::Timeouts;
@@ -155,7 +155,7 @@ pub struct PortView {
 pub struct Fabric {
     cfg: FabricConfig,
     ports: Vec<Option<PortState>>,
-    logins: FastMap<FcId, LoginEntry>,
+    logins: IdMap<FcId, LoginEntry>,
     ns: NameServer,
     zoning: Zoning,
     membership: Membership,
@@ -202,7 +202,7 @@ impl Fabric {
         Fabric {
             cfg,
             ports: Vec::new(),
-            logins: FastMap::default(),
+            logins: IdMap::default(),
             ns: NameServer::default(),
             zoning,
             membership,

@@ -9,9 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::fastmap::FastMap;
 use std::fmt;
 use std::str::FromStr;
+use unifab_scsi_core::idmap::IdMap;
 
 use crate::wire::{FcId, Wwn};
 
@@ -113,7 +113,7 @@ pub struct ZonedPort {
 /// Which active zones each port is in, computed once per change.
 #[derive(Debug, Clone, Default)]
 pub struct Membership {
-    zones: FastMap<FcId, Vec<u64>>,
+    zones: IdMap<FcId, Vec<u64>>,
     default_permit: bool,
     enforcing: bool,
 }
@@ -211,7 +211,7 @@ impl Zoning {
     pub fn membership(&self, ports: impl IntoIterator<Item = ZonedPort>) -> Membership {
         let enforcing = self.active.is_some();
         let words = self.active_zones.len().div_ceil(64).max(1);
-        let mut zones = FastMap::default();
+        let mut zones = IdMap::default();
         if enforcing {
             for p in ports {
                 let mut bits = vec![0u64; words];

@@ -27,11 +27,11 @@
 
 use std::collections::VecDeque;
 
-use crate::fastmap::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+use unifab_scsi_core::idmap::IdMap;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -438,10 +438,10 @@ impl FcNode {
             tick,
             slots: Vec::new(),
             links: Vec::new(),
-            by_addr: FastMap::default(),
-            by_name: FastMap::default(),
-            replies: FastMap::default(),
-            tmf_replies: FastMap::default(),
+            by_addr: IdMap::default(),
+            by_name: IdMap::default(),
+            replies: IdMap::default(),
+            tmf_replies: IdMap::default(),
             tasks: FuturesUnordered::new(),
             tmfs: FuturesUnordered::new(),
             view_changed: false,
@@ -638,7 +638,7 @@ struct Slot {
 /// number of places it holds mostly entries of ports long gone, and starts
 /// again.
 fn remember<K: std::hash::Hash + Eq>(
-    map: &mut FastMap<K, usize>,
+    map: &mut IdMap<K, usize>,
     key: K,
     place: usize,
     places: usize,
@@ -668,10 +668,10 @@ struct Driver {
     /// to scanning the slots, so a stale entry costs a scan, never the
     /// wrong port. (A gateway with a host session per NPIV port has as
     /// many slots as sessions.)
-    by_addr: FastMap<(usize, FcId), usize>,
-    by_name: FastMap<Wwn, usize>,
-    replies: FastMap<CommandId, oneshot::Sender<Outcome>>,
-    tmf_replies: FastMap<CommandId, oneshot::Sender<TmfOutcome>>,
+    by_addr: IdMap<(usize, FcId), usize>,
+    by_name: IdMap<Wwn, usize>,
+    replies: IdMap<CommandId, oneshot::Sender<Outcome>>,
+    tmf_replies: IdMap<CommandId, oneshot::Sender<TmfOutcome>>,
     /// Target tasks still running: (slot, task) and the LU's answer.
     tasks: FuturesUnordered<Keyed<(usize, TaskId), TaskResult>>,
     tmfs: FuturesUnordered<Keyed<(usize, TaskId), TmfResponse>>,

@@ -22,8 +22,8 @@
 
 use std::collections::VecDeque;
 
-use crate::fastmap::FastMap;
 use std::time::{Duration, Instant};
+use unifab_scsi_core::idmap::IdMap;
 
 use bytes::Bytes;
 use unifab_scsi_core::gather::Gathered;
@@ -143,10 +143,10 @@ pub struct InitiatorEngine {
     fast_io_fail: Option<Duration>,
     /// Target ports lost while logged in, and when (kept only with
     /// `fast_io_fail`, at most [`MAX_LOST_PORTS`]).
-    lost: FastMap<Wwn, Instant>,
+    lost: IdMap<Wwn, Instant>,
     queued: VecDeque<Queued>,
-    cmds: FastMap<OxId, Cmd>,
-    by_id: FastMap<u64, OxId>,
+    cmds: IdMap<OxId, Cmd>,
+    by_id: IdMap<u64, OxId>,
     /// The link's budget for `NPortConfig::max_frames_in`.
     budget: Option<LinkBudget>,
     /// [`LinkBudget::freed`] when this port last looked for room.
@@ -169,10 +169,10 @@ impl InitiatorEngine {
         InitiatorEngine {
             timeout,
             fast_io_fail,
-            lost: FastMap::default(),
+            lost: IdMap::default(),
             queued: VecDeque::new(),
-            cmds: FastMap::default(),
-            by_id: FastMap::default(),
+            cmds: IdMap::default(),
+            by_id: IdMap::default(),
             seen_freed: budget.as_ref().map_or(0, LinkBudget::freed),
             budget,
             frame_data,

@@ -31,8 +31,8 @@ pub mod target;
 
 use std::collections::VecDeque;
 
-use crate::fastmap::FastMap;
 use std::time::{Duration, Instant};
+use unifab_scsi_core::idmap::IdMap;
 
 use bytes::Bytes;
 use unifab_scsi_core::{ItNexus, TargetPort, TransportId};
@@ -339,10 +339,10 @@ pub struct NPort {
     fc_id: FcId,
     fabric_params: Option<LoginParams>,
     pub(crate) xm: ExchangeManager,
-    pending: FastMap<OxId, PendingReq>,
+    pending: IdMap<OxId, PendingReq>,
     steps: VecDeque<Step>,
     step_busy: bool,
-    pub(crate) remotes: FastMap<FcId, Remote>,
+    pub(crate) remotes: IdMap<FcId, Remote>,
     pub(crate) target: TargetEngine,
     pub(crate) initiator: InitiatorEngine,
     tx: VecDeque<Frame>,
@@ -350,7 +350,7 @@ pub struct NPort {
     seq_id: u8,
     stats: NPortStats,
     /// RRQ exchange → the OX_ID it recovers.
-    rrq_for: FastMap<OxId, OxId>,
+    rrq_for: IdMap<OxId, OxId>,
 }
 
 impl NPort {
@@ -372,15 +372,15 @@ impl NPort {
             fc_id: FcId::UNIDENTIFIED,
             fabric_params: None,
             xm,
-            pending: FastMap::default(),
+            pending: IdMap::default(),
             steps: VecDeque::new(),
             step_busy: false,
-            remotes: FastMap::default(),
+            remotes: IdMap::default(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             seq_id: 0,
             stats: NPortStats::default(),
-            rrq_for: FastMap::default(),
+            rrq_for: IdMap::default(),
         }
     }
 

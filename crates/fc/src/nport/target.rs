@@ -18,9 +18,9 @@
 //! - After an ABTS the exchange sends nothing more; BA_ACC goes out once
 //!   the LU has ended the task (or at once if the task never started).
 
-use crate::fastmap::FastMap;
 use std::collections::VecDeque;
 use std::time::Instant;
+use unifab_scsi_core::idmap::IdMap;
 
 use bytes::{Bytes, BytesMut};
 use unifab_scsi_core::sense::asc;
@@ -183,9 +183,9 @@ pub struct TargetEngine {
     /// Writes waiting for the budget ([`XState::Waiting`]), oldest first.
     waiting: VecDeque<(FcId, OxId)>,
     next_id: u64,
-    exchanges: FastMap<(FcId, OxId), Exchange>,
-    by_id: FastMap<u64, (FcId, OxId)>,
-    tmfs: FastMap<u64, PendingTmf>,
+    exchanges: IdMap<(FcId, OxId), Exchange>,
+    by_id: IdMap<u64, (FcId, OxId)>,
+    tmfs: IdMap<u64, PendingTmf>,
 }
 
 impl TargetEngine {
@@ -203,9 +203,9 @@ impl TargetEngine {
             budget,
             waiting: VecDeque::new(),
             next_id: 1,
-            exchanges: FastMap::default(),
-            by_id: FastMap::default(),
-            tmfs: FastMap::default(),
+            exchanges: IdMap::default(),
+            by_id: IdMap::default(),
+            tmfs: IdMap::default(),
         }
     }
 
@@ -548,17 +548,16 @@ impl NPort {
 }
 
 fn make_task(x: &Exchange, data_out: Vec<Bytes>, ox: OxId) -> Task {
-    Task {
-        nexus: x.nexus.clone(),
-        lun: x.cmnd.lun,
-        tag: u64::from(ox.0),
-        attr: attr(x.cmnd.task_attribute),
-        priority: x.cmnd.priority,
-        cdb: Cdb::new(x.cmnd.cdb.clone()),
-        data_out,
-        data_out_len: x.write_len,
-        data_in_len: x.read_len,
-    }
+    Task::new(
+        x.nexus.clone(),
+        x.cmnd.lun,
+        u64::from(ox.0),
+        Cdb::new(x.cmnd.cdb.clone()),
+    )
+    .with_attr(attr(x.cmnd.task_attribute))
+    .with_priority(x.cmnd.priority)
+    .with_data_out(data_out, x.write_len)
+    .with_data_in(x.read_len)
 }
 
 impl NPort {

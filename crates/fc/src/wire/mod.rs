@@ -71,9 +71,31 @@ pub enum WireError {
     PayloadTooLong(usize),
 }
 
-pub(crate) fn check_len(buf: &[u8], needed: usize) -> Result<(), WireError> {
+/// A buffer shorter than a header or field needs. Every wire layer of the
+/// FC family (this crate, `unifab-fcoe`, `unifab-fcip`) checks lengths with
+/// [`check_len`] and converts this into its own error's `Truncated`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncated {
+    /// Bytes needed.
+    pub needed: usize,
+    /// Bytes present.
+    pub got: usize,
+}
+
+impl From<Truncated> for WireError {
+    fn from(t: Truncated) -> WireError {
+        WireError::Truncated {
+            needed: t.needed,
+            got: t.got,
+        }
+    }
+}
+
+/// Checks that `buf` holds at least `needed` bytes.
+#[inline]
+pub fn check_len(buf: &[u8], needed: usize) -> Result<(), Truncated> {
     if buf.len() < needed {
-        Err(WireError::Truncated {
+        Err(Truncated {
             needed,
             got: buf.len(),
         })
@@ -82,38 +104,52 @@ pub(crate) fn check_len(buf: &[u8], needed: usize) -> Result<(), WireError> {
     }
 }
 
-/// Big-endian readers over slices whose length the caller has checked.
-pub(crate) mod be {
+/// Big-endian field access for the FC family's wire layers, over slices
+/// whose length the caller has checked ([`check_len`] or `new_checked`).
+///
+/// # Panics
+///
+/// Each function panics if the field does not lie inside the slice; a
+/// view's getters call them only after its constructor checked the length.
+pub mod be {
+    /// The 16-bit field at `at`.
     #[inline]
     pub fn u16_at(b: &[u8], at: usize) -> u16 {
         u16::from_be_bytes([b[at], b[at + 1]])
     }
+    /// The 24-bit field at `at` (FC_IDs, F_CTL).
     #[inline]
     pub fn u24_at(b: &[u8], at: usize) -> u32 {
         u32::from_be_bytes([0, b[at], b[at + 1], b[at + 2]])
     }
+    /// The 32-bit field at `at`.
     #[inline]
     pub fn u32_at(b: &[u8], at: usize) -> u32 {
         u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
     }
+    /// The 64-bit field at `at` (WWNs).
     #[inline]
     pub fn u64_at(b: &[u8], at: usize) -> u64 {
         let mut a = [0u8; 8];
         a.copy_from_slice(&b[at..at + 8]);
         u64::from_be_bytes(a)
     }
+    /// Writes a 16-bit field at `at`.
     #[inline]
     pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
         b[at..at + 2].copy_from_slice(&v.to_be_bytes());
     }
+    /// Writes a 24-bit field at `at` (the low 24 bits of `v`).
     #[inline]
     pub fn put_u24(b: &mut [u8], at: usize, v: u32) {
         b[at..at + 3].copy_from_slice(&v.to_be_bytes()[1..]);
     }
+    /// Writes a 32-bit field at `at`.
     #[inline]
     pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
         b[at..at + 4].copy_from_slice(&v.to_be_bytes());
     }
+    /// Writes a 64-bit field at `at`.
     #[inline]
     pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
         b[at..at + 8].copy_from_slice(&v.to_be_bytes());

@@ -75,37 +75,15 @@ pub enum WireError {
     Fc(unifab_fc::WireError),
 }
 
-pub(crate) fn check_len(buf: &[u8], needed: usize) -> Result<(), WireError> {
-    if buf.len() < needed {
-        Err(WireError::Truncated {
-            needed,
-            got: buf.len(),
-        })
-    } else {
-        Ok(())
-    }
-}
+// The length check and the big-endian field access are the FC family's
+// one copy, in `unifab-fc`.
+pub(crate) use unifab_fc::wire::{be, check_len};
 
-/// Big-endian field access; callers check lengths first.
-pub(crate) mod be {
-    pub fn u16_at(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-    pub fn u32_at(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-    }
-    pub fn u64_at(b: &[u8], at: usize) -> u64 {
-        let mut x = [0u8; 8];
-        x.copy_from_slice(&b[at..at + 8]);
-        u64::from_be_bytes(x)
-    }
-    pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
-        b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-    }
-    pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
-        b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-    }
-    pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
-        b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+impl From<unifab_fc::wire::Truncated> for WireError {
+    fn from(t: unifab_fc::wire::Truncated) -> WireError {
+        WireError::Truncated {
+            needed: t.needed,
+            got: t.got,
+        }
     }
 }

@@ -440,7 +440,7 @@ pub enum SwIlsRepr {
 }
 
 fn need(b: &[u8], n: usize) -> Result<(), WireError> {
-    super::check_len(b, n)
+    Ok(super::check_len(b, n)?)
 }
 
 fn wwn_at(b: &[u8], at: usize) -> Wwn {

@@ -16,8 +16,7 @@ use unifab_fcip::proto::compress;
 use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
 use unifab_scsi_core::{
-    Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Task,
-    TaskAttr,
+    EmulatedLu, EmulatedLuConfig, ItNexus, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Task,
 };
 use unifab_testkit::wan::{WanLink, WanProfile};
 
@@ -27,32 +26,11 @@ pub const TARGET: Wwn = Wwn(0x2100_0000_0000_0b0a);
 pub const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0a0b);
 
 pub fn nexus() -> ItNexus {
-    ItNexus::iscsi(
-        "iqn.2026-11.io.unifab:host",
-        [0x40, 0, 0, 0, 0, 1],
-        "iqn.2026-11.io.unifab:gw,t,0x1",
-    )
+    unifab_testkit::scsi::host_nexus(1)
 }
 
 pub fn task(tag: u64, cdb: &[u8], data_out: Option<Bytes>, data_in_len: u32) -> Task {
-    let (data_out, data_out_len) = match data_out {
-        Some(d) => {
-            let n = d.len() as u32;
-            (vec![d], n)
-        }
-        None => (Vec::new(), 0),
-    };
-    Task {
-        nexus: nexus(),
-        lun: Lun(0),
-        tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
-        data_out,
-        data_out_len,
-        data_in_len,
-    }
+    unifab_testkit::scsi::task(&nexus(), tag, cdb, data_out, data_in_len)
 }
 
 pub struct Sites {

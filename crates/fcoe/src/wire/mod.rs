@@ -73,25 +73,15 @@ pub enum WireError {
     Fc(#[from] unifab_fc::WireError),
 }
 
-pub(crate) fn check_len(buf: &[u8], needed: usize) -> Result<(), WireError> {
-    if buf.len() < needed {
-        Err(WireError::Truncated {
-            needed,
-            got: buf.len(),
-        })
-    } else {
-        Ok(())
-    }
-}
+// The length check and the big-endian field access are the FC family's
+// one copy, in `unifab-fc`.
+pub(crate) use unifab_fc::wire::{be, check_len};
 
-/// Big-endian field access over slices whose length the caller checked.
-pub(crate) mod be {
-    #[inline]
-    pub fn u16_at(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-    #[inline]
-    pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
-        b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+impl From<unifab_fc::wire::Truncated> for WireError {
+    fn from(t: unifab_fc::wire::Truncated) -> WireError {
+        WireError::Truncated {
+            needed: t.needed,
+            got: t.got,
+        }
     }
 }

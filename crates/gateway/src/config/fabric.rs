@@ -526,7 +526,7 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
 /// or else from the backend URL, unless passed through.
 pub(crate) fn fc_identity(lu: &LuConfig, url: FcUrl) -> Identity {
     let fc = lu.fc.as_ref();
-    crate::remote::identity(
+    crate::config::remote::identity(
         fc.and_then(|f| f.identity.as_deref()),
         fc.and_then(|f| f.identity_seed.as_deref()),
         || url.to_string(),

@@ -62,7 +62,7 @@ impl FcPlane {
     /// `initiator_via` (an FCoE ENode's link to a remote FCF) instead of
     /// this gateway's switch. `behind_fcf`: the gateway runs an FCoE FCF,
     /// so its target ports bound the write data in flight toward them
-    /// ([`FCF_WRITE_IN_FLIGHT`]) unless configured otherwise.
+    /// ([`crate::config::fabric::FCF_WRITE_IN_FLIGHT`]) unless configured otherwise.
     pub fn start_with(
         f: &FabricSection,
         lookup: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
@@ -235,7 +235,7 @@ impl FcPlane {
                     p.port_name.to_string()
                 };
                 let remote = url.to_string();
-                let row = crate::remote::RemoteRow {
+                let row = crate::plane::remote::RemoteRow {
                     lu: name,
                     remote: &remote,
                     initiator: iface,

@@ -50,12 +50,13 @@ use unifab_scsi_core::initiator::{
 };
 use unifab_scsi_core::{BoxFuture, ItNexus, Lun, TmfFunction, TmfResponse, TransportId};
 
-use super::session::{ConnectionError, Event, FfpParams, OutPdu, Session, SessionConfig, StartSn};
+use super::session::{ConnectionError, Event, OutPdu, Session, SessionConfig, StartSn};
 use crate::chap::{ChapAlgorithm, ChapConfig, ChapCredentials};
+use crate::ffp::FfpParams;
 use crate::login::{
     InitiatorLogin, InitiatorLoginConfig, InitiatorStep, LoginError, LoginOutcome, LoginStatus,
 };
-use crate::negotiate::{Digest, NegotiationLimits};
+use crate::negotiate::{Digest, NegotiationLimits, Role};
 use crate::sock::{ReadOutcome, RecvAlloc, read_some};
 use crate::text::{TextAccumulator, TextParams};
 use crate::wire::{
@@ -249,9 +250,7 @@ impl Core {
             return false;
         };
         while let Some(pdu) = self.session.poll_transmit() {
-            if o.busy
-                && matches!(&pdu.pdu, Pdu::NopOut(n) if n.itt == crate::target::session::RESERVED_TAG)
-            {
+            if o.busy && matches!(&pdu.pdu, Pdu::NopOut(n) if n.itt == crate::ffp::RESERVED_TAG) {
                 o.echo_backlog += BHS_LEN + pdu.data.len();
                 if o.echo_backlog > MAX_ECHO_BACKLOG {
                     if !o.failed {
@@ -976,7 +975,7 @@ async fn drive(shared: Arc<Shared>, cfg: Arc<InitiatorConfig>, portal: String, t
                 info!(remote = %shared.remote, logins = n, digests = %c.outcome.digests, "iSCSI session in full feature phase");
                 *shared.digests.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.outcome.digests);
                 let now = Instant::now();
-                let params = FfpParams::from_login(&c.outcome);
+                let params = FfpParams::from_login(&c.outcome, Role::Initiator);
                 let sn = StartSn {
                     cmd_sn: c.outcome.exp_cmd_sn,
                     max_cmd_sn: c.max_cmd_sn,
@@ -1491,7 +1490,7 @@ async fn send_targets(c: Connected) -> Result<Vec<DiscoveredTarget>, InitiatorEr
     let mut cmd_sn = outcome.exp_cmd_sn;
     let mut exp_stat_sn = outcome.next_stat_sn;
     let mut text = TextAccumulator::new(1 << 20);
-    let mut ttt = crate::target::session::RESERVED_TAG;
+    let mut ttt = crate::ffp::RESERVED_TAG;
     let mut body: &[u8] = b"SendTargets=All\0";
     loop {
         let req = Pdu::TextRequest(TextRequest {

@@ -14,5 +14,6 @@ pub mod url;
 #[cfg(feature = "io")]
 pub mod io;
 
-pub use session::{ConnectionError, Event, FfpParams, OutPdu, Session, SessionConfig, StartSn};
+pub use crate::ffp::FfpParams;
+pub use session::{ConnectionError, Event, OutPdu, Session, SessionConfig, StartSn};
 pub use url::{IscsiUrl, UrlError};

@@ -58,8 +58,8 @@ use unifab_scsi_core::{
     DataDirection, Lun, Residual, Status, TaskAttr, TaskResult, TmfFunction, TmfResponse,
 };
 
-use crate::login::LoginOutcome;
-use crate::target::session::{DataSegment, RESERVED_TAG, sn_le, sn_lt};
+use crate::ffp::{DataSegment, FfpParams, RESERVED_TAG, sn_le, sn_lt};
+
 use crate::wire::{
     Ahs, AsyncEvent, Bhs, DataIn, DataOut, LogoutReason, LogoutRequest, NopIn, NopOut, Opcode, Pdu,
     PduFrame, R2t, Reject, ScsiCommand, ScsiResponse, TaskAttrCode, TaskMgmtRequest,
@@ -110,55 +110,6 @@ impl Default for SessionConfig {
             max_commands: 1024,
             max_attempts: 3,
             replacement_timeout: None,
-        }
-    }
-}
-
-/// Operational parameters of a connection, as login negotiated them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FfpParams {
-    /// The target's MaxRecvDataSegmentLength: the largest data segment we send.
-    pub max_send_data_segment_length: u32,
-    /// Our MaxRecvDataSegmentLength.
-    pub max_recv_data_segment_length: u32,
-    /// MaxBurstLength.
-    pub max_burst_length: u32,
-    /// FirstBurstLength.
-    pub first_burst_length: u32,
-    /// InitialR2T.
-    pub initial_r2t: bool,
-    /// ImmediateData.
-    pub immediate_data: bool,
-    /// iSCSIProtocolLevel (2: the RFC 7144 task management functions).
-    pub protocol_level: u8,
-}
-
-impl Default for FfpParams {
-    /// The RFC 7143 defaults.
-    fn default() -> Self {
-        FfpParams {
-            max_send_data_segment_length: 8192,
-            max_recv_data_segment_length: 8192,
-            max_burst_length: 262_144,
-            first_burst_length: 65_536,
-            initial_r2t: true,
-            immediate_data: true,
-            protocol_level: 0,
-        }
-    }
-}
-
-impl FfpParams {
-    /// The parameters a login produced.
-    pub fn from_login(o: &LoginOutcome) -> FfpParams {
-        FfpParams {
-            max_send_data_segment_length: o.connection.target_max_recv_data_segment_length,
-            max_recv_data_segment_length: o.connection.initiator_max_recv_data_segment_length,
-            max_burst_length: o.session.max_burst_length,
-            first_burst_length: o.session.first_burst_length,
-            initial_r2t: o.session.initial_r2t,
-            immediate_data: o.session.immediate_data,
-            protocol_level: o.session.protocol_level,
         }
     }
 }
@@ -1455,7 +1406,7 @@ impl<T> Session<T> {
         } else {
             Bytes::new()
         };
-        let mss = p.max_send_data_segment_length.max(512);
+        let mss = p.max_xmit_data_segment_length.max(512);
         let first_burst = p.first_burst_length.min(p.max_burst_length).max(1);
         let immediate = if write && p.immediate_data {
             c.data_out_len.min(first_burst).min(mss)
@@ -1501,7 +1452,7 @@ impl<T> Session<T> {
     /// Data-Out PDUs for `[offset, offset + len)`, each within the target's
     /// MaxRecvDataSegmentLength, DataSN from 0, F on the last.
     fn queue_data_out(&mut self, slot: u16, ttt: u32, offset: u32, len: u32) {
-        let mss = self.params.max_send_data_segment_length.max(512);
+        let mss = self.params.max_xmit_data_segment_length.max(512);
         let Some(c) = self.slots.get(usize::from(slot)).and_then(Option::as_ref) else {
             return;
         };
@@ -1693,7 +1644,7 @@ impl<T> Session<T> {
             // it as the target accepts (RFC 7143 §11.18.3: reflected data
             // is limited to the receiver's MaxRecvDataSegmentLength; ours
             // may be the larger).
-            let max = self.params.max_send_data_segment_length as usize;
+            let max = self.params.max_xmit_data_segment_length as usize;
             let data = data.slice(..data.len().min(max));
             self.tx.push_back(OutPdu {
                 pdu: Pdu::NopOut(NopOut {

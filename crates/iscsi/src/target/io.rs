@@ -25,7 +25,8 @@ use tracing::{debug, info, warn};
 
 use unifab_scsi_core::{Dispatch, ItNexus, Keyed, TaskResult, TmfResponse};
 
-use super::session::{Coalescing, Event, FfpParams, OutPdu, Session, SessionLimits};
+use super::session::{Coalescing, Event, OutPdu, Session, SessionLimits};
+use crate::ffp::FfpParams;
 use crate::sock::{ReadOutcome, RecvAlloc, read_some};
 use crate::wire::{Check, Digests, Framer, Pdu, WireError, digest, encode_header, frame::padding};
 

@@ -7,10 +7,8 @@ pub mod io;
 pub mod server;
 pub mod session;
 
-pub use session::{
-    CloseReason, Coalescing, DataSegment, Event, FfpParams, OutPdu, Session, SessionError,
-    SessionLimits,
-};
+pub use crate::ffp::{DataSegment, FfpParams};
+pub use session::{CloseReason, Coalescing, Event, OutPdu, Session, SessionError, SessionLimits};
 
 #[cfg(test)]
 mod session_tests;

@@ -28,13 +28,14 @@ use tracing::{debug, info, warn};
 use unifab_scsi_core::{Dispatch, ItNexus, TargetPort, TransportId};
 
 use super::io::{FfpSetup, Listeners, SessionHandle, SessionInfo, Shared, fill, run_ffp};
-use super::session::{FfpParams, SessionLimits};
+use super::session::SessionLimits;
 use crate::chap::{ChapConfig, ChapCredentials, TargetSecrets};
+use crate::ffp::FfpParams;
 use crate::login::{
     AdmitRequest, AuthPolicy, LoginPolicy, LoginStatus, TargetConfig, TargetLogin,
     TargetLoginConfig, TargetLookup, TargetStep,
 };
-use crate::negotiate::{NegotiationLimits, SessionParams, SessionType};
+use crate::negotiate::{NegotiationLimits, Role, SessionParams, SessionType};
 use crate::text::TextWriter;
 use crate::wire::{Digests, Framer, Pdu, encode_pdu};
 
@@ -345,7 +346,7 @@ impl TargetServer {
         let setup = FfpSetup {
             nexus,
             cid: outcome.cid,
-            params: ffp_params(&outcome),
+            params: FfpParams::from_login(&outcome, Role::Target),
             limits: SessionLimits {
                 queue_depth: 8,
                 ..self.config.limits
@@ -438,7 +439,7 @@ impl TargetServer {
         let setup = FfpSetup {
             nexus: nexus.clone(),
             cid: outcome.cid,
-            params: ffp_params(&outcome),
+            params: FfpParams::from_login(&outcome, Role::Target),
             limits: self.config.limits,
             digests: outcome.digests,
             exp_cmd_sn: outcome.exp_cmd_sn,
@@ -577,24 +578,6 @@ async fn write_login(
     )
     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
     stream.write_all(&bytes).await
-}
-
-fn ffp_params(o: &crate::login::LoginOutcome) -> FfpParams {
-    let s = &o.session;
-    FfpParams {
-        max_recv_data_segment_length: o.connection.target_max_recv_data_segment_length,
-        max_xmit_data_segment_length: o.connection.initiator_max_recv_data_segment_length,
-        max_burst_length: s.max_burst_length,
-        first_burst_length: s.first_burst_length,
-        initial_r2t: s.initial_r2t,
-        immediate_data: s.immediate_data,
-        max_outstanding_r2t: u32::from(s.max_outstanding_r2t),
-        data_pdu_in_order: s.data_pdu_in_order,
-        data_sequence_in_order: s.data_sequence_in_order,
-        error_recovery_level: s.error_recovery_level,
-        default_time2wait: s.default_time2wait,
-        default_time2retain: s.default_time2retain,
-    }
 }
 
 fn hex(b: &[u8]) -> String {

@@ -30,6 +30,7 @@
 //! - NOP-Out/NOP-In both ways with a dead-peer timeout, logout, and a
 //!   Reject for every malformed PDU.
 
+use crate::ffp::{DataSegment, FfpParams, RESERVED_TAG, sn_le, sn_lt};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -48,70 +49,6 @@ use crate::wire::{
     ScsiCommand, ScsiResponse, TaskAttrCode, TaskMgmtRequest, TaskMgmtResponse, TmfCode,
     TmfResponseCode, WireError,
 };
-
-/// The reserved tag value (ITT or TTT) meaning "none".
-pub const RESERVED_TAG: u32 = 0xffff_ffff;
-
-/// Serial number arithmetic (RFC 1982 with SERIAL_BITS = 32), as
-/// RFC 7143 §4.2.2.1 requires for CmdSN and StatSN.
-pub fn sn_lt(a: u32, b: u32) -> bool {
-    a != b && b.wrapping_sub(a) < 0x8000_0000
-}
-
-/// `a <= b` in serial number arithmetic.
-pub fn sn_le(a: u32, b: u32) -> bool {
-    a == b || sn_lt(a, b)
-}
-
-/// Operational parameters of the session and connection, as negotiated at
-/// login (RFC 7143 §13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FfpParams {
-    /// Our MaxRecvDataSegmentLength: the largest data segment we accept.
-    pub max_recv_data_segment_length: u32,
-    /// The initiator's MaxRecvDataSegmentLength: the largest we send.
-    pub max_xmit_data_segment_length: u32,
-    /// MaxBurstLength.
-    pub max_burst_length: u32,
-    /// FirstBurstLength.
-    pub first_burst_length: u32,
-    /// InitialR2T.
-    pub initial_r2t: bool,
-    /// ImmediateData.
-    pub immediate_data: bool,
-    /// MaxOutstandingR2T.
-    pub max_outstanding_r2t: u32,
-    /// DataPDUInOrder.
-    pub data_pdu_in_order: bool,
-    /// DataSequenceInOrder.
-    pub data_sequence_in_order: bool,
-    /// ErrorRecoveryLevel (only 0 is offered).
-    pub error_recovery_level: u8,
-    /// DefaultTime2Wait, for the Logout Response.
-    pub default_time2wait: u16,
-    /// DefaultTime2Retain, for the Logout Response.
-    pub default_time2retain: u16,
-}
-
-impl Default for FfpParams {
-    /// The RFC 7143 defaults.
-    fn default() -> Self {
-        FfpParams {
-            max_recv_data_segment_length: 8192,
-            max_xmit_data_segment_length: 8192,
-            max_burst_length: 262_144,
-            first_burst_length: 65_536,
-            initial_r2t: true,
-            immediate_data: true,
-            max_outstanding_r2t: 1,
-            data_pdu_in_order: true,
-            data_sequence_in_order: true,
-            error_recovery_level: 0,
-            default_time2wait: 2,
-            default_time2retain: 20,
-        }
-    }
-}
 
 /// Limits the target sets for one session, whatever was negotiated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,43 +117,6 @@ impl Default for SessionLimits {
             nop_in_timeout: Duration::from_secs(30),
             logout_timeout: Duration::from_secs(30),
             coalescing: Coalescing::default(),
-        }
-    }
-}
-
-/// Payload of an outgoing PDU: zero, one or several slices.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum DataSegment {
-    /// No data segment.
-    #[default]
-    None,
-    /// One slice.
-    One(Bytes),
-    /// Several slices, sent back to back (Data-In spanning LU buffers).
-    Many(Vec<Bytes>),
-}
-
-impl DataSegment {
-    /// Total length.
-    pub fn len(&self) -> usize {
-        match self {
-            DataSegment::None => 0,
-            DataSegment::One(b) => b.len(),
-            DataSegment::Many(v) => v.iter().map(Bytes::len).sum(),
-        }
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The slices.
-    pub fn slices(&self) -> &[Bytes] {
-        match self {
-            DataSegment::None => &[],
-            DataSegment::One(b) => std::slice::from_ref(b),
-            DataSegment::Many(v) => v,
         }
     }
 }
@@ -1334,17 +1234,15 @@ impl Session {
             return;
         };
         entry.phase = Phase::Executing;
-        let task = Task {
-            nexus: self.nexus.clone(),
-            lun: Lun(entry.lun),
-            tag: u64::from(itt),
-            attr: entry.attr,
-            priority: 0,
-            cdb: entry.cdb.clone(),
-            data_out: std::mem::take(&mut entry.data_out),
-            data_out_len: entry.write_len,
-            data_in_len: entry.read_len,
-        };
+        let task = Task::new(
+            self.nexus.clone(),
+            Lun(entry.lun),
+            u64::from(itt),
+            entry.cdb.clone(),
+        )
+        .with_attr(entry.attr)
+        .with_data_out(std::mem::take(&mut entry.data_out), entry.write_len)
+        .with_data_in(entry.read_len);
         self.events.push_back(Event::Execute { itt, task });
     }
 

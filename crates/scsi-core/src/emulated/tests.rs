@@ -39,20 +39,17 @@ fn lu() -> EmulatedLu {
 }
 
 fn task(n: &ItNexus, cdb: &[u8], out: &[u8], din: u32) -> Task {
-    Task {
-        nexus: n.clone(),
-        lun: Lun::ZERO,
-        tag: 1,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
-        data_out: if out.is_empty() {
-            vec![]
-        } else {
-            vec![Bytes::copy_from_slice(out)]
-        },
-        data_out_len: out.len() as u32,
-        data_in_len: din,
+    let task = Task::new(
+        n.clone(),
+        Lun::ZERO,
+        1,
+        Cdb::new(Bytes::copy_from_slice(cdb)),
+    );
+    if out.is_empty() {
+        task.with_data_in(din)
+    } else {
+        task.with_data(Bytes::copy_from_slice(out))
+            .with_data_in(din)
     }
 }
 

@@ -87,17 +87,13 @@ fn loopback(lu: Arc<EmulatedLu>, per_nexus: bool) -> (RemoteLu, Arc<LoopbackFact
 }
 
 fn task(n: &ItNexus, tag: u64, cdb: &[u8], data_in_len: u32) -> Task {
-    Task {
-        nexus: n.clone(),
-        lun: Lun(0),
+    Task::new(
+        n.clone(),
+        Lun(0),
         tag,
-        attr: TaskAttr::Simple,
-        priority: 0,
-        cdb: Cdb::new(Bytes::copy_from_slice(cdb)),
-        data_out: Vec::new(),
-        data_out_len: 0,
-        data_in_len,
-    }
+        Cdb::new(Bytes::copy_from_slice(cdb)),
+    )
+    .with_data_in(data_in_len)
 }
 
 fn write10(n: &ItNexus, tag: u64, lba: u32, data: Bytes) -> Task {
@@ -106,10 +102,7 @@ fn write10(n: &ItNexus, tag: u64, lba: u32, data: Bytes) -> Task {
     cdb[0] = 0x2a;
     cdb[2..6].copy_from_slice(&lba.to_be_bytes());
     cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
-    let mut t = task(n, tag, &cdb, 0);
-    t.data_out_len = data.len() as u32;
-    t.data_out = vec![data];
-    t
+    task(n, tag, &cdb, 0).with_data(data)
 }
 
 fn read10(n: &ItNexus, tag: u64, lba: u32, blocks: u16, edtl: u32) -> Task {

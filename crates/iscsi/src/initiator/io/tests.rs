@@ -578,7 +578,7 @@ async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
         FfpParams {
             max_recv_data_segment_length: 1 << 20,
             // The target takes the 64 KiB answers whole.
-            max_send_data_segment_length: 1 << 20,
+            max_xmit_data_segment_length: 1 << 20,
             ..FfpParams::default()
         },
         StartSn {
@@ -601,7 +601,7 @@ async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
         let wire = encode_pdu(
             &Pdu::NopIn(crate::wire::NopIn {
                 lun: 0,
-                itt: crate::target::session::RESERVED_TAG,
+                itt: crate::ffp::RESERVED_TAG,
                 ttt: 0x100 + i,
                 stat_sn: 1,
                 exp_cmd_sn: 1,

@@ -15,9 +15,7 @@ use unifab_scsi_core::sense::{Sense, SenseKey, asc};
 use unifab_scsi_core::{BoxFuture, ItNexus, LogicalUnit, TargetPort, TransportId};
 
 use super::*;
-use crate::target::session::{
-    Event as TEvent, FfpParams as TParams, OutPdu as TOut, Session as TSession, SessionLimits,
-};
+use crate::target::session::{Event as TEvent, OutPdu as TOut, Session as TSession, SessionLimits};
 use crate::wire::{Digests, Framer, digest, encode_header, frame::padding};
 
 const LBA_BYTES: usize = 512;
@@ -81,7 +79,7 @@ struct Pair {
     ini: Session<u32>,
     tgt: TSession,
     lu: Arc<EmulatedLu>,
-    tparams: TParams,
+    tparams: FfpParams,
     limits: SessionLimits,
     digests: Digests,
     running: Vec<(u32, BoxFuture<'static, TaskResult>)>,
@@ -108,13 +106,13 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(cfg: SessionConfig, tparams: TParams, limits: SessionLimits) -> Pair {
+    fn new(cfg: SessionConfig, tparams: FfpParams, limits: SessionLimits) -> Pair {
         Pair::with_lu(cfg, tparams, limits, lu())
     }
 
     fn with_lu(
         cfg: SessionConfig,
-        tparams: TParams,
+        tparams: FfpParams,
         limits: SessionLimits,
         lu: Arc<EmulatedLu>,
     ) -> Pair {
@@ -153,13 +151,8 @@ impl Pair {
 
     fn iparams(&self) -> FfpParams {
         FfpParams {
-            max_send_data_segment_length: self.tparams.max_recv_data_segment_length,
-            max_recv_data_segment_length: self.tparams.max_xmit_data_segment_length,
-            max_burst_length: self.tparams.max_burst_length,
-            first_burst_length: self.tparams.first_burst_length,
-            initial_r2t: self.tparams.initial_r2t,
-            immediate_data: self.tparams.immediate_data,
             protocol_level: 2,
+            ..self.tparams.mirrored()
         }
     }
 
@@ -407,15 +400,15 @@ fn flat(r: &TaskResult) -> Vec<u8> {
     r.data_in.iter().flat_map(|b| b.iter().copied()).collect()
 }
 
-fn params(imm: bool, initial_r2t: bool, mrdsl: u32, first: u32, burst: u32) -> TParams {
-    TParams {
+fn params(imm: bool, initial_r2t: bool, mrdsl: u32, first: u32, burst: u32) -> FfpParams {
+    FfpParams {
         max_recv_data_segment_length: mrdsl,
         max_xmit_data_segment_length: mrdsl,
         max_burst_length: burst,
         first_burst_length: first,
         initial_r2t,
         immediate_data: imm,
-        ..TParams::default()
+        ..FfpParams::default()
     }
 }
 
@@ -516,7 +509,7 @@ fn commands_pipeline_within_the_cmdsn_window() {
         queue_depth: 4,
         ..SessionLimits::default()
     };
-    let mut p = Pair::new(SessionConfig::default(), TParams::default(), limits);
+    let mut p = Pair::new(SessionConfig::default(), FfpParams::default(), limits);
     p.hold = true;
     let tokens: Vec<u32> = (0..20).map(|i| p.submit(read16(i, 1))).collect();
     p.run();
@@ -542,7 +535,7 @@ fn commands_pipeline_within_the_cmdsn_window() {
 fn status_sense_and_residuals_come_back_unchanged() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     // LBA out of range: CHECK CONDITION with the LU's sense.
@@ -604,7 +597,7 @@ fn a_command_without_answer_times_out_and_is_aborted_at_the_target() {
         nop_interval: None,
         ..SessionConfig::default()
     };
-    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    let mut p = Pair::new(cfg, FfpParams::default(), SessionLimits::default());
     p.hold = true;
     let t = p.submit(read16(0, 1));
     p.run();
@@ -642,7 +635,7 @@ fn an_unanswered_abort_declares_the_connection_dead() {
         nop_interval: None,
         ..SessionConfig::default()
     };
-    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    let mut p = Pair::new(cfg, FfpParams::default(), SessionLimits::default());
     let t = p.submit(read16(0, 1));
     p.deaf = true;
     p.run();
@@ -689,7 +682,7 @@ fn nop_pings_detect_a_dead_peer_and_answer_the_targets() {
         nop_timeout: Duration::from_secs(5),
         ..SessionConfig::default()
     };
-    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    let mut p = Pair::new(cfg, FfpParams::default(), SessionLimits::default());
     // Alive: the target answers our pings.
     for _ in 0..4 {
         p.advance(Duration::from_secs(5));
@@ -711,7 +704,7 @@ fn nop_pings_detect_a_dead_peer_and_answer_the_targets() {
     // The target's own ping gets its TTT and data back.
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     let o = target_ping(&mut p, 0x1234, Bytes::from_static(b"ping"));
@@ -738,7 +731,7 @@ fn nop_pings_detect_a_dead_peer_and_answer_the_targets() {
 fn connection_loss_resends_idempotent_commands_in_order_and_fails_the_rest() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.hold = true;
@@ -799,7 +792,7 @@ fn commands_wait_for_a_connection_until_their_deadline() {
         command_timeout: Duration::from_secs(10),
         ..SessionConfig::default()
     };
-    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    let mut p = Pair::new(cfg, FfpParams::default(), SessionLimits::default());
     p.ini.connection_lost(p.now);
     let a = p.submit(read16(0, 1));
     p.advance(Duration::from_secs(4));
@@ -828,7 +821,7 @@ fn commands_wait_for_a_connection_until_their_deadline() {
 fn abort_task_and_abort_task_set_end_the_commands_once_confirmed() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.hold = true;
@@ -909,7 +902,7 @@ fn abort_task_and_abort_task_set_end_the_commands_once_confirmed() {
 fn dropping_a_future_aborts_the_command() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.hold = true;
@@ -931,7 +924,7 @@ fn dropping_a_future_aborts_the_command() {
 fn a_data_digest_error_on_data_in_sends_the_read_again() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.digests = Digests {
@@ -965,7 +958,7 @@ fn a_data_digest_error_on_data_in_sends_the_read_again() {
 fn data_in_beyond_the_expected_length_fails_only_that_command() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.hold = true;
@@ -1023,7 +1016,7 @@ fn data_in_beyond_the_expected_length_fails_only_that_command() {
 fn tiny_data_ins_are_gathered() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.hold = true;
@@ -1072,7 +1065,7 @@ fn tiny_data_ins_are_gathered() {
 fn a_rejected_command_fails_with_the_reason() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.hold = true;
@@ -1112,7 +1105,7 @@ fn a_rejected_command_fails_with_the_reason() {
 fn close_drains_then_logs_out() {
     let mut p = Pair::new(
         SessionConfig::default(),
-        TParams::default(),
+        FfpParams::default(),
         SessionLimits::default(),
     );
     p.hold = true;
@@ -1154,7 +1147,7 @@ fn the_targets_logout_request_drains_logs_out_and_keeps_queued_commands() {
         queue_depth: 1,
         ..SessionLimits::default()
     };
-    let mut p = Pair::new(SessionConfig::default(), TParams::default(), limits);
+    let mut p = Pair::new(SessionConfig::default(), FfpParams::default(), limits);
     p.hold = true;
     let a = p.submit(read16(0, 1));
     let b = p.submit(read16(1, 1));
@@ -1187,7 +1180,7 @@ fn the_queue_is_bounded() {
         max_commands: 3,
         ..SessionConfig::default()
     };
-    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    let mut p = Pair::new(cfg, FfpParams::default(), SessionLimits::default());
     p.hold = true;
     for i in 0..3 {
         p.submit(read16(i, 1));
@@ -1241,7 +1234,7 @@ fn replacement_timeout_bounds_the_wait_for_a_lost_connection() {
         replacement_timeout: Some(Duration::from_secs(2)),
         ..SessionConfig::default()
     };
-    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    let mut p = Pair::new(cfg, FfpParams::default(), SessionLimits::default());
     p.hold = true;
     let sent = p.submit(read16(0, 1));
     p.run();
@@ -1299,7 +1292,7 @@ fn without_replacement_timeout_commands_wait_their_whole_timeout() {
         command_timeout: Duration::from_secs(30),
         ..SessionConfig::default()
     };
-    let mut p = Pair::new(cfg, TParams::default(), SessionLimits::default());
+    let mut p = Pair::new(cfg, FfpParams::default(), SessionLimits::default());
     p.ini.connection_lost(p.now);
     let a = p.submit(read16(0, 1));
     p.advance(Duration::from_secs(29));

@@ -5,21 +5,17 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use bytes::Bytes;
 
+use super::{TOOL_INITIATOR_NAME, command, parse_credentials};
 use unifab_iscsi::chap::ChapCredentials;
 use unifab_iscsi::initiator::IscsiUrl;
 use unifab_iscsi::initiator::io::{
     InitiatorConfig, IscsiInitiator, address_of, discover, random_isid,
 };
 use unifab_scsi_core::initiator::{Initiator, Request};
-use unifab_scsi_core::sense::{Sense, SenseKey};
 use unifab_scsi_core::{Lun, Status, TaskResult};
-
-/// The InitiatorName `unifab iscsi discover` and `unifab bench` use unless
-/// told otherwise.
-pub const TOOL_INITIATOR_NAME: &str = "iqn.2026-11.io.unifab:tools";
 
 /// Options of `unifab iscsi discover`.
 #[derive(clap::Args, Debug, Clone)]
@@ -37,7 +33,7 @@ pub struct DiscoverArgs {
     #[arg(long)]
     pub no_luns: bool,
     /// Seconds for each login and command.
-    #[arg(long, default_value_t = 10.0, value_parser = crate::bench::parse_seconds)]
+    #[arg(long, default_value_t = 10.0, value_parser = super::parse_seconds)]
     pub timeout: f64,
     /// Print JSON.
     #[arg(long)]
@@ -76,37 +72,6 @@ pub struct TargetInfo {
     pub luns: Vec<LunInfo>,
     /// Why the LUNs could not be listed.
     pub error: Option<String>,
-}
-
-/// Parses `USER%SECRET`.
-pub fn parse_credentials(s: &str) -> anyhow::Result<ChapCredentials> {
-    let (u, p) = s
-        .split_once('%')
-        .context("credentials are written USER%SECRET")?;
-    Ok(ChapCredentials::new(u, p.as_bytes().to_vec()))
-}
-
-/// Sends a command, retrying through unit attentions and transport hiccups
-/// (as a host does), and returns the first other answer.
-pub async fn command(ini: &IscsiInitiator, request: Request) -> anyhow::Result<TaskResult> {
-    let mut last = None;
-    for _ in 0..6 {
-        match ini.submit(request.clone()).outcome.await {
-            Ok(r) if r.status == Status::CHECK_CONDITION => {
-                let s = r.sense.as_deref().and_then(Sense::parse);
-                if s.is_some_and(|s| s.key == SenseKey::UNIT_ATTENTION) {
-                    continue;
-                }
-                return Ok(r);
-            }
-            Ok(r) => return Ok(r),
-            Err(e) => last = Some(e),
-        }
-    }
-    match last {
-        Some(e) => Err(e.into()),
-        None => bail!("unit attentions did not clear"),
-    }
 }
 
 fn ascii(b: &[u8]) -> String {

@@ -39,7 +39,8 @@ use unifab_scsi_core::initiator::{Initiator, InitiatorError, Request};
 use unifab_scsi_core::sense::{Sense, SenseKey};
 use unifab_scsi_core::{Lun, Status, TaskResult};
 
-use crate::discover::{TOOL_INITIATOR_NAME, command, parse_credentials};
+use super::parse_seconds;
+use super::{TOOL_INITIATOR_NAME, command, parse_credentials};
 
 const SECTOR: usize = 512;
 const MAGIC: &[u8; 8] = b"UNIFABv1";
@@ -70,16 +71,6 @@ pub enum Pattern {
 
 fn parse_size(s: &str) -> Result<u64, String> {
     crate::config::parse_size(s)
-}
-
-/// A command-line number of seconds: finite, 0 to a year (a Duration
-/// cannot hold every f64, and NaN or infinity would not mean anything).
-pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
-    s.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| crate::config::seconds_in(*v, 0.0..=31_536_000.0).is_some())
-        .ok_or_else(|| format!("{s:?} is not a number of seconds from 0 to 31536000"))
 }
 
 /// Options of `unifab bench`.

@@ -1,0 +1,139 @@
+//! The running FCIP plane: the tunnels and circuits of `[fcip]` attached
+//! to the gateway's switch, and `unifab show fcip`. Their configuration is
+//! [`crate::config::fcip`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use unifab_fcip::io::tls::TlsSettings;
+use unifab_fcip::io::{CircuitConfig, InterSwitch, Listener, Tunnel, TunnelConfig};
+
+use crate::config::fcip::{FcipSection, mode, wwn};
+
+/// The running FCIP plane.
+#[derive(Debug)]
+pub struct FcipPlane {
+    tunnels: Vec<Tunnel>,
+    listener: Option<Listener>,
+    controller: InterSwitch,
+}
+
+impl FcipPlane {
+    /// Starts the controller, the tunnels and the listener on `switch`.
+    pub async fn start(
+        f: &FcipSection,
+        switch: &unifab_fc::io::Switch,
+    ) -> anyhow::Result<FcipPlane> {
+        let tls = match &f.tls {
+            None => None,
+            Some(t) => Some(Arc::new(match &t.psk {
+                Some(p) => TlsSettings::pre_shared_key(p.as_bytes())?,
+                None => {
+                    let read = |p: &Option<String>, what: &str| -> anyhow::Result<Vec<u8>> {
+                        let p = p.as_ref().with_context(|| format!("fcip.tls.{what}"))?;
+                        std::fs::read(p).with_context(|| format!("fcip.tls.{what}: reading {p}"))
+                    };
+                    TlsSettings::mutual(
+                        &read(&t.cert, "cert")?,
+                        &read(&t.key, "key")?,
+                        &read(&t.ca, "ca")?,
+                        t.peer_name.as_deref().unwrap_or_default(),
+                    )?
+                }
+            })),
+        };
+        let controller = InterSwitch::start(switch.clone());
+        let mut tunnels = Vec::new();
+        for (i, t) in f.tunnel.iter().enumerate() {
+            let peer = wwn("fcip.tunnel.peer", &t.peer).map_err(anyhow::Error::msg)?;
+            let circuits = t
+                .circuit
+                .iter()
+                .map(|c| CircuitConfig {
+                    peer: c.peer,
+                    local: c.local,
+                    weight: c.weight.unwrap_or(1),
+                })
+                .collect();
+            let mut tc = TunnelConfig::new(&t.name, u32::try_from(i).unwrap_or(0), peer, circuits);
+            tc.mode = mode(t).map_err(anyhow::Error::msg)?;
+            tc.compression = t
+                .compression
+                .as_deref()
+                .unwrap_or("none")
+                .parse()
+                .map_err(anyhow::Error::msg)?;
+            tc.fastwrite = t.fastwrite;
+            let ka = t.keepalive_ms.unwrap_or(20);
+            tc.keepalive = Duration::from_millis(ka);
+            tc.dead_after = Duration::from_millis(t.dead_ms.unwrap_or(4 * ka));
+            tc.tls = tls.clone();
+            tunnels.push(Tunnel::start(tc, controller.clone()));
+            println!("FCIP tunnel {} to switch {peer}", t.name);
+        }
+        let listener = match f.listen {
+            Some(addr) => {
+                let local = switch.with_fabric(|f| f.switch_name());
+                let l = Listener::start(addr, local, tunnels.clone(), tls.clone())
+                    .await
+                    .with_context(|| format!("fcip.listen {addr}"))?;
+                println!("FCIP listening on {}", l.local_addr());
+                Some(l)
+            }
+            None => None,
+        };
+        Ok(FcipPlane {
+            tunnels,
+            listener,
+            controller,
+        })
+    }
+
+    /// JSON for `unifab show fcip`: one row per circuit.
+    pub fn show(&self) -> String {
+        let mut rows = Vec::new();
+        for t in &self.tunnels {
+            let s = t.stats();
+            let ratio = if s.wire_bytes > 0 {
+                format!("{:.2}", s.raw_bytes as f64 / s.wire_bytes as f64)
+            } else {
+                "-".into()
+            };
+            for c in &s.circuits {
+                rows.push(serde_json::json!({
+                    "tunnel": s.name,
+                    "circuit": if c.slot == 0 { "classF".to_string() } else { c.slot.to_string() },
+                    "state": c.state,
+                    "tunnel state": s.state,
+                    "mode": s.mode,
+                    "peer": c.peer,
+                    "weight": c.weight,
+                    "uptime": format!("{:.0}s", c.uptime_s),
+                    "tx MB/s": format!("{:.2}", c.tx_mbps),
+                    "rx MB/s": format!("{:.2}", c.rx_mbps),
+                    "comp": format!("{} {}", s.compression, ratio),
+                    "retrans": c.retransmits,
+                    "rtt us": c.rtt_us,
+                    "fastwrite": if s.fastwrite { format!("on ({})", s.fastwrite_writes) } else { "off".into() },
+                    "failures": c.failures,
+                }));
+            }
+        }
+        if let Some(l) = &self.listener {
+            let st = l.stats();
+            if st.refused > 0 {
+                rows.push(serde_json::json!({
+                    "tunnel": "(listener)",
+                    "state": format!("{} refused; last: {}", st.refused, st.last_refusal),
+                }));
+            }
+        }
+        serde_json::Value::Array(rows).to_string()
+    }
+
+    /// The controller (routes).
+    pub fn controller(&self) -> &InterSwitch {
+        &self.controller
+    }
+}

@@ -22,6 +22,7 @@ run -p unifab-fc --example header_roundtrip
 run -p unifab-fc --example fabric
 run -p unifab-fcoe --example fip_roundtrip
 run -p unifab-fcip --example encap_roundtrip
+run -p unifab-testkit --example wan_echo
 
 CAPTURE=../shared/captures/fcip_trace.cap
 [[ -f $CAPTURE ]] || CAPTURE=$(git ls-files '*.pcap' '*.cap' | head -n 1)

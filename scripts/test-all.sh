@@ -13,11 +13,12 @@
 #      each protocol crate builds with --no-default-features and pulls no
 #      tokio (cargo tree); every crate's examples build, and those that
 #      need no outside peer run (scripts/run-examples.sh)
-#   4. cargo deny check bans licenses sources   (+ advisories when the RustSec
-#      database can be fetched: it lives on GitHub, which these machines do
-#      not reach; the step then says so loudly — see deny.toml)
-#   5. scripts/check-ratchet.sh    conformance lists only grow; shellcheck
-#      on every shell script
+#   4. cargo deny check bans licenses sources, and advisories offline
+#      against the RustSec snapshot in ../shared/advisory-db (ADVISORY_DB);
+#      a missing snapshot fails the step (deny.toml)
+#   5. scripts/check-ratchet.sh    conformance lists only grow; every
+#      relative link in the Markdown files resolves (scripts/check-links.py);
+#      every shell script through shellcheck
 #   6. cargo build --workspace --release   (the unifab binary the peer tests
 #      launch: UNIFAB_BIN is exported pointing at target/release/unifab)
 #   7. cargo test --workspace      unit, integration and real-peer tests
@@ -145,23 +146,23 @@ bash scripts/run-examples.sh
 # 4 ---------------------------------------------------------------------------
 step "cargo deny check"
 cargo deny check bans licenses sources
-if cargo deny check advisories >"$LOG_DIR/deny-advisories.log" 2>&1; then
-    cat "$LOG_DIR/deny-advisories.log"
-    echo "cargo deny: advisories ok"
-elif grep -q "failed to fetch advisory database" "$LOG_DIR/deny-advisories.log"; then
-    cat "$LOG_DIR/deny-advisories.log"
-    echo "!!!!!!!! cargo deny: advisories NOT CHECKED: the RustSec database could not be"
-    echo "!!!!!!!! fetched (GitHub is unreachable from this machine). bans, licenses and"
-    echo "!!!!!!!! sources were checked. Run 'cargo deny check advisories' where GitHub is reachable."
-else
-    cat "$LOG_DIR/deny-advisories.log" >&2
-    echo "cargo deny: advisories FAILED" >&2
+# Advisories: against the dated RustSec snapshot beside the clone (this
+# machine cannot reach GitHub, where the live database is). No snapshot, no
+# pass: the step fails and says where it looked.
+ADVISORY_DB=${ADVISORY_DB:-$ROOT/../shared/advisory-db}
+if [[ ! -f "$ADVISORY_DB/use.sh" || ! -f "$ADVISORY_DB/SNAPSHOT" ]]; then
+    echo "cargo deny: no RustSec advisory snapshot at $ADVISORY_DB (set ADVISORY_DB);" >&2
+    echo "advisories cannot be checked, and an unchecked step does not pass" >&2
     exit 1
 fi
+bash "$ADVISORY_DB/use.sh" "${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
+echo "advisory snapshot: $(cat "$ADVISORY_DB/SNAPSHOT")"
+cargo deny --offline check advisories
 
 # 5 ---------------------------------------------------------------------------
-step "conformance ratchet only grows; shellcheck"
+step "conformance ratchet only grows; Markdown links; shellcheck"
 bash scripts/check-ratchet.sh
+python3 scripts/check-links.py
 mapfile -t SHELL_SCRIPTS < <(git ls-files '*.sh' .ci/run 2>/dev/null || ls scripts/*.sh benches/peers/*.sh .ci/run)
 shellcheck -x --severity=warning "${SHELL_SCRIPTS[@]}"
 echo "shellcheck (warnings and errors): ${#SHELL_SCRIPTS[@]} scripts clean"

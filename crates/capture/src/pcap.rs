@@ -138,7 +138,7 @@ fn read_pcapng(file: &[u8]) -> Result<Vec<CapturedFrame<'_>>, CaptureError> {
         }
         let block_type = rd_u32(file, at, be).ok_or(CaptureError::Truncated { offset: at })?;
         let len = rd_u32(file, at + 4, be).ok_or(CaptureError::Truncated { offset: at })? as usize;
-        if len < 12 || len % 4 != 0 {
+        if len < 12 || !len.is_multiple_of(4) {
             return Err(CaptureError::BadBlock { offset: at });
         }
         let block = file

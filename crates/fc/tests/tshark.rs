@@ -7,8 +7,6 @@
 //! saying so, when it is not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
-
 use bytes::Bytes;
 use unifab_fc::compose::{self, Route};
 use unifab_fc::wire::bls::{BaAcc, BaRjt, BaRjtExplanation, BaRjtReason, BlsRepr};
@@ -26,6 +24,7 @@ use unifab_fc::wire::frame::Frame;
 use unifab_fc::wire::header::{FCtl, FcHeaderRepr, FcType, RCtl};
 use unifab_fc::wire::{FcId, OxId, RxId, Wwn};
 use unifab_scsi_core::Lun;
+use unifab_testkit::tshark::{PcapWriter, Tshark};
 
 const H: FcId = FcId::from_parts(1, 1, 0);
 const T: FcId = FcId::from_parts(1, 2, 0);
@@ -102,21 +101,11 @@ impl Writer {
     }
 
     fn pcap(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-        v.extend_from_slice(&2u16.to_le_bytes());
-        v.extend_from_slice(&4u16.to_le_bytes());
-        v.extend_from_slice(&[0; 8]);
-        v.extend_from_slice(&65535u32.to_le_bytes());
-        v.extend_from_slice(&224u32.to_le_bytes());
-        for (i, f) in self.frames.iter().enumerate() {
-            v.extend_from_slice(&(i as u32).to_le_bytes());
-            v.extend_from_slice(&0u32.to_le_bytes());
-            v.extend_from_slice(&(f.len() as u32).to_le_bytes());
-            v.extend_from_slice(&(f.len() as u32).to_le_bytes());
-            v.extend_from_slice(f);
+        let mut w = PcapWriter::new(PcapWriter::FC_2);
+        for f in &self.frames {
+            w.push(f);
         }
-        v
+        w.bytes().to_vec()
     }
 }
 
@@ -522,19 +511,8 @@ fn every_fcp_iu_and_bls(w: &mut Writer) {
     }
 }
 
-fn tshark_available() -> bool {
-    Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn tshark_decodes_every_emitted_frame_without_complaint() {
-    assert!(
-        tshark_available(),
-        "tshark is not installed (Debian package `tshark`): it is the independent decoder this test needs"
-    );
     let mut w = Writer {
         frames: Vec::new(),
         kinds: Vec::new(),
@@ -543,35 +521,9 @@ fn tshark_decodes_every_emitted_frame_without_complaint() {
     every_link_service(&mut w);
     every_name_server_operation(&mut w);
     every_fcp_iu_and_bls(&mut w);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("emitted.pcap");
-    std::fs::write(&path, w.pcap()).unwrap();
-    // Keep a copy for a person to look at, when asked.
-    if let Some(keep) = std::env::var_os("UNIFAB_TSHARK_PCAP") {
-        std::fs::copy(&path, keep).unwrap();
-    }
-    let run = |filter: &str, fields: &[&str]| {
-        let mut c = Command::new("tshark");
-        c.arg("-r").arg(&path).arg("-Y").arg(filter);
-        if !fields.is_empty() {
-            c.arg("-T").arg("fields");
-            for f in fields {
-                c.arg("-e").arg(f);
-            }
-        }
-        let o = c.output().unwrap();
-        assert!(
-            o.status.success(),
-            "tshark failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let bad = run(
-        "_ws.malformed || _ws.short || _ws.expert.severity >= 0x00800000",
-        &[],
-    );
-    assert!(bad.trim().is_empty(), "tshark complains:\n{bad}");
+    let tshark = Tshark::new("emitted.pcap", &w.pcap());
+    tshark.assert_no_complaint();
+    let run = |filter: &str, fields: &[&str]| tshark.run(filter, fields);
     // tshark saw every frame as FC, and decoded the link services and FCP.
     let all = run("fc", &["frame.number", "_ws.col.Protocol", "_ws.col.Info"]);
     let lines: Vec<&str> = all.lines().collect();

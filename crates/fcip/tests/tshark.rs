@@ -9,7 +9,7 @@
 //! 4.0 shows them: two bytes late).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+use unifab_testkit::tshark::{PcapWriter, Tshark};
 
 use bytes::Bytes;
 use unifab_fc::wire::fcp::XferRdyRepr;
@@ -47,15 +47,9 @@ impl Capture {
 
     /// Ethernet/IPv4/TCP, 10.0.0.1:40000 (A) ↔ 10.0.0.2:3225 (B).
     fn pcap(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-        v.extend_from_slice(&2u16.to_le_bytes());
-        v.extend_from_slice(&4u16.to_le_bytes());
-        v.extend_from_slice(&[0; 8]);
-        v.extend_from_slice(&65535u32.to_le_bytes());
-        v.extend_from_slice(&1u32.to_le_bytes());
+        let mut w = PcapWriter::new(PcapWriter::ETHERNET);
         let (mut seq_a, mut seq_b) = (1000u32, 5000u32);
-        for (i, (from_a, data)) in self.segs.iter().enumerate() {
+        for (from_a, data) in &self.segs {
             let (src, dst, sp, dp) = if *from_a {
                 ([10, 0, 0, 1], [10, 0, 0, 2], 40000u16, 3225u16)
             } else {
@@ -101,13 +95,9 @@ impl Capture {
             } else {
                 seq_b = seq_b.wrapping_add(data.len() as u32);
             }
-            v.extend_from_slice(&(i as u32).to_le_bytes());
-            v.extend_from_slice(&0u32.to_le_bytes());
-            v.extend_from_slice(&(p.len() as u32).to_le_bytes());
-            v.extend_from_slice(&(p.len() as u32).to_le_bytes());
-            v.extend_from_slice(&p);
+            w.push(&p);
         }
-        v
+        w.bytes().to_vec()
     }
 }
 
@@ -172,13 +162,6 @@ fn fcp(r_ctl: RCtl, s: u32, d: u32, f_ctl: u32, payload: Vec<u8>) -> Frame {
 
 #[test]
 fn tshark_decodes_an_rfc_mode_capture_without_complaint() {
-    assert!(
-        Command::new("tshark")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "tshark is not installed (Debian package `tshark`): it is the independent decoder this test needs"
-    );
     let _ = Capabilities(0);
     let mut cap = Capture { segs: Vec::new() };
     // Special frame and its echo.
@@ -326,34 +309,9 @@ fn tshark_decodes_an_rfc_mode_capture_without_complaint() {
         ),
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fcip.pcap");
-    std::fs::write(&path, cap.pcap()).unwrap();
-    if let Some(keep) = std::env::var_os("UNIFAB_TSHARK_PCAP") {
-        std::fs::copy(&path, keep).unwrap();
-    }
-    let run = |filter: &str, fields: &[&str]| {
-        let mut c = Command::new("tshark");
-        c.arg("-r").arg(&path).arg("-Y").arg(filter);
-        if !fields.is_empty() {
-            c.arg("-T").arg("fields");
-            for f in fields {
-                c.arg("-e").arg(f);
-            }
-        }
-        let o = c.output().unwrap();
-        assert!(
-            o.status.success(),
-            "tshark: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
-    let bad = run(
-        "_ws.malformed || _ws.short || _ws.expert.severity >= 0x00800000",
-        &[],
-    );
-    assert!(bad.trim().is_empty(), "tshark complains:\n{bad}");
+    let tshark = Tshark::new("fcip.pcap", &cap.pcap());
+    tshark.assert_no_complaint();
+    let run = |filter: &str, fields: &[&str]| tshark.run(filter, fields);
     let count = |f: &str| run(f, &[]).lines().count();
     assert_eq!(count("fcip"), cap.segs.len(), "every segment is FCIP");
     for (code, name) in [

@@ -369,19 +369,19 @@ impl Enode {
                 };
             }
             State::Soliciting { next, decide } => {
-                if let Some(d) = decide {
-                    if now >= d {
-                        self.state = State::Soliciting { next, decide: None };
-                        self.select(now);
-                        if self.state == State::Online {
-                            return;
-                        }
+                if let Some(d) = decide
+                    && now >= d
+                {
+                    self.state = State::Soliciting { next, decide: None };
+                    self.select(now);
+                    if self.state == State::Online {
+                        return;
                     }
                 }
-                if let State::Soliciting { next, .. } = self.state {
-                    if now >= next {
-                        self.solicit(now);
-                    }
+                if let State::Soliciting { next, .. } = self.state
+                    && now >= next
+                {
+                    self.solicit(now);
                 }
             }
             State::Online => self.online_timeout(now),
@@ -612,12 +612,12 @@ impl Enode {
             available: fip.flags.has(FipFlags::A),
             verified: verified || prev_verified,
         };
-        if let Some(s) = self.selected.as_mut() {
-            if s.info.mac == mac {
-                s.last_adv = now;
-                s.info.fka_adv_period = period;
-                s.info.no_vn_keep_alives = d;
-            }
+        if let Some(s) = self.selected.as_mut()
+            && s.info.mac == mac
+        {
+            s.last_adv = now;
+            s.info.fka_adv_period = period;
+            s.info.no_vn_keep_alives = d;
         }
         if !self.candidates.contains_key(&mac) && self.candidates.len() >= MAX_CANDIDATES {
             // Any host on the segment can advertise from fresh MACs: the

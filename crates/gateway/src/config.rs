@@ -575,13 +575,13 @@ impl Config {
                     ));
                 }
             }
-            if let Some(Size(s)) = lu.size {
-                if s == 0 || s % u64::from(bs) != 0 {
-                    return Err(format!(
-                        "lu {:?}: size {s} is not a positive multiple of the block size {bs}",
-                        lu.name
-                    ));
-                }
+            if let Some(Size(s)) = lu.size
+                && (s == 0 || s % u64::from(bs) != 0)
+            {
+                return Err(format!(
+                    "lu {:?}: size {s} is not a positive multiple of the block size {bs}",
+                    lu.name
+                ));
             }
         }
         if let Some(iscsi) = &self.iscsi {

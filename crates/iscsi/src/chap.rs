@@ -376,10 +376,10 @@ impl TargetChap {
             (None, Some(_)) => return Err(ChapError::Missing("CHAP_I")),
             (Some(_), None) => return Err(ChapError::Missing("CHAP_C")),
         };
-        if let Some(m) = &mutual {
-            if constant_time_eq(&m.challenge, challenge) {
-                return Err(ChapError::ReflectedChallenge);
-            }
+        if let Some(m) = &mutual
+            && constant_time_eq(&m.challenge, challenge)
+        {
+            return Err(ChapError::ReflectedChallenge);
         }
         let s = secrets(name).ok_or(ChapError::UnknownName)?;
         if s.initiator_secret.len() < self.config.min_secret_len {

@@ -588,7 +588,7 @@ fn b64_val(c: u8) -> Option<u8> {
 }
 
 fn decode_base64(text: &[u8]) -> Result<Vec<u8>, TextError> {
-    if text.is_empty() || text.len() % 4 != 0 {
+    if text.is_empty() || !text.len().is_multiple_of(4) {
         return Err(TextError::InvalidBinary);
     }
     let pad = text.iter().rev().take_while(|&&c| c == b'=').count();

@@ -402,10 +402,10 @@ impl MemoryBackend {
             let mut guard = self.chunk(idx)?.write().unwrap_or_else(|p| p.into_inner());
             if zero_and_free && within == 0 && n == CHUNK {
                 *guard = None;
-            } else if let Some(c) = guard.as_mut() {
-                if let Some(dst) = c.get_mut(within..within + n) {
-                    dst.fill(0);
-                }
+            } else if let Some(c) = guard.as_mut()
+                && let Some(dst) = c.get_mut(within..within + n)
+            {
+                dst.fill(0);
             }
             Ok(())
         })
@@ -894,17 +894,17 @@ impl BlockBackend for FileBackend {
             return Ok(&mut []);
         }
         let (head, stop) = self.pread_into(offset, buf, libc::RWF_NOWAIT);
-        if let Some(e) = stop {
-            if matches!(
+        if let Some(e) = stop
+            && matches!(
                 e.raw_os_error(),
                 Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
-            ) {
-                // Not on this file system: stop trying.
-                self.nowait_reads.store(false, Ordering::Relaxed);
-            }
-            // EAGAIN (not cached), EOF or another error: the blocking path
-            // finishes (and reports errors properly).
+            )
+        {
+            // Not on this file system: stop trying.
+            self.nowait_reads.store(false, Ordering::Relaxed);
         }
+        // EAGAIN (not cached), EOF or another error: the blocking path
+        // finishes (and reports errors properly).
         Ok(head)
     }
 
@@ -933,13 +933,13 @@ impl BlockBackend for FileBackend {
         check_range(offset, total_len(data), self.size)?;
         // A file in RAM is written through its mapping: a memcpy, not a
         // syscall per write. FUA still ends in fdatasync below.
-        if let (Some(map), Ok(at)) = (&self.map, usize::try_from(offset)) {
-            if map.write(at, data) {
-                if fua {
-                    return self.fdatasync();
-                }
-                return Ok(());
+        if let (Some(map), Ok(at)) = (&self.map, usize::try_from(offset))
+            && map.write(at, data)
+        {
+            if fua {
+                return self.fdatasync();
             }
+            return Ok(());
         }
         if fua {
             match self.write_all(offset, data, true) {

@@ -538,13 +538,12 @@ impl Inner {
         f: impl FnOnce(&Inner) -> T + Send + 'static,
     ) -> Option<T> {
         #[cfg(feature = "tokio")]
-        if self.cfg.io_mode == IoMode::Blocking
-            || (self.cfg.io_mode == IoMode::Adaptive && !self.backend.never_blocks())
+        if (self.cfg.io_mode == IoMode::Blocking
+            || (self.cfg.io_mode == IoMode::Adaptive && !self.backend.never_blocks()))
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                let me = self.clone();
-                return handle.spawn_blocking(move || f(&me)).await.ok();
-            }
+            let me = self.clone();
+            return handle.spawn_blocking(move || f(&me)).await.ok();
         }
         Some(f(self))
     }
@@ -577,10 +576,8 @@ impl Inner {
                     let s = Sense::new(SenseKey::UNIT_ATTENTION, code);
                     return data_in(sense_bytes(&s, desc), alloc);
                 }
-            } else if !exempt {
-                if let Some(code) = self.take_ua(&mut st, &key) {
-                    return check(SenseKey::UNIT_ATTENTION, code);
-                }
+            } else if !exempt && let Some(code) = self.take_ua(&mut st, &key) {
+                return check(SenseKey::UNIT_ATTENTION, code);
             }
             if let Ok(cmd) = &parsed {
                 let access = access_of(cmd);

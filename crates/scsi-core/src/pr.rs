@@ -714,10 +714,8 @@ impl PrState {
             holder: dest_key,
             pr_type,
         });
-        if unreg {
-            if let Some(i) = self.reg_of(me) {
-                self.regs.remove(i);
-            }
+        if unreg && let Some(i) = self.reg_of(me) {
+            self.regs.remove(i);
         }
         self.generation = self.generation.wrapping_add(1);
         self.aptpl = aptpl;
@@ -893,7 +891,7 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len() / 2)

@@ -561,14 +561,15 @@ impl Inner {
                         break;
                     }
                     let association = (d[1] >> 4) & 0x3;
-                    if association == 0 && d[1] & 0x0f == 3 && d[3] == 8 {
-                        if let Some(&naa) = data
+                    if association == 0
+                        && d[1] & 0x0f == 3
+                        && d[3] == 8
+                        && let Some(&naa) = data
                             .get(at + 4..at + 12)
                             .and_then(|b| <&[u8; 8]>::try_from(b).ok())
-                        {
-                            self.remote_naa
-                                .store(u64::from_be_bytes(naa), Ordering::Relaxed);
-                        }
+                    {
+                        self.remote_naa
+                            .store(u64::from_be_bytes(naa), Ordering::Relaxed);
                     }
                     if association != 0 {
                         v.extend_from_slice(&data[at..at + len]);
@@ -659,10 +660,10 @@ impl LogicalUnit for RemoteLu {
         }
         if opcode == 0x83 && matches!(inner.cfg.identity, Identity::Derived { .. }) {
             let remote = inner.remote_naa.load(Ordering::Relaxed);
-            if remote != 0 {
-                if let Some(list) = rewrite_cscd_naa(&request.data_out, inner.naa, remote) {
-                    request.data_out = vec![Bytes::from(list)];
-                }
+            if remote != 0
+                && let Some(list) = rewrite_cscd_naa(&request.data_out, inner.naa, remote)
+            {
+                request.data_out = vec![Bytes::from(list)];
             }
         }
         let submitted = init.submit(request);

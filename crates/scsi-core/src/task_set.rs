@@ -224,10 +224,10 @@ impl Drop for TaskHandle {
         let mut st = self.shared.lock();
         st.entries.remove(&self.seq);
         for e in st.entries.values_mut() {
-            if !e.started {
-                if let Some(w) = e.waker.take() {
-                    w.wake();
-                }
+            if !e.started
+                && let Some(w) = e.waker.take()
+            {
+                w.wake();
             }
         }
         for w in st.gone_wakers.drain(..) {

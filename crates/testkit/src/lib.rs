@@ -7,5 +7,6 @@ pub mod peers;
 pub mod raw_iscsi;
 pub mod relay;
 pub mod scsi;
+pub mod tshark;
 pub mod veth;
 pub mod wan;

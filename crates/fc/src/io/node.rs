@@ -1010,10 +1010,10 @@ impl Driver {
                 }
             }
             Control::LogoutPeer { local, peer } => {
-                if let Some(s) = self.slot_mut(local) {
-                    if let Some(id) = s.port.ready_port_by_name(peer) {
-                        s.port.logout_peer(now, id);
-                    }
+                if let Some(s) = self.slot_mut(local)
+                    && let Some(id) = s.port.ready_port_by_name(peer)
+                {
+                    s.port.logout_peer(now, id);
                 }
             }
         }

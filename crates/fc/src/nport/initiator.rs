@@ -457,10 +457,11 @@ impl NPort {
             return;
         };
         let lost = &mut self.initiator.lost;
-        if lost.len() >= MAX_LOST_PORTS && !lost.contains_key(&name) {
-            if let Some(oldest) = lost.iter().min_by_key(|(_, t)| **t).map(|(w, _)| *w) {
-                lost.remove(&oldest);
-            }
+        if lost.len() >= MAX_LOST_PORTS
+            && !lost.contains_key(&name)
+            && let Some(oldest) = lost.iter().min_by_key(|(_, t)| **t).map(|(w, _)| *w)
+        {
+            lost.remove(&oldest);
         }
         lost.insert(name, now);
         // Commands already waiting for it wait no longer than that.
@@ -966,11 +967,11 @@ impl NPort {
                 scattered,
                 ..
             } => {
-                if let Some(code) = rsp.rsp_code() {
-                    if code != FcpRspCode::COMPLETE {
-                        self.complete(c.id, Err(InitiatorError::ServiceResponse(code.0)));
-                        return;
-                    }
+                if let Some(code) = rsp.rsp_code()
+                    && code != FcpRspCode::COMPLETE
+                {
+                    self.complete(c.id, Err(InitiatorError::ServiceResponse(code.0)));
+                    return;
                 }
                 let Some(data_in) = merge_data_in(data_in.take(), scattered) else {
                     self.complete(c.id, Err(InitiatorError::Protocol("data-in with a gap")));

@@ -785,10 +785,10 @@ impl NPort {
                     return;
                 }
                 // A new PLOGI ends any earlier session with this port.
-                if let Some(old) = self.remotes.get(&h.s_id) {
-                    if old.nexus.is_some() || old.port_name != p.port_name {
-                        self.drop_remote(now, h.s_id, "new PLOGI from the port");
-                    }
+                if let Some(old) = self.remotes.get(&h.s_id)
+                    && (old.nexus.is_some() || old.port_name != p.port_name)
+                {
+                    self.drop_remote(now, h.s_id, "new PLOGI from the port");
                 }
                 let rx_size = p
                     .class3()
@@ -1273,13 +1273,13 @@ impl NPort {
                 }
             },
             Req::Rrq => {
-                if let Some(ox) = self.rrq_for.remove(&h.ox_id) {
-                    if matches!(
+                if let Some(ox) = self.rrq_for.remove(&h.ox_id)
+                    && matches!(
                         ElsRepr::parse(&frame.payload, Some(ElsCode::RRQ)),
                         Ok(ElsRepr::LsAcc(_))
-                    ) {
-                        self.xm.release_ox(ox);
-                    }
+                    )
+                {
+                    self.xm.release_ox(ox);
                 }
             }
         }

@@ -122,11 +122,11 @@ struct Pieces {
 impl Pieces {
     fn push(&mut self, ro: u32, payload: Bytes) {
         if payload.len() < GATHER_BELOW {
-            if let Some((o, b)) = &mut self.gather {
-                if u64::from(*o) + b.len() as u64 == u64::from(ro) {
-                    b.extend_from_slice(&payload);
-                    return;
-                }
+            if let Some((o, b)) = &mut self.gather
+                && u64::from(*o) + b.len() as u64 == u64::from(ro)
+            {
+                b.extend_from_slice(&payload);
+                return;
             }
             self.flush();
             self.gather = Some((ro, BytesMut::from(&payload[..])));

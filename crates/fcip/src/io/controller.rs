@@ -285,23 +285,24 @@ impl InterSwitch {
             }
             return;
         }
-        if h.fc_type == FcType::SW_ILS && h.r_ctl == RCtl(0x02) {
-            if let Ok(SwIlsRepr::Rscn(r)) = SwIlsRepr::parse(&f.payload, None) {
-                let ack = sw_ils_frame(
-                    &SwIlsRepr::Acc(SwAcc::Plain),
-                    true,
-                    h.ox_id,
-                    RxId(0x20),
-                    h.d_id,
-                    h.s_id,
-                );
-                if let Some(d) = unifab_fc::fabric::isl::controller_domain(h.s_id) {
-                    self.send_to_domain(d, ack);
-                }
-                let d = r.affected.domain();
-                debug!(from = %h.s_id, affected = %r.affected, "SW_RSCN");
-                let _ = self.sync.try_send(d);
+        if h.fc_type == FcType::SW_ILS
+            && h.r_ctl == RCtl(0x02)
+            && let Ok(SwIlsRepr::Rscn(r)) = SwIlsRepr::parse(&f.payload, None)
+        {
+            let ack = sw_ils_frame(
+                &SwIlsRepr::Acc(SwAcc::Plain),
+                true,
+                h.ox_id,
+                RxId(0x20),
+                h.d_id,
+                h.s_id,
+            );
+            if let Some(d) = unifab_fc::fabric::isl::controller_domain(h.s_id) {
+                self.send_to_domain(d, ack);
             }
+            let d = r.affected.domain();
+            debug!(from = %h.s_id, affected = %r.affected, "SW_RSCN");
+            let _ = self.sync.try_send(d);
         }
         // Accepts of our SW_RSCNs: nothing to do.
     }

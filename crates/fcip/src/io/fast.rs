@@ -40,7 +40,7 @@ use unifab_fc::wire::frame::Frame;
 use unifab_fc::wire::header::FcHeaderRepr;
 use unifab_fc::wire::{FcId, Sof};
 
-use super::tunnel::{Wire, strip_data_fill};
+use super::framing::{Wire, strip_data_fill};
 use crate::codec::Item;
 use crate::wire::enhanced;
 use crate::wire::frame::FcipFrame;
@@ -366,17 +366,16 @@ impl FastRx {
     /// back what the tunnel's task must handle (the reader counts it in
     /// `unhandled` until the task has).
     pub fn deliver(&self, item: Item) -> Option<Item> {
-        if self.fast.rx_open.load(Ordering::Acquire) && self.unhandled.load(Ordering::Acquire) == 0
+        if self.fast.rx_open.load(Ordering::Acquire)
+            && self.unhandled.load(Ordering::Acquire) == 0
+            && let Item::Frame(bytes) = &item
+            && let Some(f) = Self::class_3(bytes)
         {
-            if let Item::Frame(bytes) = &item {
-                if let Some(f) = Self::class_3(bytes) {
-                    tracing::trace!(s_id = %f.header.s_id, d_id = %f.header.d_id, r_ctl = f.header.r_ctl.0, ox = f.header.ox_id.0, slot = self.slot, "rx (fast)");
-                    self.fast.count_rx(self.slot, bytes.len());
-                    self.fast.fast_rx.fetch_add(1, Ordering::Relaxed);
-                    let _ = self.port.transmit(strip_data_fill(f));
-                    return None;
-                }
-            }
+            tracing::trace!(s_id = %f.header.s_id, d_id = %f.header.d_id, r_ctl = f.header.r_ctl.0, ox = f.header.ox_id.0, slot = self.slot, "rx (fast)");
+            self.fast.count_rx(self.slot, bytes.len());
+            self.fast.fast_rx.fetch_add(1, Ordering::Relaxed);
+            let _ = self.port.transmit(strip_data_fill(f));
+            return None;
         }
         Some(item)
     }

@@ -37,6 +37,7 @@
 
 pub mod controller;
 mod fast;
+mod framing;
 pub mod listener;
 pub mod tls;
 pub mod tunnel;

@@ -117,7 +117,7 @@ impl Compressor {
                 if self.ratio[0] > 0.97 && self.ratio[1] > 0.97 {
                     // Incompressible lately: probe now and then.
                     self.skip += 1;
-                    if self.skip % 16 != 0 {
+                    if !self.skip.is_multiple_of(16) {
                         return Codec::NONE;
                     }
                     Codec::LZ4
@@ -142,7 +142,7 @@ impl Compressor {
                     // the next codec in turn, so each is re-measured at
                     // least every 48 batches.
                     self.skip += 1;
-                    if self.skip % 16 == 0 {
+                    if self.skip.is_multiple_of(16) {
                         match (self.skip / 16) % 3 {
                             0 => Codec::LZ4,
                             1 => Codec::ZSTD,

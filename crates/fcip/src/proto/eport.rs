@@ -358,12 +358,12 @@ impl EPort {
 
     fn domain_conflict(&self, peer: &[(u8, Wwn)]) -> Option<String> {
         for (d, w) in peer {
-            if let Some((_, mine)) = self.local.domains.iter().find(|(x, _)| x == d) {
-                if mine != w || *d == self.local.domain {
-                    return Some(format!(
-                        "domain ID conflict: domain {d} is switch {mine} here and switch {w} on the far side; link isolated, neither fabric changed"
-                    ));
-                }
+            if let Some((_, mine)) = self.local.domains.iter().find(|(x, _)| x == d)
+                && (mine != w || *d == self.local.domain)
+            {
+                return Some(format!(
+                    "domain ID conflict: domain {d} is switch {mine} here and switch {w} on the far side; link isolated, neither fabric changed"
+                ));
             }
         }
         None

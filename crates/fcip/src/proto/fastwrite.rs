@@ -343,10 +343,10 @@ impl TargetSide {
             }
             return (None, out);
         }
-        if is_fcp(&h, RCtl::FCP_RSP) || h.r_ctl == RCtl::BA_ACC || h.r_ctl == RCtl::BA_RJT {
-            if let Some(e) = self.table.remove(&key) {
-                self.held_bytes -= e.held_bytes;
-            }
+        if (is_fcp(&h, RCtl::FCP_RSP) || h.r_ctl == RCtl::BA_ACC || h.r_ctl == RCtl::BA_RJT)
+            && let Some(e) = self.table.remove(&key)
+        {
+            self.held_bytes -= e.held_bytes;
         }
         (Some(f), Vec::new())
     }

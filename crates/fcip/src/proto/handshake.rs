@@ -111,10 +111,10 @@ impl NonceCache {
         }
         if let Some(i) = self.order.iter().position(|a| *a == peer) {
             self.order.remove(i);
-        } else if self.order.len() >= Self::MAX_ADDRESSES {
-            if let Some(old) = self.order.pop_front() {
-                self.seen.remove(&old);
-            }
+        } else if self.order.len() >= Self::MAX_ADDRESSES
+            && let Some(old) = self.order.pop_front()
+        {
+            self.seen.remove(&old);
         }
         self.order.push_back(peer);
         let q = self.seen.entry(peer).or_default();

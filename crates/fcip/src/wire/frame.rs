@@ -189,7 +189,7 @@ impl FcipFrameRepr {
     /// bytes). Frame Length is set from the length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
         let n = self.buffer_len();
-        if buf.len() != n || n % 4 != 0 || n > MAX_FRAME_LEN {
+        if buf.len() != n || !n.is_multiple_of(4) || n > MAX_FRAME_LEN {
             return Err(WireError::FrameLength(
                 u16::try_from(n / 4).unwrap_or(u16::MAX),
             ));
@@ -214,7 +214,7 @@ impl FcipFrameRepr {
     /// write without copying the payload.
     pub fn head_tail(&self) -> Result<([u8; ENCAP_LEN + 4 + HEADER_LEN], [u8; 8]), WireError> {
         let n = self.buffer_len();
-        if n % 4 != 0 || n > MAX_FRAME_LEN {
+        if !n.is_multiple_of(4) || n > MAX_FRAME_LEN {
             return Err(WireError::FrameLength(
                 u16::try_from(n / 4).unwrap_or(u16::MAX),
             ));

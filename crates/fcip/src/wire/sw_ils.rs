@@ -360,7 +360,7 @@ pub fn name_str(b: &[u8]) -> String {
 /// A name padded with NULs to a multiple of four bytes.
 pub fn padded_name(s: &str) -> Bytes {
     let mut v = s.as_bytes().to_vec();
-    while v.len() % 4 != 0 {
+    while !v.len().is_multiple_of(4) {
         v.push(0);
     }
     Bytes::from(v)

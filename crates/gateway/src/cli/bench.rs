@@ -695,10 +695,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if block_size == 0 || block_size % SECTOR as u64 != 0 {
         bail!("block size {block_size} is not a multiple of 512");
     }
-    if args.bs == 0 || args.bs % block_size != 0 || args.bs > 16 << 20 {
+    if args.bs == 0 || !args.bs.is_multiple_of(block_size) || args.bs > 16 << 20 {
         bail!("--bs must be a multiple of the LU's block size ({block_size}) up to 16 MiB");
     }
-    if args.offset % args.bs != 0 {
+    if !args.offset.is_multiple_of(args.bs) {
         bail!("--offset must be a multiple of --bs");
     }
     let avail = capacity.saturating_sub(args.offset);

@@ -441,12 +441,12 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             }
         }
     }
-    if let Some(a) = &f.active_zoneset {
-        if !sets.contains(a.as_str()) {
-            return Err(format!(
-                "fabric.active_zoneset {a:?} is not a defined zoneset"
-            ));
-        }
+    if let Some(a) = &f.active_zoneset
+        && !sets.contains(a.as_str())
+    {
+        return Err(format!(
+            "fabric.active_zoneset {a:?} is not a defined zoneset"
+        ));
     }
     let names: HashSet<&str> = cfg.lu.iter().map(|l| l.name.as_str()).collect();
     let mut ports = HashSet::new();
@@ -499,22 +499,22 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             ("command_timeout", i.command_timeout),
             ("fast_io_fail", i.fast_io_fail),
         ] {
-            if let Some(t) = v {
-                if seconds_in(t, TIMEOUT_SECS).is_none() {
-                    return Err(format!(
-                        "fabric.initiator.{key} {t} must be positive and at most {MAX_TIMEOUT_SECS} s"
-                    ));
-                }
-            }
-        }
-        if let Some(n) = i.max_frames_in {
-            if !FRAMES_IN.contains(&n) {
+            if let Some(t) = v
+                && seconds_in(t, TIMEOUT_SECS).is_none()
+            {
                 return Err(format!(
-                    "fabric.initiator.max_frames_in {n} must be {} to {}",
-                    FRAMES_IN.start(),
-                    FRAMES_IN.end()
+                    "fabric.initiator.{key} {t} must be positive and at most {MAX_TIMEOUT_SECS} s"
                 ));
             }
+        }
+        if let Some(n) = i.max_frames_in
+            && !FRAMES_IN.contains(&n)
+        {
+            return Err(format!(
+                "fabric.initiator.max_frames_in {n} must be {} to {}",
+                FRAMES_IN.start(),
+                FRAMES_IN.end()
+            ));
         }
     }
     // What an fc:// LU may not have (size, serial, …) was checked with

@@ -111,15 +111,15 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             "af_xdp" | "af_packet" => {}
             o => return Err(format!("{at}: io {o:?}: \"af_xdp\" or \"af_packet\"")),
         }
-        if let Some(v) = p.vlan {
-            if !(1..=4094).contains(&v) {
-                return Err(format!("{at}: vlan {v} is not in 1–4094"));
-            }
+        if let Some(v) = p.vlan
+            && !(1..=4094).contains(&v)
+        {
+            return Err(format!("{at}: vlan {v} is not in 1–4094"));
         }
-        if let Some(pr) = p.priority {
-            if pr > 7 {
-                return Err(format!("{at}: priority {pr} is not in 0–7"));
-            }
+        if let Some(pr) = p.priority
+            && pr > 7
+        {
+            return Err(format!("{at}: priority {pr} is not in 0–7"));
         }
         if let Some(m) = &p.mac {
             let mac: MacAddr = m.parse().map_err(|e| format!("{at}: {e}"))?;
@@ -127,10 +127,10 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
                 return Err(format!("{at}: mac {mac} is not a unicast address"));
             }
         }
-        if let Some(t) = p.fka_adv_period {
-            if crate::config::seconds_in(t, FKA_ADV_PERIOD_SECS).is_none() {
-                return Err(format!("{at}: fka_adv_period must be 0.25–3600 seconds"));
-            }
+        if let Some(t) = p.fka_adv_period
+            && crate::config::seconds_in(t, FKA_ADV_PERIOD_SECS).is_none()
+        {
+            return Err(format!("{at}: fka_adv_period must be 0.25–3600 seconds"));
         }
         match p.xdp_mode.as_deref() {
             None | Some("auto" | "native" | "generic") => {}

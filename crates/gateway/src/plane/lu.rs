@@ -20,11 +20,11 @@ pub fn build_lu(
             Arc::new(MemoryBackend::new(size))
         }
         Backend::File(path) => {
-            if let Some(dir) = path.parent() {
-                if !dir.as_os_str().is_empty() {
-                    std::fs::create_dir_all(dir)
-                        .with_context(|| format!("creating {}", dir.display()))?;
-                }
+            if let Some(dir) = path.parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
             }
             let b = FileBackend::open(
                 &path,

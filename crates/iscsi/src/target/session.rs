@@ -466,12 +466,12 @@ impl Session {
         if self.state == State::Closed {
             return;
         }
-        if let State::LoggingOut { itt, deadline } = self.state {
-            if now >= deadline {
-                debug!(?self.nexus, "logout waited too long for tasks; closing");
-                self.finish_logout(itt);
-                return;
-            }
+        if let State::LoggingOut { itt, deadline } = self.state
+            && now >= deadline
+        {
+            debug!(?self.nexus, "logout waited too long for tasks; closing");
+            self.finish_logout(itt);
+            return;
         }
         match self.ping {
             Some((_, deadline)) if now >= deadline => {
@@ -480,24 +480,25 @@ impl Session {
             }
             Some(_) => {}
             None => {
-                if let Some(iv) = self.limits.nop_in_interval {
-                    if now >= self.last_activity + iv && self.state == State::Active {
-                        let ttt = self.alloc_ttt();
-                        self.ping = Some((ttt, now + self.limits.nop_in_timeout));
-                        let pdu = Pdu::NopIn(NopIn {
-                            lun: 0,
-                            itt: RESERVED_TAG,
-                            ttt,
-                            // A ping does not advance StatSN (§11.19.2.3).
-                            stat_sn: self.stat_sn,
-                            exp_cmd_sn: self.exp_cmd_sn,
-                            max_cmd_sn: self.max_cmd_sn,
-                        });
-                        self.outbox.push_back(OutPdu {
-                            pdu,
-                            data: DataSegment::None,
-                        });
-                    }
+                if let Some(iv) = self.limits.nop_in_interval
+                    && now >= self.last_activity + iv
+                    && self.state == State::Active
+                {
+                    let ttt = self.alloc_ttt();
+                    self.ping = Some((ttt, now + self.limits.nop_in_timeout));
+                    let pdu = Pdu::NopIn(NopIn {
+                        lun: 0,
+                        itt: RESERVED_TAG,
+                        ttt,
+                        // A ping does not advance StatSN (§11.19.2.3).
+                        stat_sn: self.stat_sn,
+                        exp_cmd_sn: self.exp_cmd_sn,
+                        max_cmd_sn: self.max_cmd_sn,
+                    });
+                    self.outbox.push_back(OutPdu {
+                        pdu,
+                        data: DataSegment::None,
+                    });
                 }
             }
         }
@@ -1177,10 +1178,10 @@ impl Session {
             self.progress_collect(itt);
         }
         self.try_deliver();
-        if let State::LoggingOut { itt, .. } = self.state {
-            if self.tasks.is_empty() {
-                self.finish_logout(itt);
-            }
+        if let State::LoggingOut { itt, .. } = self.state
+            && self.tasks.is_empty()
+        {
+            self.finish_logout(itt);
         }
     }
 
@@ -1422,10 +1423,10 @@ impl Session {
     fn on_nop_out(&mut self, n: crate::wire::NopOut, frame: PduFrame) {
         if n.itt == RESERVED_TAG {
             // An answer to our ping: must be immediate and not consume CmdSN.
-            if let Some((ttt, _)) = self.ping {
-                if n.ttt == ttt {
-                    self.ping = None;
-                }
+            if let Some((ttt, _)) = self.ping
+                && n.ttt == ttt
+            {
+                self.ping = None;
             }
             return;
         }

@@ -85,7 +85,7 @@ impl Ahs {
         out.extend_from_slice(&len.to_be_bytes());
         out.push(self.ahs_type.0);
         out.extend_from_slice(&self.body[..usize::from(len)]);
-        while out.len() % 4 != 0 {
+        while !out.len().is_multiple_of(4) {
             out.push(0);
         }
     }

@@ -222,7 +222,7 @@ pub fn encode_header(
     data_len: u32,
     header_digest: bool,
 ) -> Result<HeaderBlock, WireError> {
-    if ahs.len() % 4 != 0 || ahs.len() > 255 * 4 {
+    if !ahs.len().is_multiple_of(4) || ahs.len() > 255 * 4 {
         return Err(WireError::BadAhs(
             "AHS length not a multiple of 4 or over 1020",
         ));

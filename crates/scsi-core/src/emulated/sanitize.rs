@@ -62,7 +62,7 @@ impl Inner {
                 let pattern = &p[4..len];
                 // The last pass leaves the pattern inverted when passes
                 // alternate and their number is even.
-                let flip = invert && count % 2 == 0;
+                let flip = invert && count.is_multiple_of(2);
                 let block: Vec<u8> = pattern
                     .iter()
                     .cycle()

@@ -16,10 +16,10 @@ impl Inner {
     ) -> TaskResult {
         let params = gather(&task.data_out, 0, param_len.min(64 * 1024) as usize);
         let mut st = self.lock();
-        if let Some(h) = &st.reserve6 {
-            if *h != PortKey::of(&task.nexus) {
-                return TaskResult::status(Status::RESERVATION_CONFLICT);
-            }
+        if let Some(h) = &st.reserve6
+            && *h != PortKey::of(&task.nexus)
+        {
+            return TaskResult::status(Status::RESERVATION_CONFLICT);
         }
         let before = st.pr.clone();
         match st.pr.prout(
@@ -32,14 +32,13 @@ impl Inner {
             self.cfg.pr_path.is_some(),
         ) {
             Ok(fx) => {
-                if fx.persist {
-                    if let Some(path) = &self.cfg.pr_path {
-                        if let Err(e) = st.pr.persist(path) {
-                            tracing::error!(error = %e, "APTPL state not saved");
-                            st.pr = before;
-                            return check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
-                        }
-                    }
+                if fx.persist
+                    && let Some(path) = &self.cfg.pr_path
+                    && let Err(e) = st.pr.persist(path)
+                {
+                    tracing::error!(error = %e, "APTPL state not saved");
+                    st.pr = before;
+                    return check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
                 }
                 self.ua_for(&mut st, &fx.unit_attentions);
                 self.update_reserved(&st);

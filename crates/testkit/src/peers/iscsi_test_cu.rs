@@ -524,11 +524,11 @@ pub fn parse_console(family: &str, stdout: &str) -> Result<ParsedConsole, String
             feed(line, &mut open, &mut tests, &mut last_failed);
         } else if let Some(index) = last_failed {
             // CUnit's "    1. file.c:NN  - assertion" lines after FAILED.
-            if is_failure_record(line) {
-                if let Some(t) = tests.get_mut(index) {
-                    t.detail.push('\n');
-                    t.detail.push_str(line.trim());
-                }
+            if is_failure_record(line)
+                && let Some(t) = tests.get_mut(index)
+            {
+                t.detail.push('\n');
+                t.detail.push_str(line.trim());
             }
         }
     }

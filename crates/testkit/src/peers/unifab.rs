@@ -424,7 +424,7 @@ fn size_string(bytes: u64) -> String {
         (1 << 10, "KiB"),
     ];
     for (unit, suffix) in UNITS {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }

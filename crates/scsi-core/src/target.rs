@@ -11,7 +11,7 @@
 //! not by INQUIRY).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use bytes::Bytes;
 
@@ -53,8 +53,19 @@ pub struct ScsiTarget {
 #[derive(Debug, Default)]
 struct Inner {
     luns: RwLock<BTreeMap<Lun, Arc<dyn LogicalUnit>>>,
-    /// Nexus id -> "REPORTED LUNS DATA HAS CHANGED" pending.
-    nexuses: Mutex<crate::idmap::IdMap<u64, bool>>,
+    /// Every I_T nexus that has used the target. Read-locked per command:
+    /// the hosts of one target do not serialize on it.
+    nexuses: RwLock<Nexuses>,
+}
+
+/// The I_T nexuses that have used the target, and which of them have a
+/// REPORTED LUNS DATA HAS CHANGED unit attention pending.
+#[derive(Debug, Default)]
+struct Nexuses {
+    /// Nexus id -> the unit attention is pending.
+    pending: crate::idmap::IdMap<u64, bool>,
+    /// How many are pending.
+    count: usize,
 }
 
 fn fixed_sense(key: SenseKey, code: crate::sense::Asc) -> Bytes {
@@ -67,14 +78,42 @@ impl ScsiTarget {
         ScsiTarget::default()
     }
 
-    fn nexuses(&self) -> MutexGuard<'_, crate::idmap::IdMap<u64, bool>> {
-        self.inner.nexuses.lock().unwrap_or_else(|p| p.into_inner())
+    fn nexuses(&self) -> RwLockWriteGuard<'_, Nexuses> {
+        self.inner
+            .nexuses
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn map_changed(&self) {
-        for pending in self.nexuses().values_mut() {
+        let mut n = self.nexuses();
+        for pending in n.pending.values_mut() {
             *pending = true;
         }
+        n.count = n.pending.len();
+    }
+
+    /// Notes that `nexus` sent a command with operation code `op`, and
+    /// whether REPORTED LUNS DATA HAS CHANGED was pending for it. Every
+    /// command but INQUIRY clears it (REQUEST SENSE and REPORT LUNS by
+    /// reporting it, the others by being refused with it).
+    fn take_map_changed(&self, nexus: &ItNexus, op: Option<u8>) -> bool {
+        let id = nexus.id();
+        {
+            // The usual case, under a read lock: a known nexus, nothing pending.
+            let n = self.inner.nexuses.read().unwrap_or_else(|p| p.into_inner());
+            if n.count == 0 && n.pending.contains_key(&id) {
+                return false;
+            }
+        }
+        let mut n = self.nexuses();
+        let pending = n.pending.entry(id).or_insert(false);
+        let was = *pending;
+        if was && op != Some(opcode::INQUIRY) {
+            *pending = false;
+            n.count = n.count.saturating_sub(1);
+        }
+        was
     }
 
     /// Maps `lu` at `lun`, returning the LU it replaces.
@@ -213,17 +252,7 @@ impl Dispatch for ScsiTarget {
     /// LU's `execute` is called before this returns (ordering contract).
     fn dispatch(&self, task: Task) -> BoxFuture<'static, TaskResult> {
         let op = task.cdb.opcode();
-        let changed = {
-            let mut n = self.nexuses();
-            let pending = n.entry(task.nexus.id()).or_insert(false);
-            let was = *pending;
-            match op {
-                Some(opcode::REPORT_LUNS) | Some(opcode::REQUEST_SENSE) => *pending = false,
-                Some(opcode::INQUIRY) => {}
-                _ => *pending = false,
-            }
-            was
-        };
+        let changed = self.take_map_changed(&task.nexus, op);
         if op == Some(opcode::REPORT_LUNS) {
             return Box::pin(std::future::ready(self.report_luns(&task)));
         }
@@ -295,7 +324,12 @@ impl Dispatch for ScsiTarget {
 
     /// The nexus is gone: every LU hears of it.
     fn nexus_loss(&self, nexus: &ItNexus) {
-        self.nexuses().remove(&nexus.id());
+        {
+            let mut n = self.nexuses();
+            if n.pending.remove(&nexus.id()) == Some(true) {
+                n.count = n.count.saturating_sub(1);
+            }
+        }
         let lus: Vec<Arc<dyn LogicalUnit>> = self
             .inner
             .luns

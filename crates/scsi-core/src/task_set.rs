@@ -21,10 +21,19 @@
 //! enabled then resolves `ready` with [`Aborted`] at once, a running one
 //! notices [`TaskHandle::is_aborted`] when it ends, and the returned
 //! [`AbortWait`] future resolves once every affected task has left the set.
+//!
+//! Many hosts share one LU, so the common case costs little under the set's
+//! one lock: while no ORDERED or HEAD OF QUEUE task is in the set, a SIMPLE
+//! task is enabled as it registers (every rule above is met at once), its
+//! `ready` and `is_aborted` take no lock, and completing it scans nothing.
+//! The set keeps counts of ORDERED, HEAD OF QUEUE and not-yet-started
+//! tasks for that; only when one of those is present do the rules above
+//! look at the other tasks.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -55,12 +64,36 @@ struct State {
     next_seq: u64,
     entries: BTreeMap<u64, Entry>,
     gone_wakers: Vec<Waker>,
+    /// ORDERED tasks in the set.
+    ordered: usize,
+    /// HEAD OF QUEUE tasks in the set.
+    head_of_queue: usize,
+    /// Tasks in the set not yet started (enabled).
+    unstarted: usize,
+}
+
+impl State {
+    fn count(&mut self, attr: TaskAttr, added: bool) {
+        let n = match attr {
+            TaskAttr::Ordered => &mut self.ordered,
+            TaskAttr::HeadOfQueue => &mut self.head_of_queue,
+            TaskAttr::Simple | TaskAttr::Aca => return,
+        };
+        if added {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
     depth: usize,
+    /// Aborted tasks still in the set: while none is, a handle knows it is
+    /// not aborted without the lock.
+    aborted: AtomicUsize,
 }
 
 impl Shared {
@@ -80,6 +113,8 @@ pub struct TaskSet {
 pub struct TaskHandle {
     shared: Arc<Shared>,
     seq: u64,
+    /// Enabled as it registered: `ready` need not look at the set.
+    started: bool,
 }
 
 impl TaskSet {
@@ -89,6 +124,7 @@ impl TaskSet {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 depth: depth.max(1),
+                aborted: AtomicUsize::new(0),
             }),
         }
     }
@@ -111,20 +147,29 @@ impl TaskSet {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
+        // Nothing in the set can hold back a SIMPLE task: it is enabled now.
+        let started = matches!(attr, TaskAttr::Simple | TaskAttr::Aca)
+            && st.ordered == 0
+            && st.head_of_queue == 0;
         st.entries.insert(
             seq,
             Entry {
                 nexus: nexus.clone(),
                 tag,
                 attr,
-                started: false,
+                started,
                 aborted: false,
                 waker: None,
             },
         );
+        st.count(attr, true);
+        if !started {
+            st.unstarted += 1;
+        }
         Ok(TaskHandle {
             shared: self.shared.clone(),
             seq,
+            started,
         })
     }
 
@@ -146,6 +191,7 @@ impl TaskSet {
         for (seq, e) in st.entries.iter_mut() {
             if !e.aborted && pred(&e.nexus, e.tag) {
                 e.aborted = true;
+                self.shared.aborted.fetch_add(1, Ordering::Release);
                 seqs.push(*seq);
                 if let Some(w) = e.waker.take() {
                     w.wake();
@@ -180,19 +226,19 @@ impl TaskSet {
 /// A HEAD OF QUEUE task counts as older than every task not yet started,
 /// whenever it arrived.
 fn enabled(st: &State, seq: u64, attr: TaskAttr) -> bool {
-    let hoq_pending = || {
-        st.entries
-            .iter()
-            .any(|(s, e)| *s != seq && e.attr == TaskAttr::HeadOfQueue)
-    };
+    // Another HEAD OF QUEUE task is in the set (none but this task, when
+    // this one is HEAD OF QUEUE itself).
+    let hoq_pending = st.head_of_queue > usize::from(attr == TaskAttr::HeadOfQueue);
     match attr {
         TaskAttr::HeadOfQueue => true,
-        TaskAttr::Ordered => st.entries.range(..seq).next().is_none() && !hoq_pending(),
+        TaskAttr::Ordered => !hoq_pending && st.entries.range(..seq).next().is_none(),
         TaskAttr::Simple | TaskAttr::Aca => {
-            !st.entries
-                .range(..seq)
-                .any(|(_, e)| e.attr == TaskAttr::Ordered)
-                && !hoq_pending()
+            !hoq_pending
+                && (st.ordered == 0
+                    || !st
+                        .entries
+                        .range(..seq)
+                        .any(|(_, e)| e.attr == TaskAttr::Ordered))
         }
     }
 }
@@ -206,6 +252,9 @@ impl TaskHandle {
 
     /// True once task management aborted this task.
     pub fn is_aborted(&self) -> bool {
+        if self.shared.aborted.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         self.shared
             .lock()
             .entries
@@ -222,12 +271,23 @@ impl TaskHandle {
 impl Drop for TaskHandle {
     fn drop(&mut self) {
         let mut st = self.shared.lock();
-        st.entries.remove(&self.seq);
-        for e in st.entries.values_mut() {
-            if !e.started
-                && let Some(w) = e.waker.take()
-            {
-                w.wake();
+        if let Some(e) = st.entries.remove(&self.seq) {
+            if e.aborted {
+                self.shared.aborted.fetch_sub(1, Ordering::Release);
+            }
+            st.count(e.attr, false);
+            if !e.started {
+                st.unstarted = st.unstarted.saturating_sub(1);
+            }
+        }
+        // Tasks waiting to start may be enabled now.
+        if st.unstarted > 0 {
+            for e in st.entries.values_mut() {
+                if !e.started
+                    && let Some(w) = e.waker.take()
+                {
+                    w.wake();
+                }
             }
         }
         for w in st.gone_wakers.drain(..) {
@@ -246,19 +306,29 @@ impl Future for Ready<'_> {
     type Output = Result<(), Aborted>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.handle.is_aborted() {
+            return Poll::Ready(Err(Aborted));
+        }
+        if self.handle.started {
+            return Poll::Ready(Ok(()));
+        }
         let seq = self.handle.seq;
         let mut st = self.handle.shared.lock();
-        let Some(attr) = st.entries.get(&seq).map(|e| (e.attr, e.aborted)) else {
+        let Some(attr) = st.entries.get(&seq).map(|e| (e.attr, e.aborted, e.started)) else {
             return Poll::Ready(Err(Aborted));
         };
         if attr.1 {
             return Poll::Ready(Err(Aborted));
+        }
+        if attr.2 {
+            return Poll::Ready(Ok(()));
         }
         if enabled(&st, seq, attr.0) {
             if let Some(e) = st.entries.get_mut(&seq) {
                 e.started = true;
                 e.waker = None;
             }
+            st.unstarted = st.unstarted.saturating_sub(1);
             return Poll::Ready(Ok(()));
         }
         if let Some(e) = st.entries.get_mut(&seq) {
@@ -367,6 +437,40 @@ mod tests {
         let b = ts.register(&n, 2, TaskAttr::Simple).unwrap();
         assert_eq!(poll_once(&mut a.ready()), Poll::Ready(Ok(())));
         assert_eq!(poll_once(&mut b.ready()), Poll::Ready(Ok(())));
+    }
+
+    #[test]
+    fn simple_tasks_are_enabled_as_they_register_while_nothing_orders_them() {
+        let ts = TaskSet::new(8);
+        let n = nexus("a");
+        // Enabled at registration: a HEAD OF QUEUE task arriving before
+        // its first poll no longer holds it back.
+        let early = ts.register(&n, 1, TaskAttr::Simple).unwrap();
+        let hoq = ts.register(&n, 2, TaskAttr::HeadOfQueue).unwrap();
+        assert_eq!(poll_once(&mut early.ready()), Poll::Ready(Ok(())));
+        // While the HEAD OF QUEUE task is in the set, a new SIMPLE one waits
+        // for it, and an ORDERED one holds back the SIMPLE ones after it.
+        let late = ts.register(&n, 3, TaskAttr::Simple).unwrap();
+        assert_eq!(poll_once(&mut late.ready()), Poll::Pending);
+        drop(hoq);
+        assert_eq!(poll_once(&mut late.ready()), Poll::Ready(Ok(())));
+        let ordered = ts.register(&n, 4, TaskAttr::Ordered).unwrap();
+        let after = ts.register(&n, 5, TaskAttr::Simple).unwrap();
+        assert_eq!(poll_once(&mut after.ready()), Poll::Pending);
+        drop((early, late));
+        assert_eq!(poll_once(&mut ordered.ready()), Poll::Ready(Ok(())));
+        assert_eq!(poll_once(&mut after.ready()), Poll::Pending);
+        drop(ordered);
+        assert_eq!(poll_once(&mut after.ready()), Poll::Ready(Ok(())));
+        // Once the set has no ORDERED or HEAD OF QUEUE task again, SIMPLE
+        // tasks are enabled as they register; an abort still reaches them.
+        drop(after);
+        let quick = ts.register(&n, 6, TaskAttr::Simple).unwrap();
+        let w = ts.abort_matching(|_, tag| tag == 6);
+        assert_eq!(w.count(), 1);
+        assert!(quick.is_aborted());
+        assert_eq!(poll_once(&mut quick.ready()), Poll::Ready(Err(Aborted)));
+        assert!(!ts.register(&n, 7, TaskAttr::Simple).unwrap().is_aborted());
     }
 
     #[test]

@@ -31,16 +31,15 @@ use anyhow::{Context, bail};
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use unifab_iscsi::chap::ChapCredentials;
 use unifab_iscsi::initiator::IscsiUrl;
-use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiator, random_isid};
+use unifab_iscsi::initiator::io::IscsiInitiator;
 use unifab_iscsi::negotiate::Digest;
 use unifab_scsi_core::initiator::{Initiator, InitiatorError, Request};
 use unifab_scsi_core::sense::{Sense, SenseKey};
 use unifab_scsi_core::{Lun, Status, TaskResult};
 
 use super::parse_seconds;
-use super::{TOOL_INITIATOR_NAME, command, parse_credentials};
+use super::{TOOL_INITIATOR_NAME, command, tool_session};
 
 const SECTOR: usize = 512;
 const MAGIC: &[u8; 8] = b"UNIFABv1";
@@ -647,18 +646,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.qd == 0 || args.qd > 4096 {
         bail!("--qd must be 1..=4096");
     }
-    let mut cfg = InitiatorConfig::new(args.initiator_name.clone());
-    // A one-off session: never reinstate anyone else's.
-    cfg.isid = random_isid();
-    cfg.chap = url
-        .chap
-        .as_ref()
-        .map(|(u, p)| ChapCredentials::new(u.clone(), p.as_bytes().to_vec()));
-    cfg.mutual_chap = match (&args.mutual_chap, &url.mutual_chap) {
-        (Some(m), _) => Some(parse_credentials(m)?),
-        (None, Some((u, p))) => Some(ChapCredentials::new(u.clone(), p.as_bytes().to_vec())),
-        _ => None,
-    };
+    let mut cfg = tool_session(&args.initiator_name, &url, args.mutual_chap.as_deref())?;
     cfg.session.command_timeout =
         Duration::from_secs_f64(args.command_timeout.clamp(0.1, 86_400.0));
     cfg.session.max_commands = (args.qd * 2).max(64);

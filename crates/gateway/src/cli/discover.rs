@@ -8,12 +8,9 @@ use std::time::Duration;
 use anyhow::bail;
 use bytes::Bytes;
 
-use super::{TOOL_INITIATOR_NAME, command, parse_credentials};
-use unifab_iscsi::chap::ChapCredentials;
+use super::{TOOL_INITIATOR_NAME, command, tool_session};
 use unifab_iscsi::initiator::IscsiUrl;
-use unifab_iscsi::initiator::io::{
-    InitiatorConfig, IscsiInitiator, address_of, discover, random_isid,
-};
+use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiator, address_of, discover};
 use unifab_scsi_core::initiator::{Initiator, Request};
 use unifab_scsi_core::{Lun, Status, TaskResult};
 
@@ -205,18 +202,7 @@ pub async fn run(args: DiscoverArgs) -> anyhow::Result<ExitCode> {
         .parse()
         .map_err(|e| anyhow::anyhow!("{}: {e}", args.portal))?;
     let timeout = Duration::from_secs_f64(args.timeout.clamp(0.1, 3600.0));
-    let mut cfg = InitiatorConfig::new(args.initiator_name.clone());
-    // A one-off session: never reinstate anyone else's.
-    cfg.isid = random_isid();
-    cfg.chap = url
-        .chap
-        .as_ref()
-        .map(|(u, p)| ChapCredentials::new(u.clone(), p.as_bytes().to_vec()));
-    cfg.mutual_chap = match (&args.mutual_chap, &url.mutual_chap) {
-        (Some(m), _) => Some(parse_credentials(m)?),
-        (None, Some((u, p))) => Some(ChapCredentials::new(u.clone(), p.as_bytes().to_vec())),
-        _ => None,
-    };
+    let mut cfg = tool_session(&args.initiator_name, &url, args.mutual_chap.as_deref())?;
     cfg.login_timeout = timeout;
     cfg.session.command_timeout = timeout;
     cfg.reconnect_max = Duration::from_millis(500);

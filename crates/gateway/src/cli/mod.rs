@@ -8,7 +8,8 @@ pub mod show;
 
 use anyhow::{Context, bail};
 use unifab_iscsi::chap::ChapCredentials;
-use unifab_iscsi::initiator::io::IscsiInitiator;
+use unifab_iscsi::initiator::IscsiUrl;
+use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiator, random_isid};
 use unifab_scsi_core::initiator::{Initiator, Request};
 use unifab_scsi_core::sense::{Sense, SenseKey};
 use unifab_scsi_core::{Status, TaskResult};
@@ -56,4 +57,27 @@ pub async fn command(ini: &IscsiInitiator, request: Request) -> anyhow::Result<T
         Some(e) => Err(e.into()),
         None => bail!("unit attentions did not clear"),
     }
+}
+
+/// The initiator settings of a one-off tool session (`discover`, `bench`)
+/// to `url` as `initiator_name`: a random ISID, so that it never
+/// reinstates anyone else's session; CHAP from the URL; mutual CHAP from
+/// `mutual_chap` (`USER%SECRET`), else from the URL.
+pub fn tool_session(
+    initiator_name: &str,
+    url: &IscsiUrl,
+    mutual_chap: Option<&str>,
+) -> anyhow::Result<InitiatorConfig> {
+    let mut cfg = InitiatorConfig::new(initiator_name.to_string());
+    cfg.isid = random_isid();
+    cfg.chap = url
+        .chap
+        .as_ref()
+        .map(|(u, p)| ChapCredentials::new(u.clone(), p.as_bytes().to_vec()));
+    cfg.mutual_chap = match (mutual_chap, &url.mutual_chap) {
+        (Some(m), _) => Some(parse_credentials(m)?),
+        (None, Some((u, p))) => Some(ChapCredentials::new(u.clone(), p.as_bytes().to_vec())),
+        _ => None,
+    };
+    Ok(cfg)
 }

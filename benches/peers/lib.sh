@@ -43,12 +43,15 @@ make_lu() { # make_lu PATH SIZE-BYTES
     fallocate -l "$2" "$1" 2>/dev/null || dd if=/dev/zero of="$1" bs=1M count=$(($2 >> 20)) status=none
 }
 
-# start_tgtd WORKDIR LU-FILE -> sets TGTD_PID TGTD_PORT TGTD_URL
+# start_tgtd WORKDIR LU-FILE... -> sets TGTD_PID TGTD_PORT TGTD_URL
 # tgtd 1.0.85: foreground (-f), private management socket (TGT_IPC_SOCKET),
-# control port in a C short, LUN 0 is its controller so the data LU is LUN 1,
-# and SIGTERM is ignored (stop_pid uses SIGKILL).
+# control port in a C short, LUN 0 is its controller so the data LUs are
+# LUN 1, 2, … in the order given (TGTD_URL names LUN 1), and SIGTERM is
+# ignored (stop_pid uses SIGKILL).
 start_tgtd() {
-    local dir=$1 lu=$2 port control
+    local dir=$1 port control lun
+    shift
+    (($# > 0)) || die "start_tgtd: no LU file given"
     need tgtd tgt
     need tgtadm tgt
     mkdir -p "$dir"
@@ -70,7 +73,11 @@ start_tgtd() {
         fi
         local adm=(env "TGT_IPC_SOCKET=$dir/socket" tgtadm -C "$control" --lld iscsi)
         "${adm[@]}" --mode target --op new --tid 1 --targetname "$TGTD_IQN"
-        "${adm[@]}" --mode logicalunit --op new --tid 1 --lun 1 --backing-store "$lu"
+        lun=1
+        for lu in "$@"; do
+            "${adm[@]}" --mode logicalunit --op new --tid 1 --lun "$lun" --backing-store "$lu"
+            lun=$((lun + 1))
+        done
         "${adm[@]}" --mode target --op bind --tid 1 --initiator-address ALL
         wait_port "$port" 10 || die "tgtd's portal 127.0.0.1:$port did not open"
         TGTD_PORT=$port
@@ -82,23 +89,29 @@ start_tgtd() {
 
 # start_unifab BINARY WORKDIR LU-FILE SIZE -> sets UNIFAB_PID UNIFAB_PORT UNIFAB_URL
 start_unifab() {
-    local bin=$1 dir=$2 lu=$3 size=$4 port
+    start_unifab_luns "$1" "$2" "$4" "$3"
+}
+
+# start_unifab_luns BINARY WORKDIR SIZE LU-FILE... -> sets UNIFAB_PID UNIFAB_PORT UNIFAB_URL
+# One target whose LUN 0, 1, … are the files in the order given, each of
+# SIZE bytes on the file backend (UNIFAB_URL names LUN 0).
+start_unifab_luns() {
+    local bin=$1 dir=$2 size=$3 port i luns=""
+    shift 3
+    (($# > 0)) || die "start_unifab_luns: no LU file given"
     [[ -x "$bin" ]] || die "unifab is not runnable: no executable at $bin (build it with 'cargo build --release -p unifab' or set UNIFAB_BIN)"
     mkdir -p "$dir"
     port=$(free_port)
-    cat >"$dir/unifab.toml" <<EOF
-[[lu]]
-name = "lu0"
-backend = "file:$lu"
-size = "$((size >> 20))MiB"
-
-[iscsi]
-listen = ["127.0.0.1:$port"]
-
-[[iscsi.target]]
-iqn = "$UNIFAB_IQN"
-luns = ["lu0"]
-EOF
+    : >"$dir/unifab.toml"
+    i=0
+    for lu in "$@"; do
+        printf '[[lu]]\nname = "lu%d"\nbackend = "file:%s"\nsize = "%dMiB"\n\n' \
+            "$i" "$lu" "$((size >> 20))" >>"$dir/unifab.toml"
+        luns+="${luns:+, }\"lu$i\""
+        i=$((i + 1))
+    done
+    printf '[iscsi]\nlisten = ["127.0.0.1:%d"]\n\n[[iscsi.target]]\niqn = "%s"\nluns = [%s]\n' \
+        "$port" "$UNIFAB_IQN" "$luns" >>"$dir/unifab.toml"
     (cd "$dir" && exec "$bin" run --config "$dir/unifab.toml") >"$dir/unifab.log" 2>&1 &
     UNIFAB_PID=$!
     local deadline=$((SECONDS + 20))

@@ -5,6 +5,13 @@
 //! (its locks, the task set, shared counters) shows as fewer commands per
 //! second on one LU than on N, with the same threads and the same work.
 //!
+//! Each LU also holds a unit attention for a host that has left (as
+//! every LU that hosts come and go on does), which must not send the others
+//! through the LU's lock.
+//!
+//! `SCSI_CONTENTION_THREADS="1 2 4 8 16"` sets the thread counts (default
+//! 1, 2 and 4).
+//!
 //! Reported as commands per second over all threads (`Throughput::Elements`
 //! = N per iteration). On a machine with fewer cores than N the threads
 //! also share cores; compare the two layouts at the same N.
@@ -88,11 +95,29 @@ fn hosts_reading(lus: &[Arc<EmulatedLu>], iters: u64) -> Duration {
     start.elapsed()
 }
 
+/// Thread counts: `SCSI_CONTENTION_THREADS` (e.g. "1 2 4 8 16" on a
+/// many-core machine), else 1, 2 and 4.
+fn thread_counts() -> Vec<usize> {
+    std::env::var("SCSI_CONTENTION_THREADS")
+        .ok()
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .filter(|&n| n > 0)
+                .collect::<Vec<usize>>()
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 2, 4])
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("scsi_contention");
-    for threads in [1usize, 2, 4] {
+    for threads in thread_counts() {
         g.throughput(Throughput::Elements(threads as u64));
-        // Every host has met its power-on unit attention before timing.
+        // Every host has met its power-on unit attention before timing, and
+        // one more host has come and gone, leaving its I_T NEXUS LOSS
+        // OCCURRED queued for when it returns, as hosts that reboot or
+        // move do on a real SAN.
         let shared = Arc::new(lu());
         let one: Vec<Arc<EmulatedLu>> = (0..threads).map(|_| shared.clone()).collect();
         let each: Vec<Arc<EmulatedLu>> = (0..threads).map(|_| Arc::new(lu())).collect();
@@ -101,6 +126,14 @@ fn bench(c: &mut Criterion) {
                 let t = Task::new(nexus(host), Lun(0), 0, read10(0)).with_data_in(4096);
                 let _ = run(l, t);
             }
+        }
+        for l in one.iter().take(1).chain(each.iter()) {
+            let gone = nexus(usize::MAX);
+            let _ = run(
+                l,
+                Task::new(gone.clone(), Lun(0), 0, read10(0)).with_data_in(4096),
+            );
+            l.nexus_loss(&gone);
         }
         g.bench_with_input(BenchmarkId::new("one_lu", threads), &one, |b, lus| {
             b.iter_custom(|iters| hosts_reading(lus, iters))

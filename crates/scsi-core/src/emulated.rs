@@ -64,7 +64,10 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crossbeam_utils::CachePadded;
+use crossbeam_utils::sync::ShardedLock;
 
 use bytes::{Bytes, BytesMut};
 
@@ -220,7 +223,11 @@ struct LuState {
     copy_results: VecDeque<(PortKey, u8, xcopy::CopyStatus)>,
 }
 
+/// Aligned to two cache lines so that the `Arc`'s reference counts, which
+/// every command changes, share no cache line with the fields every
+/// command reads.
 #[derive(Debug)]
+#[repr(align(128))]
 struct Inner {
     cfg: EmulatedLuConfig,
     backend: Arc<dyn BlockBackend>,
@@ -239,17 +246,22 @@ struct Inner {
     serial: String,
     thin: bool,
     state: Mutex<LuState>,
-    /// Nexus ids already registered in `state.ua` (fast-path check).
-    seen: RwLock<crate::idmap::IdSet<u64>>,
-    /// Pending unit attentions over all nexuses (fast-path check).
-    ua_total: AtomicUsize,
+    /// Nexus ids registered in `state.ua` with no unit attention queued:
+    /// their commands skip the LU lock while no reservation exists. An
+    /// attention established for any nexus empties it (rare: resets,
+    /// nexus loss, capacity and mode changes); a nexus goes back in once
+    /// its queue is drained. Changed only under the LU lock. Sharded by
+    /// thread: the read, once per command, touches only its own thread's
+    /// shard, so hosts on different cores share no cache line.
+    clear: ShardedLock<crate::idmap::IdSet<u64>>,
     /// A RESERVE or persistent reservation/registration exists.
     reserved: AtomicBool,
     /// SWP or read-only.
     write_protected: AtomicBool,
     wce: AtomicBool,
-    /// Shared by writers, exclusive for COMPARE AND WRITE and ORWRITE.
-    write_lock: RwLock<()>,
+    /// Shared by writers, exclusive for COMPARE AND WRITE and ORWRITE;
+    /// sharded by thread like `clear`.
+    write_lock: ShardedLock<()>,
     tasks: TaskSet,
 }
 
@@ -257,6 +269,23 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub struct EmulatedLu {
     inner: Arc<Inner>,
+    /// References to `inner`, one per thread shard, each with a reference
+    /// count on cache lines of its own: the future of every command holds
+    /// one, and taking it from `inner` itself would make every host on the
+    /// LU change one shared counter twice per command.
+    refs: Arc<[Arc<CachePadded<Arc<Inner>>>]>,
+}
+
+/// Thread shards of [`EmulatedLu::refs`].
+const REF_SHARDS: usize = 16;
+
+/// This thread's shard: threads are numbered as they first ask.
+fn thread_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % REF_SHARDS;
+    }
+    SHARD.with(|s| *s)
 }
 
 /// FNV-1a, for the stable NAA designator.
@@ -468,38 +497,39 @@ impl EmulatedLu {
         let reserved = pr.is_active();
         let ro = config.read_only || caps.read_only;
         let wce = config.write_cache;
-        Ok(EmulatedLu {
-            inner: Arc::new(Inner {
-                bs: u64::from(bs),
-                shift: bs.trailing_zeros(),
-                lbppbe,
-                ejected: AtomicBool::new(false),
-                sanitizing: AtomicBool::new(false),
-                sanitize_failed: AtomicBool::new(false),
-                blocks: AtomicU64::new(blocks),
-                naa,
-                serial,
-                thin,
-                state: Mutex::new(LuState {
-                    ua: HashMap::new(),
-                    reserve6: None,
-                    pr,
-                    wce,
-                    swp: false,
-                    prevent: HashSet::new(),
-                    copy_results: VecDeque::new(),
-                }),
-                seen: RwLock::new(crate::idmap::IdSet::default()),
-                ua_total: AtomicUsize::new(0),
-                reserved: AtomicBool::new(reserved),
-                write_protected: AtomicBool::new(ro),
-                wce: AtomicBool::new(wce),
-                write_lock: RwLock::new(()),
-                tasks: TaskSet::new(config.task_set_depth),
-                backend,
-                cfg: config,
+        let inner = Arc::new(Inner {
+            bs: u64::from(bs),
+            shift: bs.trailing_zeros(),
+            lbppbe,
+            ejected: AtomicBool::new(false),
+            sanitizing: AtomicBool::new(false),
+            sanitize_failed: AtomicBool::new(false),
+            blocks: AtomicU64::new(blocks),
+            naa,
+            serial,
+            thin,
+            state: Mutex::new(LuState {
+                ua: HashMap::new(),
+                reserve6: None,
+                pr,
+                wce,
+                swp: false,
+                prevent: HashSet::new(),
+                copy_results: VecDeque::new(),
             }),
-        })
+            clear: ShardedLock::new(crate::idmap::IdSet::default()),
+            reserved: AtomicBool::new(reserved),
+            write_protected: AtomicBool::new(ro),
+            wce: AtomicBool::new(wce),
+            write_lock: ShardedLock::new(()),
+            tasks: TaskSet::new(config.task_set_depth),
+            backend,
+            cfg: config,
+        });
+        let refs = (0..REF_SHARDS)
+            .map(|_| Arc::new(CachePadded::new(inner.clone())))
+            .collect();
+        Ok(EmulatedLu { inner, refs })
     }
 
     /// The NAA designator (VPD 0x83) as a 64-bit value.
@@ -555,10 +585,9 @@ impl Inner {
             op,
             opcode::INQUIRY | opcode::REPORT_LUNS | opcode::REQUEST_SENSE
         );
-        let fast = self.ua_total.load(Ordering::Acquire) == 0
-            && !self.reserved.load(Ordering::Acquire)
+        let fast = !self.reserved.load(Ordering::Acquire)
             && self
-                .seen
+                .clear
                 .read()
                 .map(|s| s.contains(&task.nexus.id()))
                 .unwrap_or(false);
@@ -566,6 +595,7 @@ impl Inner {
         if !fast {
             let mut st = self.lock();
             let key = self.enter(&mut st, &task.nexus);
+
             if op == opcode::REQUEST_SENSE {
                 if let Some(code) = self.take_ua(&mut st, &key) {
                     let desc = matches!(parsed, Ok(Command::RequestSense { desc: true, .. }));
@@ -578,6 +608,9 @@ impl Inner {
                 }
             } else if !exempt && let Some(code) = self.take_ua(&mut st, &key) {
                 return check(SenseKey::UNIT_ATTENTION, code);
+            }
+            if st.ua.get(&key).is_some_and(VecDeque::is_empty) {
+                self.mark_clear(task.nexus.id());
             }
             if let Ok(cmd) = &parsed {
                 let access = access_of(cmd);
@@ -626,26 +659,51 @@ impl Inner {
     }
 }
 
+/// A task in the LU's task set, with the reference that keeps the LU
+/// alive; dropping it completes the task.
+struct Entered {
+    inner: Arc<CachePadded<Arc<Inner>>>,
+    ticket: Option<crate::task_set::Ticket>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.inner.tasks.leave(t);
+        }
+    }
+}
+
 impl LogicalUnit for EmulatedLu {
     fn execute(&self, task: Task) -> BoxFuture<'static, TaskResult> {
-        let inner = self.inner.clone();
-        let handle = match inner.tasks.register(&task.nexus, task.tag, task.attr) {
-            Ok(h) => h,
+        let ticket = match self.inner.tasks.enter(&task.nexus, task.tag, task.attr) {
+            Ok(t) => t,
             Err(_) => {
                 return Box::pin(std::future::ready(TaskResult::status(
                     Status::TASK_SET_FULL,
                 )));
             }
         };
+        // Made before the future so that dropping the future unpolled
+        // still completes the task.
+        let entered = Entered {
+            inner: self.refs[thread_shard()].clone(),
+            ticket: Some(ticket),
+        };
         Box::pin(async move {
-            if handle.ready().await.is_err() {
+            let entered = entered;
+            let inner: &Arc<Inner> = &entered.inner;
+            let Some(ticket) = entered.ticket.as_ref() else {
+                return TaskResult::aborted();
+            };
+            if inner.tasks.ready(ticket).await.is_err() {
                 return TaskResult::aborted();
             }
             let result = inner.run(task).await;
-            if handle.is_aborted() {
+            if inner.tasks.is_aborted(ticket) {
                 return TaskResult::aborted();
             }
-            drop(handle);
+            drop(entered);
             result
         })
     }

@@ -22,13 +22,30 @@
 //! notices [`TaskHandle::is_aborted`] when it ends, and the returned
 //! [`AbortWait`] future resolves once every affected task has left the set.
 //!
-//! Many hosts share one LU, so the common case costs little under the set's
-//! one lock: while no ORDERED or HEAD OF QUEUE task is in the set, a SIMPLE
-//! task is enabled as it registers (every rule above is met at once), its
-//! `ready` and `is_aborted` take no lock, and completing it scans nothing.
-//! The set keeps counts of ORDERED, HEAD OF QUEUE and not-yet-started
-//! tasks for that; only when one of those is present do the rules above
-//! look at the other tasks.
+//! # Many hosts on one LU
+//!
+//! A SAN LU is shared by many hosts, each on cores of its own, so the
+//! common case touches no cache line another host writes:
+//!
+//! - Tasks are kept, for task management, in *shards* by I_T nexus, each
+//!   a lock of its own on cache lines of its own. While no ORDERED or HEAD
+//!   OF QUEUE task (a *barrier*) is in the set, a SIMPLE task is enabled as
+//!   it registers (every rule above is met at once): it enters its shard
+//!   and nothing else. Its `ready` and `is_aborted` take no lock; completing
+//!   it is one more lock of its shard.
+//! - The depth bound is kept with credits: a shard takes places in the set
+//!   from a shared pool a few at a time and gives them back when it holds
+//!   too many, so the pool is touched once in several commands; when the
+//!   pool runs dry, the shards' spare credits are gathered back before a
+//!   task is refused, so TASK SET FULL means the set holds its depth.
+//! - Every other task (an ORDERED or HEAD OF QUEUE one, or any task that
+//!   arrives while a barrier is in the set) goes through the *ordered
+//!   queue*, one lock, with a sequence number that orders it against the
+//!   other queued tasks. Tasks enabled at registration are all SIMPLE and
+//!   all older than every queued task (none registers that way while a
+//!   barrier is in the set: the barrier count is read under the shard
+//!   lock, and a barrier counts the shards' tasks under the same locks),
+//!   so an ORDERED task waits for them by waiting for the shards to empty.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,6 +53,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+
+use crossbeam_utils::CachePadded;
 
 use crate::task::{ItNexus, TaskAttr};
 
@@ -49,6 +68,12 @@ pub struct Aborted;
 #[error("task set full")]
 pub struct TaskSetFull;
 
+/// Shards of tasks enabled at registration; a power of two.
+const SHARDS: usize = 16;
+
+/// Credits a shard takes from the free pool at a time, at most.
+const MAX_BATCH: usize = 8;
+
 #[derive(Debug)]
 struct Entry {
     nexus: ItNexus,
@@ -59,20 +84,21 @@ struct Entry {
     waker: Option<Waker>,
 }
 
+/// The ordered queue: tasks that did not start as they registered.
 #[derive(Debug, Default)]
-struct State {
+struct Queue {
     next_seq: u64,
     entries: BTreeMap<u64, Entry>,
     gone_wakers: Vec<Waker>,
-    /// ORDERED tasks in the set.
+    /// ORDERED tasks in the queue.
     ordered: usize,
-    /// HEAD OF QUEUE tasks in the set.
+    /// HEAD OF QUEUE tasks in the queue.
     head_of_queue: usize,
-    /// Tasks in the set not yet started (enabled).
+    /// Queued tasks not yet started (enabled).
     unstarted: usize,
 }
 
-impl State {
+impl Queue {
     fn count(&mut self, attr: TaskAttr, added: bool) {
         let n = match attr {
             TaskAttr::Ordered => &mut self.ordered,
@@ -85,20 +111,231 @@ impl State {
             *n = n.saturating_sub(1);
         }
     }
+
+    /// Wakes every queued task not yet started (one may be enabled now)
+    /// and every abort waiting for tasks to leave.
+    fn wake_all(&mut self) {
+        if self.unstarted > 0 {
+            for e in self.entries.values_mut() {
+                if !e.started
+                    && let Some(w) = e.waker.take()
+                {
+                    w.wake();
+                }
+            }
+        }
+        for w in self.gone_wakers.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// Tasks of some I_T nexuses enabled as they registered, by key, and the
+/// credits (places in the set) the shard holds for its next tasks.
+#[derive(Debug, Default)]
+struct Shard {
+    next_key: u64,
+    entries: BTreeMap<u64, Entry>,
+    credits: usize,
 }
 
 #[derive(Debug)]
 struct Shared {
-    state: Mutex<State>,
-    depth: usize,
+    /// ORDERED and HEAD OF QUEUE tasks in the set. Changed under the queue
+    /// lock; read by every registration and completion, changed rarely.
+    barriers: CachePadded<AtomicUsize>,
+    /// Places in the set held by nobody: the depth less the tasks in the
+    /// set and the credits the shards hold.
+    free: CachePadded<AtomicUsize>,
     /// Aborted tasks still in the set: while none is, a handle knows it is
-    /// not aborted without the lock.
-    aborted: AtomicUsize,
+    /// not aborted without a lock.
+    aborted: CachePadded<AtomicUsize>,
+    depth: usize,
+    /// Credits a shard takes from `free` at a time.
+    batch: usize,
+    queue: CachePadded<Mutex<Queue>>,
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        locked(&self.queue)
+    }
+
+    fn shard(&self, i: usize) -> MutexGuard<'_, Shard> {
+        locked(&self.shards[i % SHARDS])
+    }
+
+    /// Takes up to `n` places from the free pool; how many it got.
+    fn take_free(&self, n: usize) -> usize {
+        let mut f = self.free.load(Ordering::Acquire);
+        loop {
+            let take = f.min(n);
+            if take == 0 {
+                return 0;
+            }
+            match self
+                .free
+                .compare_exchange_weak(f, f - take, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return take,
+                Err(now) => f = now,
+            }
+        }
+    }
+
+    /// Gives every credit the shards hold back to the free pool (when the
+    /// pool is empty but the set may not be full).
+    fn reclaim(&self) {
+        for i in 0..SHARDS {
+            let mut s = self.shard(i);
+            let c = std::mem::take(&mut s.credits);
+            if c > 0 {
+                self.free.fetch_add(c, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// A place for a task of shard `s`, from its credits or the pool.
+    fn take_credit(&self, s: &mut Shard) -> bool {
+        if s.credits == 0 {
+            s.credits = self.take_free(self.batch);
+        }
+        if s.credits == 0 {
+            return false;
+        }
+        s.credits -= 1;
+        true
+    }
+
+    fn enter(&self, nexus: &ItNexus, tag: u64, attr: TaskAttr) -> Result<Slot, TaskSetFull> {
+        let simple = matches!(attr, TaskAttr::Simple | TaskAttr::Aca);
+        if simple {
+            let shard = (nexus.id() as usize) % SHARDS;
+            for reclaimed in [false, true] {
+                let mut s = self.shard(shard);
+                // Read under the shard lock: a barrier entered before it
+                // is seen here, and one entered after it finds this task
+                // when it counts the shard's tasks.
+                if self.barriers.load(Ordering::Acquire) > 0 {
+                    break;
+                }
+                if self.take_credit(&mut s) {
+                    let key = s.next_key;
+                    s.next_key += 1;
+                    s.entries.insert(
+                        key,
+                        Entry {
+                            nexus: nexus.clone(),
+                            tag,
+                            attr,
+                            started: true,
+                            aborted: false,
+                            waker: None,
+                        },
+                    );
+                    return Ok(Slot::Shard { shard, key });
+                }
+                drop(s);
+                if reclaimed {
+                    return Err(TaskSetFull);
+                }
+                self.reclaim();
+            }
+        }
+        let mut q = self.queue();
+        if self.take_free(1) == 0 {
+            self.reclaim();
+            if self.take_free(1) == 0 {
+                return Err(TaskSetFull);
+            }
+        }
+        if !simple {
+            self.barriers.fetch_add(1, Ordering::AcqRel);
+        }
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        q.entries.insert(
+            seq,
+            Entry {
+                nexus: nexus.clone(),
+                tag,
+                attr,
+                started: false,
+                aborted: false,
+                waker: None,
+            },
+        );
+        q.count(attr, true);
+        q.unstarted += 1;
+        Ok(Slot::Queue { seq })
+    }
+
+    fn is_aborted(&self, slot: Slot) -> bool {
+        if self.aborted.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        match slot {
+            Slot::Shard { shard, key } => self
+                .shard(shard)
+                .entries
+                .get(&key)
+                .is_none_or(|e| e.aborted),
+            Slot::Queue { seq } => self.queue().entries.get(&seq).is_none_or(|e| e.aborted),
+        }
+    }
+
+    fn leave(&self, slot: Slot) {
+        match slot {
+            Slot::Shard { shard, key } => {
+                let mut s = self.shard(shard);
+                let aborted = s.entries.remove(&key).is_some_and(|e| e.aborted);
+                s.credits += 1;
+                if s.credits > 2 * self.batch {
+                    let give = s.credits - self.batch;
+                    s.credits -= give;
+                    self.free.fetch_add(give, Ordering::AcqRel);
+                }
+                // Read under the shard lock (see `enter`): a queued
+                // ORDERED task may wait for this one to leave.
+                let barrier = self.barriers.load(Ordering::Acquire) > 0;
+                drop(s);
+                if aborted {
+                    self.aborted.fetch_sub(1, Ordering::AcqRel);
+                }
+                // An abort may wait for it to leave too.
+                if barrier || aborted {
+                    self.queue().wake_all();
+                }
+            }
+            Slot::Queue { seq } => {
+                let mut q = self.queue();
+                if let Some(e) = q.entries.remove(&seq) {
+                    if e.aborted {
+                        self.aborted.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    q.count(e.attr, false);
+                    if !e.started {
+                        q.unstarted = q.unstarted.saturating_sub(1);
+                    }
+                    if !matches!(e.attr, TaskAttr::Simple | TaskAttr::Aca) {
+                        self.barriers.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    self.free.fetch_add(1, Ordering::AcqRel);
+                }
+                q.wake_all();
+            }
+        }
+    }
+
+    /// Tasks enabled at registration still in the set (all SIMPLE, all
+    /// older than every queued task). The caller holds the queue lock.
+    fn unqueued(&self) -> usize {
+        (0..SHARDS).map(|i| self.shard(i).entries.len()).sum()
     }
 }
 
@@ -108,23 +345,45 @@ pub struct TaskSet {
     shared: Arc<Shared>,
 }
 
+/// Where a registered task is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Enabled as it registered: in shard `shard` under `key`.
+    Shard { shard: usize, key: u64 },
+    /// In the ordered queue under sequence number `seq`.
+    Queue { seq: u64 },
+}
+
+/// A task entered with [`TaskSet::enter`], to be given back with
+/// [`TaskSet::leave`].
+#[derive(Debug)]
+#[must_use = "a ticket not given back to TaskSet::leave leaves its task in the set"]
+pub struct Ticket {
+    slot: Slot,
+}
+
 /// A registered task; dropping it completes the task.
 #[derive(Debug)]
 pub struct TaskHandle {
     shared: Arc<Shared>,
-    seq: u64,
-    /// Enabled as it registered: `ready` need not look at the set.
-    started: bool,
+    slot: Slot,
 }
 
 impl TaskSet {
     /// A task set holding at most `depth` tasks (at least 1).
     pub fn new(depth: usize) -> TaskSet {
+        let depth = depth.max(1);
         TaskSet {
             shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
-                depth: depth.max(1),
-                aborted: AtomicUsize::new(0),
+                barriers: CachePadded::new(AtomicUsize::new(0)),
+                free: CachePadded::new(AtomicUsize::new(depth)),
+                aborted: CachePadded::new(AtomicUsize::new(0)),
+                depth,
+                batch: (depth / (4 * SHARDS)).clamp(1, MAX_BATCH),
+                queue: CachePadded::new(Mutex::new(Queue::default())),
+                shards: (0..SHARDS)
+                    .map(|_| CachePadded::new(Mutex::new(Shard::default())))
+                    .collect(),
             }),
         }
     }
@@ -141,41 +400,47 @@ impl TaskSet {
         tag: u64,
         attr: TaskAttr,
     ) -> Result<TaskHandle, TaskSetFull> {
-        let mut st = self.shared.lock();
-        if st.entries.len() >= self.shared.depth {
-            return Err(TaskSetFull);
-        }
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        // Nothing in the set can hold back a SIMPLE task: it is enabled now.
-        let started = matches!(attr, TaskAttr::Simple | TaskAttr::Aca)
-            && st.ordered == 0
-            && st.head_of_queue == 0;
-        st.entries.insert(
-            seq,
-            Entry {
-                nexus: nexus.clone(),
-                tag,
-                attr,
-                started,
-                aborted: false,
-                waker: None,
-            },
-        );
-        st.count(attr, true);
-        if !started {
-            st.unstarted += 1;
-        }
+        let slot = self.shared.enter(nexus, tag, attr)?;
         Ok(TaskHandle {
             shared: self.shared.clone(),
-            seq,
-            started,
+            slot,
         })
     }
 
+    /// Enters a task like [`register`](Self::register), without a
+    /// reference to the set: for a caller that keeps the set alive as long
+    /// as the task itself and saves the reference count, which every
+    /// command of every host on the LU would otherwise change. The ticket
+    /// must be given back with [`leave`](Self::leave), which completes the
+    /// task; a ticket dropped without it leaves its task in the set, and
+    /// the set counts it towards its depth until the set itself goes.
+    pub fn enter(&self, nexus: &ItNexus, tag: u64, attr: TaskAttr) -> Result<Ticket, TaskSetFull> {
+        self.shared
+            .enter(nexus, tag, attr)
+            .map(|slot| Ticket { slot })
+    }
+
+    /// Resolves when the ticket's task may run; [`TaskHandle::ready`].
+    pub fn ready<'a>(&'a self, ticket: &Ticket) -> Ready<'a> {
+        Ready {
+            shared: &self.shared,
+            slot: ticket.slot,
+        }
+    }
+
+    /// True once task management aborted the ticket's task.
+    pub fn is_aborted(&self, ticket: &Ticket) -> bool {
+        self.shared.is_aborted(ticket.slot)
+    }
+
+    /// Completes the ticket's task: it leaves the set.
+    pub fn leave(&self, ticket: Ticket) {
+        self.shared.leave(ticket.slot);
+    }
     /// Number of tasks in the set.
     pub fn len(&self) -> usize {
-        self.shared.lock().entries.len()
+        let q = self.shared.queue();
+        q.entries.len() + self.shared.unqueued()
     }
 
     /// True when no task is in the set.
@@ -186,56 +451,70 @@ impl TaskSet {
     /// Marks every task for which `pred(nexus, tag)` holds as aborted, and
     /// returns how many and a future that resolves when all have ended.
     pub fn abort_matching(&self, pred: impl Fn(&ItNexus, u64) -> bool) -> AbortWait {
-        let mut st = self.shared.lock();
-        let mut seqs = Vec::new();
-        for (seq, e) in st.entries.iter_mut() {
+        let sh = &self.shared;
+        let mut slots = Vec::new();
+        let mut mark = |slot: Slot, e: &mut Entry| {
             if !e.aborted && pred(&e.nexus, e.tag) {
                 e.aborted = true;
-                self.shared.aborted.fetch_add(1, Ordering::Release);
-                seqs.push(*seq);
+                sh.aborted.fetch_add(1, Ordering::AcqRel);
+                slots.push(slot);
                 if let Some(w) = e.waker.take() {
                     w.wake();
                 }
             }
+        };
+        let mut q = sh.queue();
+        for (seq, e) in q.entries.iter_mut() {
+            mark(Slot::Queue { seq: *seq }, e);
+        }
+        drop(q);
+        for shard in 0..SHARDS {
+            let mut s = sh.shard(shard);
+            for (key, e) in s.entries.iter_mut() {
+                mark(Slot::Shard { shard, key: *key }, e);
+            }
         }
         AbortWait {
-            shared: self.shared.clone(),
-            seqs,
+            shared: sh.clone(),
+            slots,
         }
+    }
+
+    /// Calls `f` on every task in the set until it returns true.
+    fn any(&self, f: impl Fn(&Entry) -> bool) -> bool {
+        let sh = &self.shared;
+        sh.queue().entries.values().any(&f)
+            || (0..SHARDS).any(|i| sh.shard(i).entries.values().any(&f))
     }
 
     /// Is a task with this tag of this nexus in the set (and not aborted)?
     pub fn contains(&self, nexus: &ItNexus, tag: u64) -> bool {
-        self.shared
-            .lock()
-            .entries
-            .values()
-            .any(|e| !e.aborted && e.tag == tag && e.nexus == *nexus)
+        self.any(|e| !e.aborted && e.tag == tag && e.nexus == *nexus)
     }
 
     /// Does the nexus have any (non-aborted) task in the set?
     pub fn has_tasks_of(&self, nexus: &ItNexus) -> bool {
-        self.shared
-            .lock()
-            .entries
-            .values()
-            .any(|e| !e.aborted && e.nexus == *nexus)
+        self.any(|e| !e.aborted && e.nexus == *nexus)
     }
 }
 
-/// A HEAD OF QUEUE task counts as older than every task not yet started,
-/// whenever it arrived.
-fn enabled(st: &State, seq: u64, attr: TaskAttr) -> bool {
+/// Whether the queued task `seq` may start. A HEAD OF QUEUE task counts
+/// as older than every task not yet started, whenever it arrived; tasks
+/// enabled at registration (`unqueued`, all SIMPLE) are older than every
+/// queued one.
+fn enabled(q: &Queue, seq: u64, attr: TaskAttr, unqueued: usize) -> bool {
     // Another HEAD OF QUEUE task is in the set (none but this task, when
     // this one is HEAD OF QUEUE itself).
-    let hoq_pending = st.head_of_queue > usize::from(attr == TaskAttr::HeadOfQueue);
+    let hoq_pending = q.head_of_queue > usize::from(attr == TaskAttr::HeadOfQueue);
     match attr {
         TaskAttr::HeadOfQueue => true,
-        TaskAttr::Ordered => !hoq_pending && st.entries.range(..seq).next().is_none(),
+        TaskAttr::Ordered => {
+            !hoq_pending && unqueued == 0 && q.entries.range(..seq).next().is_none()
+        }
         TaskAttr::Simple | TaskAttr::Aca => {
             !hoq_pending
-                && (st.ordered == 0
-                    || !st
+                && (q.ordered == 0
+                    || !q
                         .entries
                         .range(..seq)
                         .any(|(_, e)| e.attr == TaskAttr::Ordered))
@@ -247,91 +526,68 @@ impl TaskHandle {
     /// Resolves when the task may run (then it counts as started), or with
     /// [`Aborted`] if task management aborted it first.
     pub fn ready(&self) -> Ready<'_> {
-        Ready { handle: self }
+        Ready {
+            shared: &self.shared,
+            slot: self.slot,
+        }
     }
 
     /// True once task management aborted this task.
     pub fn is_aborted(&self) -> bool {
-        if self.shared.aborted.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        self.shared
-            .lock()
-            .entries
-            .get(&self.seq)
-            .is_none_or(|e| e.aborted)
-    }
-
-    /// The sequence number (arrival order) of the task.
-    pub fn seq(&self) -> u64 {
-        self.seq
+        self.shared.is_aborted(self.slot)
     }
 }
 
 impl Drop for TaskHandle {
     fn drop(&mut self) {
-        let mut st = self.shared.lock();
-        if let Some(e) = st.entries.remove(&self.seq) {
-            if e.aborted {
-                self.shared.aborted.fetch_sub(1, Ordering::Release);
-            }
-            st.count(e.attr, false);
-            if !e.started {
-                st.unstarted = st.unstarted.saturating_sub(1);
-            }
-        }
-        // Tasks waiting to start may be enabled now.
-        if st.unstarted > 0 {
-            for e in st.entries.values_mut() {
-                if !e.started
-                    && let Some(w) = e.waker.take()
-                {
-                    w.wake();
-                }
-            }
-        }
-        for w in st.gone_wakers.drain(..) {
-            w.wake();
-        }
+        self.shared.leave(self.slot);
     }
 }
 
-/// Future of [`TaskHandle::ready`].
+/// Future of [`TaskHandle::ready`] and [`TaskSet::ready`].
 #[derive(Debug)]
 pub struct Ready<'a> {
-    handle: &'a TaskHandle,
+    shared: &'a Shared,
+    slot: Slot,
 }
 
 impl Future for Ready<'_> {
     type Output = Result<(), Aborted>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if self.handle.is_aborted() {
+        let sh = self.shared;
+        if sh.is_aborted(self.slot) {
             return Poll::Ready(Err(Aborted));
         }
-        if self.handle.started {
+        let Slot::Queue { seq } = self.slot else {
             return Poll::Ready(Ok(()));
-        }
-        let seq = self.handle.seq;
-        let mut st = self.handle.shared.lock();
-        let Some(attr) = st.entries.get(&seq).map(|e| (e.attr, e.aborted, e.started)) else {
+        };
+        let mut q = sh.queue();
+        let Some((attr, aborted, started)) =
+            q.entries.get(&seq).map(|e| (e.attr, e.aborted, e.started))
+        else {
             return Poll::Ready(Err(Aborted));
         };
-        if attr.1 {
+        if aborted {
             return Poll::Ready(Err(Aborted));
         }
-        if attr.2 {
+        if started {
             return Poll::Ready(Ok(()));
         }
-        if enabled(&st, seq, attr.0) {
-            if let Some(e) = st.entries.get_mut(&seq) {
+        let unqueued = if attr == TaskAttr::Ordered {
+            sh.unqueued()
+        } else {
+            0
+        };
+        if enabled(&q, seq, attr, unqueued) {
+            if let Some(e) = q.entries.get_mut(&seq) {
                 e.started = true;
                 e.waker = None;
             }
-            st.unstarted = st.unstarted.saturating_sub(1);
+            q.unstarted = q.unstarted.saturating_sub(1);
             return Poll::Ready(Ok(()));
         }
-        if let Some(e) = st.entries.get_mut(&seq) {
+        if let Some(e) = q.entries.get_mut(&seq) {
             e.waker = Some(cx.waker().clone());
         }
         Poll::Pending
@@ -342,13 +598,13 @@ impl Future for Ready<'_> {
 #[derive(Debug)]
 pub struct AbortWait {
     shared: Arc<Shared>,
-    seqs: Vec<u64>,
+    slots: Vec<Slot>,
 }
 
 impl AbortWait {
     /// How many tasks were marked.
     pub fn count(&self) -> usize {
-        self.seqs.len()
+        self.slots.len()
     }
 }
 
@@ -356,11 +612,19 @@ impl Future for AbortWait {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut st = self.shared.lock();
-        if self.seqs.iter().all(|s| !st.entries.contains_key(s)) {
+        let sh = &self.shared;
+        // The queue lock is held while the shards are looked at: a task
+        // leaving a shard wakes the queue's gone_wakers under that lock
+        // after it left, so the waker pushed here is not missed.
+        let mut q = sh.queue();
+        let gone = self.slots.iter().all(|s| match *s {
+            Slot::Queue { seq } => !q.entries.contains_key(&seq),
+            Slot::Shard { shard, key } => !sh.shard(shard).entries.contains_key(&key),
+        });
+        if gone {
             return Poll::Ready(());
         }
-        st.gone_wakers.push(cx.waker().clone());
+        q.gone_wakers.push(cx.waker().clone());
         Poll::Pending
     }
 }
@@ -471,6 +735,75 @@ mod tests {
         assert!(quick.is_aborted());
         assert_eq!(poll_once(&mut quick.ready()), Poll::Ready(Err(Aborted)));
         assert!(!ts.register(&n, 7, TaskAttr::Simple).unwrap().is_aborted());
+    }
+
+    #[test]
+    fn ordered_waits_for_simple_tasks_of_every_nexus_enabled_before_it() {
+        let ts = TaskSet::new(8);
+        let (a, b) = (nexus("a"), nexus("b"));
+        let sa = ts.register(&a, 1, TaskAttr::Simple).unwrap();
+        let sb = ts.register(&b, 1, TaskAttr::Simple).unwrap();
+        assert_eq!(poll_once(&mut sa.ready()), Poll::Ready(Ok(())));
+        assert_eq!(ts.len(), 2);
+        let o = ts.register(&a, 2, TaskAttr::Ordered).unwrap();
+        // Behind the ORDERED task, a SIMPLE one of another nexus waits.
+        let late = ts.register(&b, 2, TaskAttr::Simple).unwrap();
+        assert_eq!(poll_once(&mut o.ready()), Poll::Pending);
+        drop(sa);
+        assert_eq!(
+            poll_once(&mut o.ready()),
+            Poll::Pending,
+            "b's task is older"
+        );
+        assert!(ts.contains(&b, 1));
+        drop(sb);
+        assert_eq!(poll_once(&mut o.ready()), Poll::Ready(Ok(())));
+        assert_eq!(poll_once(&mut late.ready()), Poll::Pending);
+        drop(o);
+        assert_eq!(poll_once(&mut late.ready()), Poll::Ready(Ok(())));
+        assert_eq!(ts.len(), 1);
+        // The depth bound counts tasks of both kinds.
+        let _more: Vec<_> = (3..10)
+            .map(|t| ts.register(&a, t, TaskAttr::Simple).unwrap())
+            .collect();
+        assert_eq!(
+            ts.register(&a, 10, TaskAttr::Ordered).err(),
+            Some(TaskSetFull)
+        );
+        assert_eq!(
+            ts.register(&b, 10, TaskAttr::Simple).err(),
+            Some(TaskSetFull)
+        );
+    }
+
+    #[test]
+    fn tasks_from_many_threads_leave_the_set_empty() {
+        let ts = TaskSet::new(64);
+        std::thread::scope(|s| {
+            for host in 0..4 {
+                let ts = ts.clone();
+                s.spawn(move || {
+                    let n = nexus(&format!("h{host}"));
+                    for tag in 0..2000u64 {
+                        let attr = if tag % 97 == 0 {
+                            TaskAttr::Ordered
+                        } else {
+                            TaskAttr::Simple
+                        };
+                        let h = ts.register(&n, tag, attr).unwrap();
+                        let mut r = h.ready();
+                        let w = Waker::noop();
+                        let mut cx = Context::from_waker(w);
+                        while Pin::new(&mut r).poll(&mut cx).is_pending() {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+        });
+        assert!(ts.is_empty());
+        assert_eq!(ts.shared.queue().entries.len(), 0);
+        assert!((0..SHARDS).all(|i| ts.shared.shard(i).entries.is_empty()));
     }
 
     #[test]

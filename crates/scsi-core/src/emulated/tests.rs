@@ -646,6 +646,55 @@ async fn reserve6_two_nexuses_and_release_by_reset_and_loss() {
 }
 
 #[tokio::test]
+async fn a_departed_hosts_attention_is_its_own_and_a_reset_reaches_every_clear_host() {
+    let lu = lu();
+    let a = ready_nexus(&lu, "a").await;
+    let b = ready_nexus(&lu, "b").await;
+    // b leaves: I_T NEXUS LOSS OCCURRED waits for b's initiator port alone;
+    // a, with nothing queued, goes on untouched (and lock-free).
+    lu.nexus_loss(&b);
+    assert_good(&run(&lu, &a, &tur(), &[]).await);
+    assert!(lu.inner.clear.read().unwrap().contains(&a.id()));
+    assert!(!lu.inner.clear.read().unwrap().contains(&b.id()));
+    // A reset requested by c reaches a although a was on the fast path.
+    let c = ready_nexus(&lu, "c").await;
+    let resp = lu
+        .task_management(TmfRequest {
+            nexus: c.clone(),
+            lun: Lun::ZERO,
+            function: TmfFunction::LogicalUnitReset,
+        })
+        .await;
+    assert_eq!(resp, TmfResponse::FunctionComplete);
+    assert_ua(
+        &run(&lu, &a, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_good(&run(&lu, &a, &tur(), &[]).await);
+    // INQUIRY does not consume an attention, so it does not clear a nexus.
+    let resp = lu
+        .task_management(TmfRequest {
+            nexus: c.clone(),
+            lun: Lun::ZERO,
+            function: TmfFunction::LogicalUnitReset,
+        })
+        .await;
+    assert_eq!(resp, TmfResponse::FunctionComplete);
+    assert_good(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
+    assert!(!lu.inner.clear.read().unwrap().contains(&a.id()));
+    assert_ua(
+        &run(&lu, &a, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    // b's initiator comes back and hears of both the loss and the resets.
+    let b2 = nexus("b");
+    assert_ua(
+        &run(&lu, &b2, &tur(), &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+}
+
+#[tokio::test]
 async fn persistent_reservation_two_nexuses() {
     let lu = lu();
     let a = ready_nexus(&lu, "a").await;

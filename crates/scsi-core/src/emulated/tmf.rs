@@ -132,8 +132,8 @@ impl Inner {
         if st.ua.contains_key(&me) {
             inner.ua_where(&mut st, |k| *k == me, asc::I_T_NEXUS_LOSS_OCCURRED, true);
         }
-        if let Ok(mut seen) = inner.seen.write() {
-            seen.remove(&nexus.id());
+        if let Ok(mut clear) = inner.clear.write() {
+            clear.remove(&nexus.id());
         }
     }
 }

@@ -14,13 +14,36 @@ impl Inner {
         code: Asc,
         reset: bool,
     ) {
+        let mut any = false;
         for (key, q) in st.ua.iter_mut() {
             if !pred(key) {
                 continue;
             }
-            let (removed, added) = crate::sense::establish_ua(q, code, reset, UA_QUEUE);
-            self.ua_total.fetch_sub(removed, Ordering::AcqRel);
-            self.ua_total.fetch_add(added, Ordering::AcqRel);
+            let (_, added) = crate::sense::establish_ua(q, code, reset, UA_QUEUE);
+            any |= added > 0;
+        }
+        if any {
+            // Every nexus looks at its queue again (under the LU lock).
+            self.clear
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+        }
+    }
+
+    /// Lets the nexus's commands skip the LU lock: it is registered and its
+    /// queue is empty. Called under the LU lock.
+    pub(super) fn mark_clear(&self, id: u64) {
+        let known = self
+            .clear
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&id);
+        if !known {
+            self.clear
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id);
         }
     }
 
@@ -49,25 +72,19 @@ impl Inner {
                     .find(|(_, q)| q.is_empty())
                     .or_else(|| st.ua.iter().next())
                     .map(|(k, _)| k.clone());
-                if let Some(q) = victim.and_then(|v| st.ua.remove(&v)) {
-                    self.ua_total.fetch_sub(q.len(), Ordering::AcqRel);
+                if let Some(v) = victim {
+                    st.ua.remove(&v);
                 }
             }
             st.ua.insert(
                 key.clone(),
                 VecDeque::from([asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED]),
             );
-            self.ua_total.fetch_add(1, Ordering::AcqRel);
-        }
-        if let Ok(mut seen) = self.seen.write() {
-            seen.insert(nexus.id());
         }
         key
     }
 
     pub(super) fn take_ua(&self, st: &mut LuState, key: &PortKey) -> Option<Asc> {
-        let code = st.ua.get_mut(key)?.pop_front()?;
-        self.ua_total.fetch_sub(1, Ordering::AcqRel);
-        Some(code)
+        st.ua.get_mut(key)?.pop_front()
     }
 }

@@ -83,9 +83,11 @@ print(f"{tu:.1f} {ts:.1f} {cu / n * 1e6:.1f} {cs / n * 1e6:.1f} {n / wall:.0f}")
 EOF
 }
 
-# warm up both (first touch of the LU pages, logins)
-qemu-img bench -f raw -t none -c 2000 -d 32 -s 4096 -w "$TGTD_URL" >/dev/null
-qemu-img bench -f raw -t none -c 2000 -d 32 -s 4096 -w "$UNIFAB_URL" >/dev/null
+# Warm up both: logins, and a first write of every block the runs touch
+# (REQUESTS sequential 4 KiB requests from block 0), so reads measure data
+# written before, as on a LU in use, not never-written blocks of the file.
+qemu-img bench -f raw -t none -c "$REQUESTS" -d 32 -s 4096 -w "$TGTD_URL" >/dev/null
+qemu-img bench -f raw -t none -c "$REQUESTS" -d 32 -s 4096 -w "$UNIFAB_URL" >/dev/null
 
 declare -A rows
 for rw in read write; do

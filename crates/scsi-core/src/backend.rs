@@ -177,7 +177,16 @@ struct Mapping {
     ptr: *const u8,
     len: usize,
     writable: bool,
+    /// One bit per page of the file: the page was seen in the page cache
+    /// or written through the mapping, so a read there needs no `mincore`.
+    /// Cleared where this backend punches or zeroes a range (the only way
+    /// holes come back while the LU runs). A mapping exists only for files
+    /// in RAM, so the bitmap costs 1/32768 of RAM the LU already uses.
+    resident: Box<[AtomicU64]>,
 }
+
+/// The page size the mapping's residency is kept in.
+const PAGE: usize = 4096;
 
 // SAFETY: the mapping is read-only and never unmapped while referenced;
 // reading shared memory from several threads is sound (writers go through
@@ -187,18 +196,73 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Whether every page of `[off, off + len)` is in the page cache
-    /// (`mincore`), so touching it faults nothing in. Ranges of more than
-    /// 1 MiB are not checked (answered `false`).
+    /// Whether every page of `[off, off + len)` is in the page cache, so
+    /// touching it faults nothing in: pages known resident cost no system
+    /// call; otherwise `mincore` answers, and its yes is remembered. Ranges
+    /// of more than 1 MiB are not checked (answered `false`).
     fn resident(&self, off: usize, len: usize) -> bool {
-        const PAGE: usize = 4096;
-        const MAX_PAGES: usize = 256;
         if len == 0 {
             return true;
         }
         let Some(end) = off.checked_add(len).filter(|e| *e <= self.len) else {
             return false;
         };
+        let pages = off / PAGE..end.div_ceil(PAGE);
+        if pages.clone().all(|p| self.known(p)) {
+            return true;
+        }
+        if !self.mincore(off, end) {
+            return false;
+        }
+        self.learn(
+            pages.start as u64 * PAGE as u64,
+            pages.len() as u64 * PAGE as u64,
+        );
+        true
+    }
+
+    fn known(&self, page: usize) -> bool {
+        self.resident
+            .get(page / 64)
+            .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (page % 64)) != 0)
+    }
+
+    /// Sets (`learn`) or clears (`forget`) the bits of the pages
+    /// `[off, off + len)` touches.
+    fn mark(&self, off: u64, len: u64, set: bool) {
+        if len == 0 {
+            return;
+        }
+        let page = PAGE as u64;
+        let first = off / page;
+        let last = off.saturating_add(len - 1) / page;
+        let bits = self.resident.len() as u64 * 64;
+        for p in first..=last.min(bits.saturating_sub(1)) {
+            let Some(w) = self.resident.get((p / 64) as usize) else {
+                break;
+            };
+            let bit = 1u64 << (p % 64);
+            if set {
+                w.fetch_or(bit, Ordering::AcqRel);
+            } else {
+                w.fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
+    }
+
+    fn learn(&self, off: u64, len: u64) {
+        self.mark(off, len, true);
+    }
+
+    /// Forgets the pages `[off, off + len)` touches (before a hole is
+    /// punched there).
+    fn forget(&self, off: u64, len: u64) {
+        self.mark(off, len, false);
+    }
+
+    /// `mincore` over `[off, end)` (at most 256 pages): all resident?
+    fn mincore(&self, off: usize, end: usize) -> bool {
+        const MAX_PAGES: usize = 256;
         let start = off & !(PAGE - 1);
         let pages = (end - start).div_ceil(PAGE);
         if pages > MAX_PAGES {
@@ -246,6 +310,9 @@ impl Mapping {
             ptr: p.cast::<u8>().cast_const(),
             len,
             writable,
+            resident: (0..len.div_ceil(PAGE).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         })
     }
 
@@ -267,6 +334,8 @@ impl Mapping {
             }
             at = end;
         }
+        // The write faulted every page it touched in.
+        self.learn(offset as u64, (at - offset) as u64);
         true
     }
 }
@@ -763,6 +832,11 @@ impl FileBackend {
     }
 
     fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+        // A punched or zeroed range may hold holes again: reads there ask
+        // mincore until they find it resident.
+        if let Some(map) = &self.map {
+            map.forget(offset, len);
+        }
         let off = libc::off_t::try_from(offset)
             .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
         let l = libc::off_t::try_from(len)
@@ -1271,6 +1345,34 @@ mod tests {
         assert!(buf.iter().all(|&x| x == 0));
         let run = f.allocation(1024 * 1024, size).unwrap();
         assert!(!run.mapped, "reading a hole allocated it");
+    }
+
+    #[test]
+    fn a_page_seen_resident_reads_from_the_mapping_until_a_hole_is_punched_in_it() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            panic!("/dev/shm (tmpfs) is needed for this test");
+        };
+        let path = dir.path().join("lu.img");
+        let size = 4 * 1024 * 1024;
+        let f = FileBackend::open(&path, Some(size), FileOptions::default()).unwrap();
+        assert!(f.map.is_some(), "a tmpfs file is mapped");
+        // Pages 2 to 4 written through the mapping: known resident.
+        let three = Bytes::from(vec![0x33u8; 3 * PAGE]);
+        f.write_at(2 * PAGE as u64, std::slice::from_ref(&three), false)
+            .unwrap();
+        let map = f.map.as_ref().unwrap();
+        assert_eq!(map.resident[0].load(Ordering::Acquire), 0b11100);
+        let at = 3 * PAGE as u64;
+        let r = f.read_shared(at, 4096).expect("resident").unwrap();
+        assert_eq!(&r[..], &[0x33; 4096][..]);
+        // UNMAP punches a hole: the page is forgotten, the hole is read
+        // as zeros without being allocated again.
+        f.discard(at, 4096).unwrap();
+        assert_eq!(map.resident[0].load(Ordering::Acquire), 0b10100);
+        assert!(f.read_shared(at, 4096).is_none(), "a hole from the mapping");
+        let run = f.allocation(at, 4096).unwrap();
+        assert!(!run.mapped, "reading the punched hole allocated it");
+        assert!(f.read_shared(at + 4096, 4096).is_some());
     }
 
     #[test]

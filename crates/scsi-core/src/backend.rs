@@ -59,6 +59,37 @@ pub enum BackendError {
     /// An operating-system error.
     #[error(transparent)]
     Io(#[from] io::Error),
+    /// An error at a known byte: the first byte that could not be read or
+    /// written (the LU reports its LBA in the sense data).
+    #[error("at byte {offset}: {source}")]
+    At {
+        /// The first failing byte.
+        offset: u64,
+        /// What failed.
+        source: io::Error,
+    },
+}
+
+impl BackendError {
+    /// The first failing byte, when the backend knows it.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            BackendError::At { offset, .. } => Some(*offset),
+            _ => None,
+        }
+    }
+
+    /// The medium (file system, thin pool) has no space left.
+    pub fn is_out_of_space(&self) -> bool {
+        match self {
+            BackendError::Io(e) | BackendError::At { source: e, .. } => {
+                e.raw_os_error() == Some(libc::ENOSPC)
+                    || e.raw_os_error() == Some(libc::EDQUOT)
+                    || e.kind() == io::ErrorKind::StorageFull
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What a backend can do beyond reading and writing.

@@ -259,6 +259,9 @@ struct Inner {
     /// SWP or read-only.
     write_protected: AtomicBool,
     wce: AtomicBool,
+    /// A flush failed: no later flush may report success (see
+    /// [`Inner::flush_refused`]).
+    flush_failed: AtomicBool,
     /// Shared by writers, exclusive for COMPARE AND WRITE and ORWRITE;
     /// sharded by thread like `clear`.
     write_lock: ShardedLock<()>,
@@ -328,16 +331,31 @@ fn lba_out_of_range() -> TaskResult {
 pub(crate) fn write_protected() -> TaskResult {
     check(SenseKey::DATA_PROTECT, asc::WRITE_PROTECTED)
 }
-fn backend_failed(e: &BackendError, write: bool) -> TaskResult {
-    tracing::warn!(error = %e, "backend I/O failed");
-    match e {
-        BackendError::ReadOnly => write_protected(),
+/// The sense for a backend error: DATA PROTECT, SPACE ALLOCATION FAILED
+/// WRITE PROTECT for a write the medium has no space for (SBC-3 §4.7.3.6:
+/// a thin LU that ran out); DATA PROTECT, WRITE PROTECTED for a read-only
+/// medium; else MEDIUM ERROR, WRITE ERROR or UNRECOVERED READ ERROR. The
+/// INFORMATION field holds the first failing LBA (VALID set) when the
+/// backend named the failing byte and the LBA fits the fixed format.
+fn backend_failed(e: &BackendError, write: bool, shift: u32) -> TaskResult {
+    tracing::warn!(error = %e, write, "backend I/O failed");
+    let sense = match e {
+        BackendError::ReadOnly => return write_protected(),
         BackendError::ForeignBuffer => {
-            check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE)
+            return check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
         }
-        _ if write => check(SenseKey::MEDIUM_ERROR, asc::WRITE_ERROR),
-        _ => check(SenseKey::MEDIUM_ERROR, asc::UNRECOVERED_READ_ERROR),
-    }
+        _ if write && e.is_out_of_space() => Sense::new(
+            SenseKey::DATA_PROTECT,
+            asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
+        ),
+        _ if write => Sense::new(SenseKey::MEDIUM_ERROR, asc::WRITE_ERROR),
+        _ => Sense::new(SenseKey::MEDIUM_ERROR, asc::UNRECOVERED_READ_ERROR),
+    };
+    let lba = e.offset().and_then(|o| u32::try_from(o >> shift).ok());
+    TaskResult::check_condition(match lba {
+        Some(lba) => sense.with_information(lba),
+        None => sense,
+    })
 }
 
 /// Truncates parameter data to the allocation length.
@@ -521,6 +539,7 @@ impl EmulatedLu {
             reserved: AtomicBool::new(reserved),
             write_protected: AtomicBool::new(ro),
             wce: AtomicBool::new(wce),
+            flush_failed: AtomicBool::new(false),
             write_lock: ShardedLock::new(()),
             tasks: TaskSet::new(config.task_set_depth),
             backend,
@@ -555,6 +574,36 @@ impl EmulatedLu {
 }
 
 impl Inner {
+    /// After a failed flush, every later SYNCHRONIZE CACHE and FUA (or
+    /// write-through) write fails too: MEDIUM ERROR, WRITE ERROR. Writes
+    /// acknowledged into the cache before the failure may be gone (the
+    /// kernel drops dirty pages whose write-back failed, and reports the
+    /// error to one fsync only), so a later flush that succeeded would tell
+    /// the host they are stable when they may not be. The LU stays so until
+    /// it is opened again (a restart of the gateway, or the LU removed and
+    /// added), after the operator has looked at the medium.
+    fn flush_refused(&self) -> Option<TaskResult> {
+        self.flush_failed
+            .load(Ordering::Acquire)
+            .then(|| check(SenseKey::MEDIUM_ERROR, asc::WRITE_ERROR))
+    }
+
+    /// Records a failed flush (or durable write): not one the medium
+    /// refused for want of space or at a known block, which loses nothing
+    /// already acknowledged.
+    fn note_flush_failure(&self, e: &BackendError) {
+        if e.is_out_of_space() || e.offset().is_some() || matches!(e, BackendError::ReadOnly) {
+            return;
+        }
+        if !self.flush_failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                lu = %self.cfg.name,
+                error = %e,
+                "flush failed: every later flush of this LU fails until it is opened again"
+            );
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, LuState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -22,6 +22,7 @@
 pub mod backend;
 pub mod cdb;
 pub mod emulated;
+pub mod faulty;
 pub mod gather;
 pub mod idmap;
 pub mod initiator;
@@ -36,6 +37,7 @@ pub mod task_set;
 pub use backend::{BackendError, BlockBackend, FileBackend, FileOptions, MemoryBackend};
 pub use cdb::{CdbError, Command};
 pub use emulated::{EmulatedLu, EmulatedLuConfig, IoMode, LuError};
+pub use faulty::{Faults, FaultyBackend};
 pub use initiator::{Initiator, InitiatorError, InitiatorFactory};
 pub use lu::{BoxFuture, Keyed, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 pub use remote::{RemoteLu, RemoteLuConfig};

@@ -198,6 +198,7 @@ pub mod asc {
     pub const LBA_OUT_OF_RANGE: Asc = Asc(0x21, 0x00);
     pub const INVALID_FIELD_IN_CDB: Asc = Asc(0x24, 0x00);
     pub const LOGICAL_UNIT_NOT_SUPPORTED: Asc = Asc(0x25, 0x00);
+    pub const SPACE_ALLOCATION_FAILED_WRITE_PROTECT: Asc = Asc(0x27, 0x07);
     pub const INVALID_FIELD_IN_PARAMETER_LIST: Asc = Asc(0x26, 0x00);
     pub const PARAMETER_NOT_SUPPORTED: Asc = Asc(0x26, 0x01);
     pub const INVALID_RELEASE_OF_PERSISTENT_RESERVATION: Asc = Asc(0x26, 0x04);

@@ -272,6 +272,21 @@ impl RawSession {
         data_out: &[u8],
         read_len: u32,
     ) -> io::Result<CommandResult> {
+        self.command_lun(0, cdb, data_out, read_len)
+    }
+
+    /// [`command`](Self::command) to the LU with LUN index `lun`
+    /// (single-level peripheral or flat addressing, SAM-5 §4.7).
+    pub fn command_lun(
+        &mut self,
+        lun: u16,
+        cdb: &[u8],
+        data_out: &[u8],
+        read_len: u32,
+    ) -> io::Result<CommandResult> {
+        let lun = unifab_scsi_core::Lun::from_index(lun)
+            .ok_or_else(|| other(format!("LUN index {lun} has no single-level address")))?
+            .0;
         let itt = self.next_itt;
         self.next_itt = self.next_itt.wrapping_add(1);
         let mut c = [0u8; 16];
@@ -291,7 +306,7 @@ impl RawSession {
             read: read_len > 0,
             write: write_len > 0,
             attr: TaskAttrCode::SIMPLE,
-            lun: 0,
+            lun,
             itt,
             expected_data_transfer_length: if write_len > 0 { write_len } else { read_len },
             cmd_sn: self.cmd_sn,
@@ -330,7 +345,7 @@ impl RawSession {
                         let len = (end - off).min(max);
                         let d = Pdu::DataOut(unifab_iscsi::wire::DataOut {
                             final_flag: off + len == end,
-                            lun: 0,
+                            lun,
                             itt,
                             ttt: r.ttt,
                             exp_stat_sn: self.exp_stat_sn,

@@ -247,9 +247,15 @@ impl Inner {
                 if let Some(r) = self.range(lba, u64::from(blocks)) {
                     return r;
                 }
+                if let Some(refused) = self.flush_refused() {
+                    return refused;
+                }
                 match self.io(|me| me.backend.flush()).await {
                     Some(Ok(())) => TaskResult::good(),
-                    Some(Err(e)) => backend_failed(&e, true),
+                    Some(Err(e)) => {
+                        self.note_flush_failure(&e);
+                        backend_failed(&e, true, self.shift)
+                    }
                     None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
                 }
             }

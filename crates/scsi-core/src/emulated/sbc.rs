@@ -61,7 +61,7 @@ impl Inner {
         if self.cfg.io_mode != IoMode::Blocking {
             match self.backend.read_shared(off, len) {
                 Some(Ok(b)) => return TaskResult::with_data(b),
-                Some(Err(e)) => return backend_failed(&e, false),
+                Some(Err(e)) => return backend_failed(&e, false, self.shift),
                 None => {}
             }
         }
@@ -78,8 +78,8 @@ impl Inner {
             match self.backend.read_at_nowait(off, spare) {
                 Ok([]) => {}
                 Ok(head) if head.as_ptr() == at && head.len() <= len => done = head.len(),
-                Ok(_) => return backend_failed(&BackendError::ForeignBuffer, false),
-                Err(e) => return backend_failed(&e, false),
+                Ok(_) => return backend_failed(&BackendError::ForeignBuffer, false, self.shift),
+                Err(e) => return backend_failed(&e, false, self.shift),
             }
             if done == len {
                 // SAFETY: the backend returned all of `spare` initialised.
@@ -104,7 +104,7 @@ impl Inner {
             .await;
         match res {
             Some(Ok(b)) => TaskResult::with_data(b),
-            Some(Err(e)) => backend_failed(&e, false),
+            Some(Err(e)) => backend_failed(&e, false, self.shift),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }
@@ -145,6 +145,9 @@ impl Inner {
             return result;
         }
         let fua = io.fua || !self.wce.load(Ordering::Acquire);
+        if fua && let Some(refused) = self.flush_refused() {
+            return refused;
+        }
         let data = first_bytes(std::mem::take(&mut task.data_out), n as usize);
         let off = io.lba << self.shift;
         let res = self
@@ -177,7 +180,12 @@ impl Inner {
                 )
                 .with_information(at as u32),
             ),
-            Some(Err(e)) => backend_failed(&e, true),
+            Some(Err(e)) => {
+                if fua {
+                    self.note_flush_failure(&e);
+                }
+                backend_failed(&e, true, self.shift)
+            }
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }
@@ -226,7 +234,7 @@ impl Inner {
                 )
                 .with_information(at as u32),
             ),
-            Some(Err(e)) => backend_failed(&e, false),
+            Some(Err(e)) => backend_failed(&e, false, self.shift),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }
@@ -264,7 +272,7 @@ impl Inner {
                 residual,
                 ..TaskResult::good()
             },
-            Some(Err(e)) => backend_failed(&e, true),
+            Some(Err(e)) => backend_failed(&e, true, self.shift),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }
@@ -309,7 +317,7 @@ impl Inner {
                 )
                 .with_information(at as u32),
             ),
-            Some(Err(e)) => backend_failed(&e, true),
+            Some(Err(e)) => backend_failed(&e, true, self.shift),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }
@@ -403,7 +411,7 @@ impl Inner {
             .await;
         match res {
             Some(Ok(())) => TaskResult::good(),
-            Some(Err(e)) => backend_failed(&e, true),
+            Some(Err(e)) => backend_failed(&e, true, self.shift),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }
@@ -467,7 +475,7 @@ impl Inner {
             .await;
         match res {
             Some(Ok(())) => TaskResult::good(),
-            Some(Err(e)) => backend_failed(&e, true),
+            Some(Err(e)) => backend_failed(&e, true, self.shift),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }
@@ -511,7 +519,7 @@ impl Inner {
             .await;
         match res {
             Some(Ok(v)) => data_in(v, alloc_len as usize),
-            Some(Err(e)) => backend_failed(&e, false),
+            Some(Err(e)) => backend_failed(&e, false, self.shift),
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use unifab_iscsi::target::server::{ServerConfig, TargetNode, TargetServer};
+use unifab_iscsi::wire::{TmfCode, TmfResponseCode};
 use unifab_scsi_core::sense::asc;
 use unifab_scsi_core::{
     EmulatedLu, EmulatedLuConfig, Faults, FaultyBackend, IoMode, Lun, MemoryBackend, ScsiTarget,
@@ -75,8 +76,15 @@ fn rig() -> Rig {
 }
 
 fn session(r: &Rig) -> RawSession {
+    session_as(r, 1)
+}
+
+/// A session with ISID …`n` (sessions of one test must differ, or a login
+/// reinstates the other).
+fn session_as(r: &Rig, n: u8) -> RawSession {
     let opts = RawOptions {
         timeout: Duration::from_secs(10),
+        isid: [0x80, 0, 0, 0, 0, n],
         ..RawOptions::default()
     };
     RawSession::login(r.addr, IQN, &opts).unwrap()
@@ -163,6 +171,85 @@ fn after_a_failed_flush_no_flush_reports_success_and_other_lus_are_untouched() {
     let lun1 = lun1_sync(&mut s);
     good(&lun1);
     s.logout().unwrap();
+}
+
+#[test]
+fn a_stalled_lu_answers_a_reset_while_another_lu_keeps_its_speed() {
+    let r = rig();
+    let mut sick = session_as(&r, 2);
+    let mut well = session_as(&r, 3);
+    good(&sick.write16(0, &[9u8; 8 * BS as usize], BS, false).unwrap());
+    let _ = lun1_sync(&mut well);
+    // LUN 0's backend stalls: its next operation waits until released.
+    r.faults.stall(true);
+    let stalled = std::thread::spawn(move || {
+        let res = sick.read16(0, 8, BS);
+        (res, sick)
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while r.faults.stalled_operations() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the read never reached the backend"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Meanwhile LUN 1 does verified I/O: 200 write/read pairs, all while
+    // LUN 0's read is still held in the stall.
+    for i in 0..200u64 {
+        let block = vec![(i % 251) as u8; BS as usize];
+        let w = well.command_lun(1, &write16_cdb(i, 1), &block, 0).unwrap();
+        good(&w);
+        let rd = well.command_lun(1, &read16_cdb(i, 1), &[], BS).unwrap();
+        good(&rd);
+        assert_eq!(rd.data, block);
+    }
+    assert_eq!(
+        r.faults.stalled_operations(),
+        1,
+        "LUN 0's read is still held"
+    );
+    assert!(!stalled.is_finished());
+    // A LOGICAL UNIT RESET of the stalled LU, from another session: it is
+    // answered once the command it aborts has left the backend (SAM-5: a
+    // task in the medium is not abandoned while it may still write).
+    let reset = std::thread::spawn({
+        let mut admin = session_as(&r, 4);
+        move || admin.task_management(TmfCode::LOGICAL_UNIT_RESET, 0, u32::MAX)
+    });
+    r.faults.stall(false);
+    assert_eq!(
+        reset.join().unwrap().unwrap(),
+        TmfResponseCode::FUNCTION_COMPLETE
+    );
+    let (res, sick) = stalled.join().unwrap();
+    // The held read was aborted by the reset (no response on the wire,
+    // which the raw session reports as the session ending or a timeout),
+    // or it finished first: never a wrong answer.
+    if let Ok(res) = res
+        && res.status == 0
+    {
+        assert_eq!(res.data, vec![9u8; 8 * BS as usize]);
+    }
+    drop(sick);
+    let mut again = session_as(&r, 5);
+    let back = again.read16(0, 8, BS).unwrap();
+    good(&back);
+    assert_eq!(back.data, vec![9u8; 8 * BS as usize]);
+}
+
+fn write16_cdb(lba: u64, blocks: u32) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x8a;
+    c[2..10].copy_from_slice(&lba.to_be_bytes());
+    c[10..14].copy_from_slice(&blocks.to_be_bytes());
+    c
+}
+
+fn read16_cdb(lba: u64, blocks: u32) -> [u8; 16] {
+    let mut c = write16_cdb(lba, blocks);
+    c[0] = 0x88;
+    c
 }
 
 /// SYNCHRONIZE CACHE(10) to LUN 1, after its power-on unit attention.

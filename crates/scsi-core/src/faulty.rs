@@ -13,8 +13,9 @@
 //! - ENOSPC once a number of bytes has been written ([`Faults::space`]), as
 //!   a full thin-provisioned file or file system answers;
 //! - a failing flush ([`Faults::fail_flush`]): `flush` and FUA writes fail;
-//! - added latency on every operation ([`Faults::delay`]), which with a
-//!   long enough delay is a stalled backend.
+//! - added latency on every operation ([`Faults::delay`]);
+//! - a stall ([`Faults::stall`]): every operation waits until the stall is
+//!   lifted, as a backend behind a hung device or a lost network does.
 //!
 //! Discard and zeroing pass through unchanged; allocation status too.
 
@@ -22,7 +23,7 @@ use std::fmt;
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -37,19 +38,34 @@ struct Plan {
     space: Option<u64>,
     flush: bool,
     delay: Duration,
+    stalled: bool,
+    /// Operations waiting in a stall.
+    waiting: usize,
 }
 
 /// The switches of a [`FaultyBackend`]; cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
-    plan: Arc<Mutex<Plan>>,
+    plan: Arc<(Mutex<Plan>, Condvar)>,
     /// Operations that met an injected fault.
     injected: Arc<AtomicU64>,
 }
 
 impl Faults {
     fn plan(&self) -> MutexGuard<'_, Plan> {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner())
+        self.plan.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every operation from now on waits (on the thread that runs it)
+    /// until `stall(false)`.
+    pub fn stall(&self, stalled: bool) {
+        self.plan().stalled = stalled;
+        self.plan.1.notify_all();
+    }
+
+    /// Operations waiting in a stall now.
+    pub fn stalled_operations(&self) -> usize {
+        self.plan().waiting
     }
 
     /// Reads touching `bytes` fail with EIO (added to earlier ranges).
@@ -78,9 +94,16 @@ impl Faults {
         self.plan().delay = delay;
     }
 
-    /// Removes every fault and delay.
+    /// Removes every fault, delay and stall.
     pub fn clear(&self) {
-        *self.plan() = Plan::default();
+        let mut plan = self.plan();
+        let waiting = plan.waiting;
+        *plan = Plan {
+            waiting,
+            ..Plan::default()
+        };
+        drop(plan);
+        self.plan.1.notify_all();
     }
 
     /// How many operations met an injected fault so far.
@@ -137,13 +160,29 @@ impl FaultyBackend {
         )
     }
 
-    /// Sleeps the configured delay; returns the plan's lock afterwards.
+    /// Waits out a stall and sleeps the configured delay; returns the
+    /// plan's lock afterwards.
     fn enter(&self) -> MutexGuard<'_, Plan> {
-        let delay = self.faults.plan().delay;
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
+        let mut plan = self.faults.plan();
+        if plan.stalled {
+            plan.waiting += 1;
+            while plan.stalled {
+                plan = self
+                    .faults
+                    .plan
+                    .1
+                    .wait(plan)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            plan.waiting -= 1;
         }
-        self.faults.plan()
+        let delay = plan.delay;
+        if !delay.is_zero() {
+            drop(plan);
+            std::thread::sleep(delay);
+            plan = self.faults.plan();
+        }
+        plan
     }
 
     fn check_write(&self, offset: u64, len: u64, fua: bool) -> Result<(), BackendError> {

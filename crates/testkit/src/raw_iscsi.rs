@@ -402,6 +402,50 @@ impl RawSession {
         }
     }
 
+    /// Sends a task management function as an immediate command to the LU
+    /// with LUN index `lun` and waits for its response code.
+    pub fn task_management(
+        &mut self,
+        function: unifab_iscsi::wire::TmfCode,
+        lun: u16,
+        referenced_task_tag: u32,
+    ) -> io::Result<unifab_iscsi::wire::TmfResponseCode> {
+        let lun = unifab_scsi_core::Lun::from_index(lun)
+            .ok_or_else(|| other(format!("LUN index {lun} has no single-level address")))?
+            .0;
+        let itt = self.next_itt;
+        self.next_itt = self.next_itt.wrapping_add(1);
+        let pdu = Pdu::TaskMgmtRequest(unifab_iscsi::wire::TaskMgmtRequest {
+            immediate: true,
+            function,
+            lun,
+            itt,
+            referenced_task_tag,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            ref_cmd_sn: self.cmd_sn,
+            exp_data_sn: 0,
+        });
+        self.send(&pdu, &[])?;
+        loop {
+            let f = self.recv()?;
+            match f.parse().map_err(other)? {
+                Pdu::TaskMgmtResponse(r) if r.itt == itt => {
+                    self.exp_stat_sn = r.stat_sn.wrapping_add(1);
+                    return Ok(r.response);
+                }
+                Pdu::ScsiResponse(r) => {
+                    // A response to an earlier command finishing meanwhile.
+                    self.exp_stat_sn = r.stat_sn.wrapping_add(1);
+                }
+                Pdu::NopIn(_) => {}
+                other_pdu => {
+                    return Err(other(format!("unexpected PDU {other_pdu:?}")));
+                }
+            }
+        }
+    }
+
     /// TEST UNIT READY until GOOD (at most 16 unit attentions).
     pub fn clear_unit_attentions(&mut self) -> io::Result<()> {
         for _ in 0..16 {

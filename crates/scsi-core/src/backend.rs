@@ -347,10 +347,19 @@ impl Mapping {
         })
     }
 
-    /// Copies `data` into the mapping at `offset`; the caller checked the
-    /// range against the file size (= the mapping length).
+    /// Copies `data` into the mapping at `offset` when every page it touches
+    /// is known resident (else false, and nothing is written: a store into
+    /// a hole of a full tmpfs raises SIGBUS); the caller checked the range
+    /// against the file size (= the mapping length).
     fn write(&self, offset: usize, data: &[Bytes]) -> bool {
         if !self.writable {
+            return false;
+        }
+        let len = data.iter().map(Bytes::len).sum::<usize>();
+        let Some(end) = offset.checked_add(len).filter(|e| *e <= self.len) else {
+            return false;
+        };
+        if len > 0 && !(offset / PAGE..end.div_ceil(PAGE)).all(|p| self.known(p)) {
             return false;
         }
         let mut at = offset;
@@ -365,8 +374,6 @@ impl Mapping {
             }
             at = end;
         }
-        // The write faulted every page it touched in.
-        self.learn(offset as u64, (at - offset) as u64);
         true
     }
 }
@@ -829,7 +836,24 @@ impl FileBackend {
         Ok(rc as usize)
     }
 
-    fn write_all(&self, offset: u64, data: &[Bytes], dsync: bool) -> io::Result<()> {
+    /// Writes every slice with `pwritev2`; a failure names the first byte
+    /// not written ([`BackendError::At`]). Pages written become known
+    /// resident in the mapping.
+    fn write_all(&self, offset: u64, data: &[Bytes], dsync: bool) -> Result<(), BackendError> {
+        self.write_all_io(offset, data, dsync)
+            .map_err(|(at, source)| BackendError::At { offset: at, source })?;
+        if let Some(map) = &self.map {
+            map.learn(offset, total_len(data));
+        }
+        Ok(())
+    }
+
+    fn write_all_io(
+        &self,
+        offset: u64,
+        data: &[Bytes],
+        dsync: bool,
+    ) -> Result<(), (u64, io::Error)> {
         let mut first = 0usize;
         let mut skip = 0usize;
         let mut pos = offset;
@@ -841,10 +865,10 @@ impl FileBackend {
                 continue;
             }
             let mut written = match self.write_batch(pos, data, first, skip, dsync) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(0) => return Err((pos, io::Error::from(io::ErrorKind::WriteZero))),
                 Ok(w) => w,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err((pos, e)),
             };
             pos += written as u64;
             while written > 0 {
@@ -1036,8 +1060,12 @@ impl BlockBackend for FileBackend {
             return Err(BackendError::ReadOnly);
         }
         check_range(offset, total_len(data), self.size)?;
-        // A file in RAM is written through its mapping: a memcpy, not a
-        // syscall per write. FUA still ends in fdatasync below.
+        // A file in RAM is written through its mapping where every page is
+        // known resident: a memcpy, not a syscall per write. A page that may
+        // be a hole is written with pwrite, which answers ENOSPC when the
+        // file system is full, where a store into the mapping would raise
+        // SIGBUS and kill the gateway; the page is known resident after.
+        // FUA still ends in fdatasync below.
         if let (Some(map), Ok(at)) = (&self.map, usize::try_from(offset))
             && map.write(at, data)
         {
@@ -1052,12 +1080,12 @@ impl BlockBackend for FileBackend {
                     self.syncs.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
-                Err(e)
+                Err(BackendError::At { source, .. })
                     if matches!(
-                        e.raw_os_error(),
+                        source.raw_os_error(),
                         Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
                     ) => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
             self.write_all(offset, data, false)?;
             return self.fdatasync();

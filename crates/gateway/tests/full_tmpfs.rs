@@ -1,0 +1,134 @@
+//! A thin file LU on a file system that fills up: a 64 MiB LU file on a
+//! 4 MiB tmpfs (mounted for the test: needs root, which CI has). The host
+//! writes until the medium is full; the gateway must live, answer DATA
+//! PROTECT, SPACE ALLOCATION FAILED WRITE PROTECT (not MEDIUM ERROR, and
+//! not die of SIGBUS, as it did while tmpfs files were written through
+//! their mapping), keep what was written, and keep serving its other LU.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::Gateway;
+use unifab_scsi_core::sense::asc;
+use unifab_scsi_core::{Sense, SenseKey};
+use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
+use unifab_testkit::veth::{require_root, run};
+
+const BS: u32 = 512;
+const CHUNK: usize = 64 * 1024;
+
+/// A tmpfs of `size` mounted at `dir`, unmounted on drop.
+struct SmallTmpfs(PathBuf);
+
+impl SmallTmpfs {
+    fn mount(dir: &Path, size: &str) -> SmallTmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        run(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size}"),
+            "tmpfs",
+            dir.to_str().unwrap(),
+        ]);
+        SmallTmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_file_system_gets_space_allocation_failed_and_the_gateway_lives() {
+    require_root("full_tmpfs", "unifab");
+    let dir = tempfile::tempdir().unwrap();
+    let small = SmallTmpfs::mount(&dir.path().join("small"), "4m");
+    let config = format!(
+        r#"
+[[lu]]
+name = "thin"
+backend = "file:{small}/thin.img"
+size = "64MiB"
+
+[[lu]]
+name = "other"
+backend = "file:{dir}/other.img"
+size = "16MiB"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:full"
+luns = ["thin", "other"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{dir}/state"
+"#,
+        small = small.0.display(),
+        dir = dir.path().display()
+    );
+    let mut gw = Gateway::start(dir.path(), &config);
+    let opts = RawOptions {
+        timeout: Duration::from_secs(20),
+        ..RawOptions::default()
+    };
+    let mut s = RawSession::login(gw.addr, &gw.iqn, &opts).unwrap();
+    // Fill: 64 KiB at a time until the file system has no room.
+    let mut written = 0usize;
+    let refused = loop {
+        assert!(written < 16 << 20, "16 MiB went into a 4 MiB file system");
+        let lba = (written / BS as usize) as u64;
+        let chunk = vec![(lba % 251) as u8 | 1; CHUNK];
+        let r = s.write16(lba, &chunk, BS, false).unwrap();
+        if r.status != 0 {
+            break (lba, r);
+        }
+        written += CHUNK;
+    };
+    assert!(gw.child.try_wait().unwrap().is_none(), "the gateway died");
+    let (lba, r) = refused;
+    let sense = Sense::parse(&r.sense).expect("sense");
+    assert_eq!(r.status, 0x02, "CHECK CONDITION");
+    assert_eq!(sense.key, SenseKey::DATA_PROTECT, "{sense:?}");
+    assert_eq!(sense.asc, asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT);
+    let info = sense.information.expect("the first LBA not written");
+    assert!(
+        u64::from(info) >= lba && u64::from(info) < lba + (CHUNK as u64 / u64::from(BS)),
+        "INFORMATION {info} outside the refused write at {lba}"
+    );
+    assert!(written >= 1 << 20, "only {written} bytes fit");
+    // What was written reads back.
+    let first = s.read16(0, (CHUNK as u32) / BS, BS).unwrap();
+    assert_eq!(first.status, 0);
+    assert_eq!(first.data, vec![1u8; CHUNK]);
+    // The other LU keeps working: write and verify.
+    let block = vec![0x5au8; BS as usize];
+    let mut w = [0u8; 16];
+    w[0] = 0x8a;
+    w[9] = 7;
+    w[13] = 1;
+    let mut r16 = w;
+    r16[0] = 0x88;
+    let mut ok = s.command_lun(1, &w, &block, 0).unwrap();
+    if ok.status == 0x02 {
+        // LUN 1's power-on unit attention first.
+        ok = s.command_lun(1, &w, &block, 0).unwrap();
+    }
+    assert_eq!(ok.status, 0, "{:?}", Sense::parse(&ok.sense));
+    let back = s.command_lun(1, &r16, &[], BS).unwrap();
+    assert_eq!(back.status, 0);
+    assert_eq!(back.data, block);
+    s.logout().unwrap();
+    assert!(gw.child.try_wait().unwrap().is_none(), "the gateway died");
+    drop(gw);
+    drop(small);
+}

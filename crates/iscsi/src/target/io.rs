@@ -59,6 +59,25 @@ pub(crate) struct SessionHandle {
     pub(crate) info: Arc<Mutex<SessionInfo>>,
     /// Resolves when the session task has ended.
     pub(crate) done: watch::Receiver<bool>,
+    /// A second descriptor of the session's socket, to look for an end of
+    /// stream its task has not read yet ([`Shared::end_dead_sessions`]).
+    pub(crate) probe: Option<socket2::Socket>,
+}
+
+/// Whether the peer closed or reset the connection behind `probe`: its
+/// next byte is an end of stream (or the socket failed). Data not yet read
+/// means alive; nothing to read means alive. Reads nothing (MSG_PEEK).
+fn peer_gone(probe: &socket2::Socket) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    // Never waits, whatever the descriptor's mode.
+    match probe.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
+    }
 }
 
 /// Key of the session table: (target, initiator name, ISID), names
@@ -91,6 +110,27 @@ impl Shared {
                 return t;
             }
         }
+    }
+
+    /// Ends the sessions of `target` whose peer has already closed or
+    /// reset the connection though their task has not yet read it, and
+    /// returns what resolves when each has ended (its tasks aborted and its
+    /// nexus loss reported to the LUs). A login calls this before it
+    /// answers, so that a host that drops a connection and logs in again
+    /// at once is not refused for state its old nexus held (PREVENT MEDIUM
+    /// REMOVAL, a RESERVE) only because the old connection's end had not
+    /// been read yet.
+    pub(crate) fn end_dead_sessions(&self, target: &str) -> Vec<watch::Receiver<bool>> {
+        let t = target.to_ascii_lowercase();
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions
+            .iter()
+            .filter(|(k, h)| k.0 == t && h.probe.as_ref().is_some_and(peer_gone))
+            .map(|(_, h)| {
+                let _ = h.kill.send(true);
+                h.done.clone()
+            })
+            .collect()
     }
 
     /// Snapshot of live sessions.
@@ -728,5 +768,61 @@ mod coalescing_tests {
         let mut off = Holder::new(Coalescing::OFF);
         off.queued(&answer());
         assert!(!off.hold(t0, true, 1000));
+    }
+}
+
+#[cfg(test)]
+mod session_table_tests {
+    use super::*;
+
+    /// A session whose peer has closed is ended by the next login's sweep;
+    /// a live one, and one with unread data before its end, are not.
+    #[test]
+    fn a_login_ends_sessions_whose_peer_is_gone_and_only_those() {
+        use std::io::Write;
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Shared::new();
+        let mut clients = Vec::new();
+        let mut kills = Vec::new();
+        for isid in 0..3u8 {
+            let client = TcpStream::connect(addr).unwrap();
+            let (server, _) = listener.accept().unwrap();
+            let (kill, killed) = watch::channel(false);
+            let (_done_tx, done) = watch::channel(false);
+            shared.sessions.lock().unwrap().insert(
+                ("t".into(), "i".into(), [0, 0, 0, 0, 0, isid]),
+                SessionHandle {
+                    tsih: u16::from(isid) + 1,
+                    kill,
+                    info: Arc::new(Mutex::new(SessionInfo {
+                        target: "t".into(),
+                        initiator: "i".into(),
+                        isid: String::new(),
+                        tsih: u16::from(isid) + 1,
+                        peer: String::new(),
+                        digests: String::new(),
+                        commands: 0,
+                    })),
+                    done,
+                    probe: Some(socket2::Socket::from(std::os::fd::OwnedFd::from(server))),
+                },
+            );
+            clients.push(client);
+            kills.push(killed);
+        }
+        // Session 0's peer closes; session 1's peer sends a byte and then
+        // closes (its task has data to read first); session 2 stays.
+        let mut c1 = clients.remove(1);
+        c1.write_all(&[0]).unwrap();
+        drop(c1);
+        drop(clients.remove(0));
+        // Loopback delivers the FIN before close returns.
+        assert_eq!(shared.end_dead_sessions("T").len(), 1);
+        assert!(*kills[0].borrow());
+        assert!(!*kills[1].borrow());
+        assert!(!*kills[2].borrow());
+        assert!(shared.end_dead_sessions("other").is_empty());
     }
 }

@@ -291,6 +291,12 @@ impl TargetServer {
                     if let Some(done) = policy.pending_reinstatement.take() {
                         wait_done(done).await;
                     }
+                    // So must sessions whose peer is already gone.
+                    if let Some(target) = &outcome.target_name {
+                        for done in self.shared.end_dead_sessions(target) {
+                            wait_done(done).await;
+                        }
+                    }
                     write_login(stream, &pdu).await?;
                     let stat_sn = pdu.header.stat_sn.wrapping_add(1);
                     return Ok(Some((outcome, stat_sn)));
@@ -420,6 +426,14 @@ impl TargetServer {
                     kill: kill_tx,
                     info: info.clone(),
                     done: done_rx,
+                    probe: {
+                        use std::os::fd::AsFd;
+                        stream
+                            .as_fd()
+                            .try_clone_to_owned()
+                            .ok()
+                            .map(socket2::Socket::from)
+                    },
                 },
             );
         }

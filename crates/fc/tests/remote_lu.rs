@@ -3,25 +3,19 @@
 //! and the FCP target engine to an emulated LU — on the tokio drivers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use unifab_fc::fabric::FabricConfig;
 use unifab_fc::fabric::LoginKind;
-use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch, virtual_port_name};
-use unifab_fc::nport::NPortConfig;
+use unifab_fc::io::{FcNode, Switch, virtual_port_name};
 use unifab_fc::wire::Wwn;
-use unifab_scsi_core::backend::MemoryBackend;
-use unifab_scsi_core::remote::Identity;
-use unifab_scsi_core::{
-    EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget,
-    Status,
-};
+use unifab_scsi_core::{ItNexus, LogicalUnit, RemoteLu, Status};
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0a01);
 const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0b01);
 
+use unifab_testkit::fc;
 use unifab_testkit::scsi::{host_nexus as front_nexus, task};
 
 /// A node with an FCP target port (a 16 MiB memory LU) and an initiator
@@ -30,42 +24,14 @@ use unifab_testkit::scsi::{host_nexus as front_nexus, task};
 async fn rig() -> (Switch, RemoteLu) {
     let switch = Switch::new(FabricConfig::default());
     let node = FcNode::spawn(&switch, "gateway");
-    let scsi = ScsiTarget::new();
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(16 << 20)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu));
-    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
-    t.target = true;
-    node.add_port("fc-target", t, Some(scsi)).unwrap();
-    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0b01));
-    i.initiator = true;
-    i.discover = true;
-    node.add_port("fc-initiator", i, None).unwrap();
+    fc::memory_target(&node, "fc-target", TARGET, 16 << 20);
+    node.add_port("fc-initiator", fc::initiator_port(INITIATOR), None)
+        .unwrap();
     assert!(
         node.wait_for_peer(INITIATOR, TARGET, Duration::from_secs(5))
             .await
     );
-
-    let factory = Arc::new(FcpInitiatorFactory::new(
-        node.clone(),
-        INITIATOR,
-        TARGET,
-        true,
-    ));
-    let remote = RemoteLu::new(
-        RemoteLuConfig {
-            name: "remote".into(),
-            backend: format!("fc://{TARGET}/0"),
-            remote_lun: Lun(0),
-            identity: Identity::Passthrough,
-            task_set_depth: 128,
-            read_only: false,
-        },
-        factory,
-    );
+    let remote = fc::remote_lu(&node, INITIATOR, TARGET, true, "remote", 128);
     (switch, remote)
 }
 

@@ -5,21 +5,15 @@
 //! the reason, and nobody's fabric changes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use unifab_fc::fabric::FabricConfig;
-use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
-use unifab_fc::nport::NPortConfig;
+use unifab_fc::io::{FcNode, Switch};
 use unifab_fc::wire::Wwn;
 use unifab_fcip::io::{CircuitConfig, InterSwitch, Listener, Tunnel, TunnelConfig};
-use unifab_scsi_core::backend::MemoryBackend;
-use unifab_scsi_core::remote::Identity;
-use unifab_scsi_core::{
-    EmulatedLu, EmulatedLuConfig, LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Status,
-    Task,
-};
+use unifab_scsi_core::{LogicalUnit, Status, Task};
+use unifab_testkit::fc;
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0c0a);
 const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0a0b);
@@ -71,14 +65,8 @@ fn task(tag: u64, cdb: &[u8], data: Option<Bytes>, data_in: u32) -> Task {
     )
 }
 
-async fn wait(mut f: impl FnMut() -> bool) -> bool {
-    for _ in 0..500 {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+async fn wait(f: impl FnMut() -> bool) -> bool {
+    fc::eventually(Duration::from_secs(5), f).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,16 +89,7 @@ async fn a_chain_of_three_switches_routes_and_finds_across_the_middle() {
     let tc = Tunnel::start(connecting("to-b", 0, wb, lb.local_addr()), cc.clone());
     // Target at C, initiator at A.
     let node_c = FcNode::spawn(&c, "site-c");
-    let scsi = ScsiTarget::new();
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(8 << 20)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu));
-    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0c0a));
-    t.target = true;
-    node_c.add_port("fc1/1", t, Some(scsi)).unwrap();
+    fc::memory_target(&node_c, "fc1/1", TARGET, 8 << 20);
     assert!(
         wait(|| ca.routes().contains_key(&3) && cc.routes().contains_key(&1)).await,
         "FSPF: A {:?}, B {:?}, C {:?}; tunnels {:?} {:?}",
@@ -125,10 +104,9 @@ async fn a_chain_of_three_switches_routes_and_finds_across_the_middle() {
     assert_eq!(ra.len(), 2);
     assert_eq!(ra[0].1, ra[1].1);
     let node_a = FcNode::spawn(&a, "site-a");
-    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0a0b));
-    i.initiator = true;
-    i.discover = true;
-    node_a.add_port("fc1/1", i, None).unwrap();
+    node_a
+        .add_port("fc1/1", fc::initiator_port(INITIATOR), None)
+        .unwrap();
     assert!(
         node_a
             .wait_for_peer(INITIATOR, TARGET, Duration::from_secs(10))
@@ -136,17 +114,7 @@ async fn a_chain_of_three_switches_routes_and_finds_across_the_middle() {
         "A's name server: {:?}",
         a.with_fabric(|f| f.remote_entries())
     );
-    let remote = RemoteLu::new(
-        RemoteLuConfig {
-            name: "far".into(),
-            backend: format!("fc://{TARGET}/0"),
-            remote_lun: Lun(0),
-            identity: Identity::Passthrough,
-            task_set_depth: 32,
-            read_only: false,
-        },
-        Arc::new(FcpInitiatorFactory::new(node_a, INITIATOR, TARGET, false)),
-    );
+    let remote = fc::remote_lu(&node_a, INITIATOR, TARGET, false, "far", 32);
     let _ = remote.execute(task(1, &[0; 6], None, 0)).await;
     let data = Bytes::from(vec![0x3c; 8192]);
     let r = remote

@@ -5,40 +5,32 @@
 //! the virtual links and the initiator recovers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use unifab_fc::fabric::{FabricConfig, LoginKind};
-use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
-use unifab_fc::nport::NPortConfig;
+use unifab_fc::io::{FcNode, Switch};
 use unifab_fc::wire::Wwn;
 use unifab_fcoe::enode::EnodeConfig;
 use unifab_fcoe::fcf::FcfConfig;
 use unifab_fcoe::io::{spawn_enode, spawn_fcf};
 use unifab_fcoe::link::memory::MemorySegment;
 use unifab_fcoe::wire::MacAddr;
-use unifab_scsi_core::backend::MemoryBackend;
-use unifab_scsi_core::remote::Identity;
-use unifab_scsi_core::{
-    EmulatedLu, EmulatedLuConfig, LogicalUnit, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Status,
-};
+use unifab_scsi_core::{LogicalUnit, Status};
 
 const TARGET: Wwn = Wwn(0x2100_0000_0000_0a01);
 const INITIATOR: Wwn = Wwn(0x2100_0000_0000_0b01);
 const FCF_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0xfc, 1]);
 const ENODE_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0xe0, 1]);
 
+use unifab_testkit::fc;
 use unifab_testkit::scsi::{host_nexus as nexus, task};
 
-async fn until(mut f: impl FnMut() -> bool, what: &str) {
-    for _ in 0..1000 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("never happened: {what}");
+async fn until(f: impl FnMut() -> bool, what: &str) {
+    assert!(
+        fc::eventually(Duration::from_secs(10), f).await,
+        "never happened: {what}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,16 +39,7 @@ async fn scsi_through_fip_and_fcoe_on_a_memory_segment() {
     // Side B: fabric, FCP target, FCF.
     let switch = Switch::new(FabricConfig::default());
     let node_b = FcNode::spawn(&switch, "b");
-    let scsi = ScsiTarget::new();
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(16 << 20)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu));
-    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0a01));
-    t.target = true;
-    node_b.add_port("fc1/1", t, Some(scsi)).unwrap();
+    fc::memory_target(&node_b, "fc1/1", TARGET, 16 << 20);
     let fcf = spawn_fcf(
         FcfConfig::new(FCF_MAC, Some(100), Wwn(0x1000_0000_0000_0001)),
         segment.attach(FCF_MAC, "b"),
@@ -69,10 +52,9 @@ async fn scsi_through_fip_and_fcoe_on_a_memory_segment() {
     let mut ec = EnodeConfig::new(ENODE_MAC, Wwn(0x2000_0000_0000_0b01), None);
     ec.vlan_discovery = true;
     let (connect, enode) = spawn_enode(ec, segment.attach(ENODE_MAC, "a"), "eth-a");
-    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0b01));
-    i.initiator = true;
-    i.discover = true;
-    node_a.add_port_via("eth-a", i, None, connect).unwrap();
+    node_a
+        .add_port_via("eth-a", fc::initiator_port(INITIATOR), None, connect)
+        .unwrap();
     assert!(
         node_a
             .wait_for_peer(INITIATOR, TARGET, Duration::from_secs(10))
@@ -82,23 +64,7 @@ async fn scsi_through_fip_and_fcoe_on_a_memory_segment() {
     assert_eq!(enode.vlan(), Some(100), "VLAN discovery");
     assert_eq!(enode.fcf().unwrap().mac, FCF_MAC);
 
-    let factory = Arc::new(FcpInitiatorFactory::new(
-        node_a.clone(),
-        INITIATOR,
-        TARGET,
-        true,
-    ));
-    let remote = RemoteLu::new(
-        RemoteLuConfig {
-            name: "remote".into(),
-            backend: format!("fc://{TARGET}/0"),
-            remote_lun: Lun(0),
-            identity: Identity::Passthrough,
-            task_set_depth: 128,
-            read_only: false,
-        },
-        factory,
-    );
+    let remote = fc::remote_lu(&node_a, INITIATOR, TARGET, true, "remote", 128);
     let a = nexus(1);
     let r = remote.execute(task(&a, 1, &[0; 6], None, 0)).await;
     assert_eq!(r.status, Status::CHECK_CONDITION, "unit attention first");

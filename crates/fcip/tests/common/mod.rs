@@ -3,21 +3,17 @@
 //! testkit WAN emulator), an FCP target at B and an initiator at A.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use unifab_fc::fabric::FabricConfig;
-use unifab_fc::io::{FcNode, FcpInitiatorFactory, Switch};
+use unifab_fc::io::{FcNode, Switch};
 use unifab_fc::nport::NPortConfig;
 use unifab_fc::wire::Wwn;
 use unifab_fcip::io::{CircuitConfig, InterSwitch, LinkMode, Listener, Tunnel, TunnelConfig};
 use unifab_fcip::proto::compress;
-use unifab_scsi_core::backend::MemoryBackend;
-use unifab_scsi_core::remote::Identity;
-use unifab_scsi_core::{
-    EmulatedLu, EmulatedLuConfig, ItNexus, Lun, RemoteLu, RemoteLuConfig, ScsiTarget, Task,
-};
+use unifab_scsi_core::{ItNexus, RemoteLu, Task};
+use unifab_testkit::fc;
 use unifab_testkit::wan::{WanLink, WanProfile};
 
 pub const SW_A: Wwn = Wwn(0x1000_0000_0000_00a1);
@@ -131,16 +127,7 @@ pub async fn build_with(
     .await
     .unwrap();
     let node_b = FcNode::spawn(&b, "site-b");
-    let scsi = ScsiTarget::new();
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(16 << 20)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu));
-    let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0b0a));
-    t.target = true;
-    node_b.add_port("fc1/1", t, Some(scsi)).unwrap();
+    fc::memory_target(&node_b, "fc1/1", TARGET, 16 << 20);
     // Site A: initiator and the connecting tunnel (two circuits).
     let addr = listener.local_addr();
     let links: Vec<WanLink> = match wan {
@@ -162,9 +149,7 @@ pub async fn build_with(
     tweak(&mut ta);
     let ta = Tunnel::start(ta, ca);
     let node_a = FcNode::spawn(&a, "site-a");
-    let mut i = NPortConfig::new(INITIATOR, Wwn(0x2000_0000_0000_0a0b));
-    i.initiator = true;
-    i.discover = true;
+    let mut i = fc::initiator_port(INITIATOR);
     initiator(&mut i);
     node_a.add_port("fc1/1", i, None).unwrap();
     assert!(
@@ -180,18 +165,7 @@ pub async fn build_with(
         b.with_fabric(|f| f.remote_entries()),
         b.with_fabric(|f| f.logins()),
     );
-    let factory = Arc::new(FcpInitiatorFactory::new(node_a, INITIATOR, TARGET, false));
-    let remote = RemoteLu::new(
-        RemoteLuConfig {
-            name: "remote".into(),
-            backend: format!("fc://{TARGET}/0"),
-            remote_lun: Lun(0),
-            identity: Identity::Passthrough,
-            task_set_depth: 128,
-            read_only: false,
-        },
-        factory,
-    );
+    let remote = fc::remote_lu(&node_a, INITIATOR, TARGET, false, "remote", 128);
     Sites {
         a,
         b,

@@ -57,6 +57,16 @@ async fn run(lu: &EmulatedLu, n: &ItNexus, cdb: &[u8], out: &[u8]) -> TaskResult
     lu.execute(task(n, cdb, out, 65536)).await
 }
 
+/// LOGICAL UNIT RESET requested by `by`.
+async fn lu_reset(lu: &EmulatedLu, by: &ItNexus) -> TmfResponse {
+    lu.task_management(TmfRequest {
+        nexus: by.clone(),
+        lun: Lun::ZERO,
+        function: TmfFunction::LogicalUnitReset,
+    })
+    .await
+}
+
 /// A fresh nexus with its power-on unit attention consumed.
 async fn ready_nexus(lu: &EmulatedLu, name: &str) -> ItNexus {
     let n = nexus(name);
@@ -610,13 +620,7 @@ async fn reserve6_two_nexuses_and_release_by_reset_and_loss() {
         Status::RESERVATION_CONFLICT
     );
     // LU reset releases it; the requester gets no UA, others do.
-    let resp = lu
-        .task_management(TmfRequest {
-            nexus: c.clone(),
-            lun: Lun::ZERO,
-            function: TmfFunction::LogicalUnitReset,
-        })
-        .await;
+    let resp = lu_reset(&lu, &c).await;
     assert_eq!(resp, TmfResponse::FunctionComplete);
     // A LU reset tells every nexus, the requester's included.
     assert_ua(
@@ -658,13 +662,7 @@ async fn a_departed_hosts_attention_is_its_own_and_a_reset_reaches_every_clear_h
     assert!(!lu.inner.clear.read().unwrap().contains(&b.id()));
     // A reset requested by c reaches a although a was on the fast path.
     let c = ready_nexus(&lu, "c").await;
-    let resp = lu
-        .task_management(TmfRequest {
-            nexus: c.clone(),
-            lun: Lun::ZERO,
-            function: TmfFunction::LogicalUnitReset,
-        })
-        .await;
+    let resp = lu_reset(&lu, &c).await;
     assert_eq!(resp, TmfResponse::FunctionComplete);
     assert_ua(
         &run(&lu, &a, &tur(), &[]).await,
@@ -672,13 +670,7 @@ async fn a_departed_hosts_attention_is_its_own_and_a_reset_reaches_every_clear_h
     );
     assert_good(&run(&lu, &a, &tur(), &[]).await);
     // INQUIRY does not consume an attention, so it does not clear a nexus.
-    let resp = lu
-        .task_management(TmfRequest {
-            nexus: c.clone(),
-            lun: Lun::ZERO,
-            function: TmfFunction::LogicalUnitReset,
-        })
-        .await;
+    let resp = lu_reset(&lu, &c).await;
     assert_eq!(resp, TmfResponse::FunctionComplete);
     assert_good(&run(&lu, &a, &inquiry(false, 0, 36), &[]).await);
     assert!(!lu.inner.clear.read().unwrap().contains(&a.id()));
@@ -1173,13 +1165,7 @@ async fn removable_medium_eject_load_and_prevention() {
     assert_good(&run(&lu, &b, &start_stop(true, true), &[]).await);
     // A LU reset ends every prevention.
     assert_good(&run(&lu, &b, &prevent(1), &[]).await);
-    let resp = lu
-        .task_management(TmfRequest {
-            nexus: b.clone(),
-            lun: Lun::ZERO,
-            function: TmfFunction::LogicalUnitReset,
-        })
-        .await;
+    let resp = lu_reset(&lu, &b).await;
     assert_eq!(resp, TmfResponse::FunctionComplete);
     assert_ua(
         &run(&lu, &b, &tur(), &[]).await,

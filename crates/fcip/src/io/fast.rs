@@ -37,39 +37,13 @@ use tokio::sync::mpsc;
 use unifab_fc::io::FabricPort;
 use unifab_fc::link::{FcLink, LinkError};
 use unifab_fc::wire::frame::Frame;
-use unifab_fc::wire::header::FcHeaderRepr;
 use unifab_fc::wire::{FcId, Sof};
 
-use super::framing::{Wire, strip_data_fill};
 use crate::codec::Item;
+pub(super) use crate::proto::link::rfc_pick;
 use crate::wire::enhanced;
 use crate::wire::frame::FcipFrame;
-
-/// The circuit for an RFC-mode class 3 frame among the data circuits that
-/// are up (`data`: slot and weight, in slot order): by a hash of the
-/// exchange (both N_Port IDs and the OX_ID), weighted, so that every frame
-/// of an exchange, in either direction, takes the same circuit.
-pub(super) fn rfc_pick(h: &FcHeaderRepr, data: &[(usize, u32)]) -> Option<usize> {
-    let total: u32 = data.iter().map(|(_, w)| *w).sum();
-    let first = data.first()?.0;
-    if total == 0 {
-        return Some(first);
-    }
-    let (a, b) = if h.s_id < h.d_id {
-        (h.s_id, h.d_id)
-    } else {
-        (h.d_id, h.s_id)
-    };
-    let key = (a.get() as u64) << 40 ^ (b.get() as u64) << 16 ^ u64::from(h.ox_id.0);
-    let mut x = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % total;
-    for (s, w) in data {
-        if x < *w {
-            return Some(*s);
-        }
-        x -= w;
-    }
-    Some(first)
-}
+use crate::wire::framing::{Wire, strip_data_fill};
 
 /// A data circuit as the sending side of the fast path sees it.
 #[derive(Debug)]
@@ -402,6 +376,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use unifab_fc::wire::OxId;
+    use unifab_fc::wire::header::FcHeaderRepr;
 
     fn header(s: u32, d: u32, ox: u16) -> FcHeaderRepr {
         FcHeaderRepr {

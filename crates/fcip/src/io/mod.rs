@@ -37,7 +37,6 @@
 
 pub mod controller;
 mod fast;
-mod framing;
 pub mod listener;
 pub mod tls;
 pub mod tunnel;

@@ -4,14 +4,15 @@
 //! connection, by the connector loops and the listener, and by a timer.
 //!
 //! This file holds the tunnel's handle ([`Tunnel`]) and its statistics.
-//! The actor lives in `tunnel/`: `actor` (its state and life cycle), `rx`
-//! (frames from the peer), `tx` (frames toward it), `circuit` (a circuit's
-//! connection and its reader and writer tasks) and `connect` (the special
-//! frame exchange and the reconnect loop); `super::framing` puts a frame
-//! on the wire for the tunnel and RFC mode's fast path alike. The protocol
-//! state the actor drives (E_Port, FSPF, the enhanced stream's windows,
-//! compression, FastWrite) is sans-IO in [`crate::proto`]; the actor
-//! itself still mixes that state with tokio channels and timers.
+//! The link's protocol state (the E_Port engine, the enhanced stream's
+//! windows and acks, compression, FastWrite, which circuit carries what)
+//! is the sans-IO [`crate::proto::link::Link`]; the actor in `tunnel/`
+//! drives it: `actor` (the task, its events and statistics), `wires` (the
+//! link's `LinkIo`: writes, the fabric port, the controller), `circuit` (a
+//! circuit's connection and its reader and writer tasks) and `connect`
+//! (the special frame exchange and the reconnect loop);
+//! `crate::wire::framing` puts a frame on the wire for the tunnel and RFC
+//! mode's fast path alike.
 
 use std::collections::HashMap;
 use std::io::IoSlice;
@@ -29,29 +30,23 @@ use tracing::{debug, info, warn};
 use unifab_fc::fabric::zoning::ZoneSet;
 use unifab_fc::io::FabricPort;
 use unifab_fc::link::{FcLink, LinkError};
+use unifab_fc::wire::Wwn;
 use unifab_fc::wire::frame::Frame;
-use unifab_fc::wire::header::FcType;
-use unifab_fc::wire::{FcId, OxId, RxId, Sof, Wwn};
 
 use super::controller::{InterSwitch, LinkHandle};
-use super::fast::{FastCircuit, FastPath, FastRx, rfc_pick};
-use super::framing::{encode, strip_data_fill};
+use super::fast::{FastCircuit, FastPath, FastRx};
 use super::{LinkMode, TunnelConfig, tcp_rtt_us};
 use crate::codec::{Decoder, DecoderConfig, Item};
-use crate::proto::compress::{Compressor, decompress};
-use crate::proto::eport::{EPort, LocalSwitch, Output, ZoneDb};
-use crate::proto::fastwrite::{
-    DEFAULT_MAX_BYTES, DEFAULT_TABLE, HostAction, HostSide, SWEEP_EVERY, TargetSide,
-};
+use crate::proto::eport::{LocalSwitch, ZoneDb};
+use crate::proto::fastwrite::{DEFAULT_MAX_BYTES, DEFAULT_TABLE};
 use crate::proto::handshake::check_echo;
-use crate::proto::stream::{ReceiveWindow, SendWindow};
+use crate::proto::link::{Event, Link, LinkConfig, LinkIo};
 use crate::wire::encap::EncapFlags;
-use crate::wire::enhanced::{
-    self, BatchHeader, BatchKind, Codec, Hello, Reassembly, put_record, records,
-};
+use crate::wire::enhanced::{self, BatchHeader, BatchKind, Hello};
 use crate::wire::frame::{FcipFrame, FcipFrameRepr};
+use crate::wire::framing::encode;
 use crate::wire::fsf::{Capabilities, EntityId, SpecialFrameRepr, UsageFlags};
-use crate::wire::sw_ils::{FspfHeader, Hlo, SwIlsRepr};
+use crate::wire::sw_ils::SwIlsRepr;
 
 /// A byte stream a circuit runs over (TCP, or TLS over TCP).
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
@@ -152,11 +147,6 @@ pub struct TunnelStats {
     /// Circuits.
     pub circuits: Vec<CircuitStats>,
 }
-
-/// How long a standalone ack waits for a batch toward the peer to carry it.
-const ACK_DELAY: Duration = Duration::from_millis(1);
-/// Data batches received before an ack goes out at once.
-const ACK_EVERY: u32 = 16;
 
 enum Ev {
     Up(usize, Conn, Option<oneshot::Sender<()>>),
@@ -321,15 +311,15 @@ impl Tunnel {
 mod actor;
 mod circuit;
 mod connect;
-mod rx;
-mod tx;
+mod wires;
 
-use actor::{Actor, HeldBatch, peer_bound};
+use actor::{Actor, set_state};
 use circuit::{Circuit, reader, writer};
 #[cfg(test)]
 use circuit::{consume, io_slices, owned};
 use connect::{connect_loop, slots};
 pub use connect::{direct_handle, entity_id, hello_bytes, prepare};
+use wires::Wires;
 
 #[cfg(test)]
 mod tests {
@@ -355,87 +345,6 @@ mod tests {
             assert_eq!(after, before);
             assert!(within(&before) && !within(&after));
         }
-    }
-
-    /// Enhanced mode: class F is not held back by the window, but a peer
-    /// that acknowledges nothing cannot make it pile up without bound.
-    /// Up to `peer_bound` unacknowledged bytes it is kept (to be sent once
-    /// a circuit has room); past it, each class F frame is dropped and
-    /// counted; an acknowledgement makes room again.
-    #[tokio::test]
-    async fn class_f_past_the_peer_bound_is_dropped_and_counted() {
-        use unifab_fc::fabric::FabricConfig;
-        use unifab_fc::io::Switch;
-        use unifab_fc::wire::Eof;
-        use unifab_fc::wire::header::FcHeaderRepr;
-
-        let peer = Wwn(0x1000_0000_0000_00b1);
-        let switch = Switch::new(FabricConfig {
-            domain: 1,
-            switch_name: Wwn(0x1000_0000_0000_00a1),
-            ..FabricConfig::default()
-        });
-        let ctl = InterSwitch::start(switch);
-        let mut cfg = TunnelConfig::new(
-            "to-b",
-            0,
-            peer,
-            vec![super::super::CircuitConfig {
-                peer: None,
-                local: None,
-                weight: 1,
-            }],
-        );
-        cfg.mode = LinkMode::Enhanced;
-        cfg.window_bytes = 64 << 10;
-        let cfg = Arc::new(cfg);
-        let (fab_tx, _fab_rx) = mpsc::channel(16);
-        let (ev_tx, _ev_rx) = mpsc::channel(16);
-        let (ctl_tx, _ctl_rx) = mpsc::channel(16);
-        let fast = Arc::new(FastPath::new(1, Arc::new(AtomicU64::new(0))));
-        let link = TunnelLink {
-            tx: fab_tx,
-            name: cfg.name.clone(),
-            fast: fast.clone(),
-        };
-        let port = ctl.switch().attach_e_port(&cfg.name, Arc::new(link));
-        let stats = Arc::new(Mutex::new(TunnelStats::default()));
-        let mut a = Actor::new(cfg.clone(), port, ctl, ev_tx, ctl_tx, stats, fast);
-        // Enhanced mode negotiated, and no circuit takes anything: the
-        // peer acknowledges nothing.
-        a.enhanced = true;
-        let class_f = || Frame {
-            sof: Sof::F,
-            header: FcHeaderRepr {
-                fc_type: FcType::SW_ILS,
-                ..FcHeaderRepr::default()
-            },
-            payload: Bytes::from(vec![0u8; 2048]),
-            eof: Eof::T,
-        };
-        let bound = peer_bound(&cfg);
-        let dropped = |a: &Actor| a.dropped.load(Ordering::Relaxed);
-        let mut kept = 0;
-        while a.send.in_flight() <= bound {
-            a.send_class_f(class_f());
-            kept += 1;
-            assert_eq!(dropped(&a), 0, "dropped within the bound");
-        }
-        // Past the window (64 KiB) by far: class F is not held by it.
-        assert!(kept > 1000, "{kept} frames kept");
-        let held = a.send.in_flight();
-        assert!(held <= bound + 2 * 1024 + 64, "{held} > {bound}");
-        for n in 1..=100 {
-            a.send_class_f(class_f());
-            assert_eq!(dropped(&a), n);
-        }
-        assert_eq!(a.send.in_flight(), held, "nothing more kept");
-        // The peer acknowledges everything: class F is kept again.
-        let all = a.send.acked() + a.send.outstanding() as u64;
-        assert_eq!(a.send.on_ack(all), held);
-        a.send_class_f(class_f());
-        assert_eq!(dropped(&a), 100);
-        assert!(a.send.in_flight() > 0);
     }
 
     #[test]

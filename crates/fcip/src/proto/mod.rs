@@ -6,4 +6,5 @@ pub mod eport;
 pub mod fastwrite;
 pub mod fspf;
 pub mod handshake;
+pub mod link;
 pub mod stream;

@@ -6,6 +6,7 @@
 pub mod encap;
 pub mod enhanced;
 pub mod frame;
+pub mod framing;
 pub mod fsf;
 pub mod sw_ils;
 

@@ -1,6 +1,9 @@
-//! The tunnel's actor: its state, and its life cycle (events, circuits
-//! coming and going, the link's bring-up and loss, ticks, statistics).
-//! What it does with frames is in `rx` and `tx`.
+//! The tunnel's actor: the task that drives the link's state machine
+//! ([`crate::proto::link::Link`]) with what happens to the tunnel (frames
+//! from the fabric and the switch's controller, connections coming and
+//! going, frames read from them, the clock) and owns what the machine may
+//! not: the circuits' connections and their tasks, the fabric port, the
+//! statistics. What the machine asks of the world goes through `Wires`.
 
 use super::*;
 
@@ -18,74 +21,40 @@ pub(super) struct Actor {
     pub(super) circuits: HashMap<usize, Circuit>,
     pub(super) counters: HashMap<usize, CircuitStats>,
     pub(super) epoch: u64,
-    pub(super) eport: Option<EPort>,
-    pub(super) up: Option<u8>,
-    pub(super) isolated: Option<String>,
-    pub(super) enhanced: bool,
-    /// Enhanced mode: every circuit was silent at the last tick (see
-    /// `enhanced_dead`).
-    pub(super) all_silent: bool,
-    pub(super) send: SendWindow,
-    pub(super) recv: ReceiveWindow<HeldBatch>,
-    pub(super) comp: Compressor,
-    pub(super) host: Option<HostSide>,
-    pub(super) target: Option<TargetSide>,
-    pub(super) rr: usize,
-    /// A data batch arrived and the peer has not yet been sent the ack
-    /// for it: the circuit it came on.
-    pub(super) ack_due: Option<usize>,
-    /// When the standalone ack for `ack_due` goes out, unless a batch
-    /// toward the peer (which carries the ack) goes first.
-    pub(super) ack_at: Option<Instant>,
-    /// Data batches received since the peer was last sent an ack.
-    pub(super) unacked_rx: u32,
+    /// The link's protocol state.
+    pub(super) link: Link,
     pub(super) last_rate: Instant,
-    /// When FastWrite's target side last swept idle exchanges.
-    pub(super) last_sweep: Instant,
     pub(super) last_bytes: HashMap<usize, (u64, u64)>,
     pub(super) local_wwn: Wwn,
     /// Signalled by a circuit writer each time it takes writes off its
     /// queue: the tunnel waits on it while every writer is full.
     pub(super) room: Arc<Notify>,
-    /// Enhanced mode: data batches in the send window that found no writer
-    /// with room and wait to be sent.
-    pub(super) unsent: bool,
     /// Set when the tunnel stops: the connector loops end.
     pub(super) stop: tokio::sync::watch::Sender<bool>,
 }
 
-/// A data batch as received, held in the receive window until it is in
-/// order.
-#[derive(Debug)]
-pub(super) struct HeldBatch {
-    /// The circuit it came on.
-    pub(super) slot: usize,
-    pub(super) codec: Codec,
-    pub(super) raw_len: usize,
-    pub(super) body: Bytes,
-}
-
-/// The receive window: batches held waiting for an earlier one are
-/// bounded by `peer_bound`. A peer configured with a larger window than
-/// that, or one that withholds a batch and sends on, has its circuit
-/// closed.
-pub(super) fn receive_window(cfg: &TunnelConfig) -> ReceiveWindow<HeldBatch> {
-    ReceiveWindow::new(1 << 20, peer_bound(cfg))
-}
-
-/// What a peer may make this end hold, either way: twice the window plus
-/// two batches (a sender may pass its window by one round of batches).
-pub(super) fn peer_bound(cfg: &TunnelConfig) -> usize {
-    cfg.window_bytes
-        .saturating_mul(2)
-        .saturating_add(2 * enhanced::MAX_BATCH_BODY)
-}
-
 /// Writes a circuit writer must have room for before the tunnel takes
-/// more frames from the fabric: one `outbound` call makes at most a few
+/// more frames from the fabric: one `from_fabric` call makes at most a few
 /// batches (512 frames of ≤ 2 KiB each in ≤ 256 KiB batches), RFC mode
 /// one write per circuit.
 pub(super) const WRITER_HEADROOM: usize = 8;
+
+/// What the link's state machine needs of the tunnel's configuration.
+pub(super) fn link_config(cfg: &TunnelConfig, port_no: u32) -> LinkConfig {
+    LinkConfig {
+        name: cfg.name.clone(),
+        enhanced: cfg.mode == LinkMode::Enhanced,
+        weights: cfg.circuits.iter().map(|c| c.weight).collect(),
+        compression: cfg.compression,
+        fastwrite: cfg.fastwrite,
+        originates: cfg.connects(),
+        window_bytes: cfg.window_bytes,
+        keepalive: cfg.keepalive,
+        dead_after: cfg.dead_after,
+        k_a_tov: cfg.k_a_tov,
+        port_no,
+    }
+}
 
 impl Actor {
     pub(super) fn new(
@@ -114,10 +83,9 @@ impl Actor {
                 },
             );
         }
+        let now = Instant::now();
         Actor {
-            comp: Compressor::new(cfg.compression),
-            send: SendWindow::new(cfg.window_bytes),
-            recv: receive_window(&cfg),
+            link: Link::new(link_config(&cfg, port_no), now),
             cfg,
             port,
             port_no,
@@ -130,23 +98,10 @@ impl Actor {
             circuits: HashMap::new(),
             counters,
             epoch: 0,
-            eport: None,
-            up: None,
-            isolated: None,
-            enhanced: false,
-            all_silent: false,
-            host: None,
-            target: None,
-            rr: 0,
-            ack_due: None,
-            ack_at: None,
-            unacked_rx: 0,
-            last_rate: Instant::now(),
-            last_sweep: Instant::now(),
+            last_rate: now,
             last_bytes: HashMap::new(),
             local_wwn,
             room: Arc::new(Notify::new()),
-            unsent: false,
             stop: tokio::sync::watch::channel(false).0,
         }
     }
@@ -157,20 +112,16 @@ impl Actor {
         mut ev: mpsc::Receiver<Ev>,
         mut ctl: mpsc::Receiver<Frame>,
     ) {
-        let tick = (self.cfg.keepalive / 2).max(Duration::from_millis(5));
-        let mut timer = tokio::time::interval(tick);
-        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let ack_sleep = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(ack_sleep);
+        let timer = tokio::time::sleep_until(self.link.poll_timeout().into());
+        tokio::pin!(timer);
+        let mut armed = Some(self.link.poll_timeout());
         let room = self.room.clone();
         loop {
             tokio::select! {
                 biased;
-                () = &mut ack_sleep, if self.ack_at.is_some() => {
-                    self.ack_at = None;
-                    if let Some(slot) = self.ack_due.take() {
-                        self.send_standalone_ack(slot);
-                    }
+                () = &mut timer => {
+                    armed = None;
+                    self.on_timeout();
                 },
                 e = ev.recv() => match e {
                     Some(e) => if self.on_event(e).is_break() {
@@ -180,9 +131,11 @@ impl Actor {
                 },
                 () = room.notified(), if self.waiting_for_room() => {
                     self.flush_backlogs();
-                    self.send_unsent();
+                    self.drive(|l, w| l.on_room(w));
                 },
-                f = ctl.recv() => if let Some(f) = f { self.send_class_f(f) },
+                f = ctl.recv() => if let Some(f) = f {
+                    self.drive(|l, w| l.class_f(f, w));
+                },
                 f = fab.recv(), if self.fabric_ready() => match f {
                     Some(f) => {
                         let mut batch = vec![f];
@@ -193,31 +146,57 @@ impl Actor {
                             }
                         }
                         let n = batch.len();
-                        self.outbound(batch);
+                        self.drive(|l, w| l.from_fabric(batch, w));
                         self.fast.handled(n);
                     }
                     None => return,
                 },
-                _ = timer.tick() => self.on_tick(),
             }
-            // Delayed ack: the reply to what just arrived usually goes
-            // back within the delay and carries the ack; a standalone one
-            // would arrive first and cost the peer a wake-up of its own.
-            // Bulk one-way traffic is acked every ACK_EVERY batches.
-            if let Some(slot) = self.ack_due {
-                if self.unacked_rx >= ACK_EVERY {
-                    self.send_standalone_ack(slot);
-                } else if self.ack_at.is_none() {
-                    let at = Instant::now() + ACK_DELAY;
-                    self.ack_at = Some(at);
-                    ack_sleep.as_mut().reset(at.into());
-                }
+            // The link's next deadline, if it moved.
+            let at = self.link.poll_timeout();
+            if armed != Some(at) {
+                armed = Some(at);
+                timer.as_mut().reset(at.into());
             }
         }
     }
 
+    /// Runs `f` on the link with the tunnel's wires, then closes the
+    /// circuits the link dropped.
+    pub(super) fn drive<R>(&mut self, f: impl FnOnce(&mut Link, &mut Wires<'_>) -> R) -> R {
+        let mut w = Wires {
+            name: &self.cfg.name,
+            port_no: self.port_no,
+            local_wwn: self.local_wwn,
+            port: &self.port,
+            ctl: &self.ctl,
+            ctl_tx: &self.ctl_tx,
+            stats: &self.stats,
+            dropped: &self.dropped,
+            fast: &self.fast,
+            circuits: &mut self.circuits,
+            closed: Vec::new(),
+            retransmits: Vec::new(),
+        };
+        let r = f(&mut self.link, &mut w);
+        let Wires {
+            closed,
+            retransmits,
+            ..
+        } = w;
+        for (s, n) in retransmits {
+            if let Some(c) = self.counters.get_mut(&s) {
+                c.retransmits += n;
+            }
+        }
+        for (s, why) in closed {
+            self.drop_circuit(s, &why);
+        }
+        r
+    }
+
     pub(super) fn fabric_ready(&self) -> bool {
-        (!self.enhanced || self.send.has_room()) && self.writers_ready()
+        self.link.can_take() && self.writers_ready()
     }
 
     /// Whether the writers can take what the next frames from the fabric
@@ -228,7 +207,7 @@ impl Actor {
     /// exchanges of the others, nor take unbounded memory).
     pub(super) fn writers_ready(&self) -> bool {
         let headroom = WRITER_HEADROOM.min(self.writer_queue());
-        let data_slots = self.enhanced || self.circuits.keys().any(|s| *s != 0);
+        let data_slots = self.link.enhanced() || self.circuits.keys().any(|s| *s != 0);
         let mut carriers = self
             .circuits
             .iter()
@@ -239,7 +218,7 @@ impl Actor {
     }
 
     pub(super) fn waiting_for_room(&self) -> bool {
-        self.unsent
+        self.link.has_unsent()
             || !self.writers_ready()
             || self.circuits.values().any(|c| !c.backlog.is_empty())
     }
@@ -254,64 +233,17 @@ impl Actor {
         self.cfg.writer_queue.max(1)
     }
 
-    /// Enhanced mode: sends the batches that found every writer full.
-    pub(super) fn send_unsent(&mut self) {
-        if !self.unsent || !self.enhanced {
-            self.unsent = false;
-            return;
-        }
-        let open: Vec<usize> = self
-            .circuits
-            .iter()
-            .filter(|(_, c)| c.has_room(1))
-            .map(|(s, _)| *s)
-            .collect();
-        if open.is_empty() {
-            // Still waiting: a writer's progress or a new circuit calls
-            // again.
-            return;
-        }
-        let alive: Vec<usize> = self.circuits.keys().copied().collect();
-        let moved = {
-            let mut rr = self.rr;
-            let r = self.send.orphans(&alive, |_| {
-                rr += 1;
-                open.get(rr % open.len()).copied()
-            });
-            self.rr = rr;
-            r
-        };
-        // Every waiting batch was assigned; one whose write fails again
-        // sets `unsent` again.
-        self.unsent = false;
-        for (c, h, b) in moved {
-            self.write_batch(c, h, b);
-        }
-    }
-
-    pub(super) fn class_f_slot(&self) -> Option<usize> {
-        if self.enhanced {
-            None
-        } else {
-            self.circuits.contains_key(&0).then_some(0)
-        }
-    }
-
-    pub(super) fn link_ready(&self) -> bool {
-        if self.cfg.mode == LinkMode::Rfc {
-            self.circuits.contains_key(&0)
-        } else {
-            !self.circuits.is_empty()
-        }
-    }
-
     /// Break: the tunnel has stopped.
     pub(super) fn on_event(&mut self, e: Ev) -> ControlFlow<()> {
         match e {
             Ev::Up(slot, conn, done) => self.circuit_up(slot, conn, done),
             Ev::Rx(slot, epoch, item) => {
                 if self.circuits.get(&slot).is_some_and(|c| c.epoch == epoch) {
-                    self.on_rx(slot, item);
+                    if let Item::Frame(b) = &item {
+                        self.fast.count_rx(slot, b.len());
+                    }
+                    let now = Instant::now();
+                    self.drive(|l, w| l.from_circuit(slot, item, now, w));
                     // Handled (if the circuit went with it, so did its
                     // reader and the count).
                     if let Some(c) = self.circuits.get(&slot).filter(|c| c.epoch == epoch) {
@@ -337,7 +269,7 @@ impl Actor {
     /// circuits resends nothing), then the circuits close, the connectors
     /// stop and the port leaves the switch.
     pub(super) fn shut_down(&mut self) {
-        self.link_down("stopped");
+        self.drive(|l, w| l.stop(w));
         self.stop.send_replace(true);
         let n = self.circuits.len();
         // Dropping a circuit aborts its reader and writer, which closes
@@ -348,8 +280,7 @@ impl Actor {
         }
         self.circuits.clear();
         self.port.detach();
-        self.isolated = None;
-        self.set_state("stopped".into());
+        set_state(&self.stats, "stopped".into(), false);
         for c in self.counters.values_mut() {
             c.state = "down".into();
         }
@@ -423,9 +354,7 @@ impl Actor {
                 tasks: [w.abort_handle(), r.abort_handle()],
                 done,
                 fd: conn.fd,
-                last_rx: now,
                 since: now,
-                reasm: Reassembly::default(),
                 peer: conn.peer,
                 backlog: Vec::new(),
                 backlog_bytes: 0,
@@ -440,86 +369,23 @@ impl Actor {
         }
         info!(tunnel = %self.cfg.name, slot, peer = %conn.peer, "circuit up");
         self.publish();
-        let peer_enhanced = conn
-            .peer_caps
-            .is_some_and(|c| c.has(Capabilities::ENHANCED));
-        if self.eport.is_none() && self.link_ready() {
-            self.enhanced = self.cfg.mode == LinkMode::Enhanced && peer_enhanced;
-            self.link_start(conn.peer_caps);
-        } else if self.enhanced {
-            // Batches orphaned while no circuit was up go out now.
-            self.unsent = true;
-            self.send_unsent();
-        }
+        let caps = conn.peer_caps;
+        self.drive(|l, w| l.circuit_up(slot, caps, now, w));
     }
 
-    pub(super) fn link_start(&mut self, peer_caps: Option<Capabilities>) {
-        let fastwrite = self.enhanced
-            && self.cfg.fastwrite
-            && peer_caps.is_some_and(|c| c.has(Capabilities::FASTWRITE));
-        if fastwrite {
-            self.host = Some(HostSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));
-            self.target = Some(TargetSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));
-        }
-        let zoning = self.ctl.switch().with_fabric(|f| {
-            let z = f.zoning();
-            ZoneDb {
-                active: z
-                    .active()
-                    .map(|a| (a.to_string(), z.active_zones().to_vec())),
-            }
-        });
-        let t = unifab_fc::exchange::Timeouts::default();
-        let local = LocalSwitch {
-            domain: self.ctl.domain(),
-            switch_name: self.local_wwn,
-            port_name: Wwn((self.local_wwn.0 & !0xffff) | 0x8000 | u64::from(self.port_no)),
-            domains: self.ctl.known_domains(),
-            zoning,
-            r_a_tov: t.r_a_tov.as_millis() as u32,
-            e_d_tov: t.e_d_tov.as_millis() as u32,
-        };
-        let mut e = EPort::new(local, self.cfg.connects());
-        e.start();
-        self.eport = Some(e);
-        self.isolated = None;
-        self.set_state("negotiating".into());
-        self.drain_eport();
-    }
-
-    pub(super) fn set_state(&self, s: String) {
-        if let Ok(mut st) = self.stats.lock() {
-            st.state = s;
-            st.fastwrite = self.host.is_some();
-        }
-    }
-
-    pub(super) fn link_down(&mut self, why: &str) {
-        if self.eport.take().is_some() {
-            warn!(tunnel = %self.cfg.name, reason = why, "link down");
-        }
-        self.fast.set_open(false);
-        if self.up.take().is_some() {
-            self.ctl.link_down(self.port_no);
-        }
-        if let Some(h) = &mut self.host {
-            h.clear();
-        }
-        if let Some(t) = &mut self.target {
-            t.clear();
-        }
-        self.host = None;
-        self.target = None;
-        self.send = SendWindow::new(self.cfg.window_bytes);
-        self.recv = receive_window(&self.cfg);
-        if self.isolated.is_none() {
-            self.set_state(format!("down: {why}"));
-        }
-    }
-
+    /// Circuit `slot`'s connection ended: it is closed, and the link is
+    /// told.
     pub(super) fn circuit_down(&mut self, slot: usize, why: &str) {
+        if self.drop_circuit(slot, why) {
+            self.drive(|l, w| l.circuit_down(slot, why, w));
+        }
+    }
+
+    /// Closes circuit `slot`'s connection (its tasks end with it) and
+    /// counts the failure; false if there was none.
+    pub(super) fn drop_circuit(&mut self, slot: usize, why: &str) -> bool {
         let Some(mut c) = self.circuits.remove(&slot) else {
-            return;
+            return false;
         };
         self.fast.remove(slot);
         if let Some(d) = c.done.take() {
@@ -531,154 +397,17 @@ impl Actor {
         }
         warn!(tunnel = %self.cfg.name, slot, peer = %c.peer, reason = why, "circuit down");
         self.publish();
-        if !self.link_ready() {
-            self.link_down(why);
-            // RFC: data connections go with the class F one.
-            if self.cfg.mode == LinkMode::Rfc {
-                let rest: Vec<usize> = self.circuits.keys().copied().collect();
-                for s in rest {
-                    self.circuit_down(s, "class F connection lost");
-                }
-            }
-            return;
-        }
-        if self.enhanced {
-            let live: Vec<usize> = self.circuits.keys().copied().collect();
-            let mut rr = self.rr;
-            let moved = self.send.fail_circuit(slot, |_| {
-                rr += 1;
-                live.get(rr % live.len()).copied()
-            });
-            self.rr = rr;
-            if let Some(s) = self.counters.get_mut(&slot) {
-                s.retransmits += moved.len() as u64;
-            }
-            for (c, h, b) in moved {
-                self.write_batch(c, h, b);
-            }
-        }
+        true
     }
 
-    /// Enhanced mode: which of the circuits past the dead interval
-    /// (`silent`) are declared dead. Losing one circuit of several costs a
-    /// resend on a survivor; losing the last takes the link down and fails
-    /// every exchange in flight, and the two ends must not each keep a
-    /// circuit the other closed. So:
-    ///
-    /// - a circuit is dead only if another was heard half a dead interval
-    ///   after it fell silent: circuits cut together go quiet a tick apart,
-    ///   and the first past the interval must not be closed while the
-    ///   others, as silent but a tick younger, still count as alive (seen
-    ///   once in CI: the two ends each closed a different one);
-    /// - when every circuit is silent, none is dead until one is heard from
-    ///   again or all have been silent for K_A_TOV: all falling silent
-    ///   together is as likely a starved host (this one or the peer) as an
-    ///   outage of every path, and neither end can tell which will come
-    ///   back first;
-    /// - the first circuit back after that gives the others a whole dead
-    ///   interval from now to be heard from too, since each end may hear a
-    ///   different one first.
-    pub(super) fn enhanced_dead(&mut self, mut silent: Vec<usize>, now: Instant) -> Vec<usize> {
-        if silent.is_empty() {
-            // Nothing past the interval: not every circuit is silent.
-            self.all_silent = false;
-            return silent;
-        }
-        if silent.len() < self.circuits.len() {
-            let margin = self.cfg.dead_after / 2;
-            silent.retain(|s| {
-                let Some(quiet_since) = self.circuits.get(s).map(|c| c.last_rx) else {
-                    return false;
-                };
-                self.circuits
-                    .iter()
-                    .any(|(o, c)| o != s && c.last_rx > quiet_since + margin)
-            });
-            if std::mem::take(&mut self.all_silent) {
-                for s in silent.drain(..) {
-                    if let Some(c) = self.circuits.get_mut(&s) {
-                        c.last_rx = now;
-                    }
-                }
-            }
-            return silent;
-        }
-        // Every circuit is past the interval.
-        let newest = self
-            .circuits
-            .values()
-            .map(|c| now.duration_since(c.last_rx))
-            .min()
-            .unwrap_or_default();
-        if newest <= Duration::from_millis(u64::from(self.cfg.k_a_tov)) {
-            self.all_silent = true;
-            Vec::new()
-        } else {
-            self.all_silent = false;
-            silent
-        }
-    }
-
-    pub(super) fn on_tick(&mut self) {
+    /// The link's deadline came: its delayed ack or periodic tick (and
+    /// the writers' backlogs and the statistics with it).
+    pub(super) fn on_timeout(&mut self) {
         let now = Instant::now();
-        let mut dead: Vec<usize> = self
-            .circuits
-            .iter()
-            .filter(|(s, c)| {
-                let watched = self.enhanced || **s == 0;
-                watched && now.duration_since(c.last_rx) > self.cfg.dead_after
-            })
-            .map(|(s, _)| *s)
-            .collect();
-        if self.enhanced {
-            dead = self.enhanced_dead(dead, now);
-        }
-        for s in dead {
-            self.circuit_down(s, "keep-alive timeout (nothing received)");
-        }
         self.flush_backlogs();
-        self.send_unsent();
-        // Heartbeats.
-        if self.enhanced {
-            let slots: Vec<usize> = self.circuits.keys().copied().collect();
-            for s in slots {
-                self.send_control(s);
-            }
-        } else if self.circuits.contains_key(&0) && self.up.is_some() {
-            let hlo = SwIlsRepr::Hlo(Hlo {
-                header: FspfHeader {
-                    version: 2,
-                    domain: self.ctl.domain(),
-                    ..FspfHeader::default()
-                },
-                options: 0,
-                hello_interval: self.cfg.keepalive.as_secs().max(1) as u32,
-                dead_interval: self.cfg.dead_after.as_secs().max(1) as u32,
-                recipient_domain: self.up.map_or(0xffff_ffff, u32::from),
-                port_index: self.port_no,
-            });
-            let fc = FcId::FABRIC_CONTROLLER;
-            let f = crate::proto::eport::sw_ils_frame(
-                &hlo,
-                false,
-                OxId(0x7200),
-                RxId::UNASSIGNED,
-                fc,
-                fc,
-            );
-            self.write_or_drop(0, vec![(f, 0)]);
-        }
+        self.drive(|l, w| l.handle_timeout(now, w));
         if now.duration_since(self.last_rate) >= Duration::from_secs(1) {
             self.update_stats(now);
-        }
-        if now.duration_since(self.last_sweep) >= SWEEP_EVERY {
-            self.last_sweep = now;
-            if let Some(t) = &mut self.target {
-                let n = t.sweep();
-                if n > 0 {
-                    warn!(tunnel = %self.cfg.name, exchanges = n, "FastWrite: idle accelerated writes dropped with their held data");
-                }
-            }
         }
     }
 
@@ -727,19 +456,23 @@ impl Actor {
             }
             out.push(c.clone());
         }
-        if self.enhanced && self.send.acked() > 0 {
-            let rate: f64 = out.iter().map(|c| c.tx_mbps * 1e6).sum();
-            self.comp.set_link_rate(rate);
-        }
+        let rate: f64 = out.iter().map(|c| c.tx_mbps * 1e6).sum();
+        self.link.observe_send_rate(rate);
         if let Ok(mut st) = self.stats.lock() {
             st.circuits = out;
-            st.raw_bytes = self.comp.raw_bytes;
-            st.wire_bytes = self.comp.wire_bytes;
-            st.duplicates = self.recv.duplicates;
+            st.raw_bytes = self.link.raw_bytes();
+            st.wire_bytes = self.link.wire_bytes();
+            st.duplicates = self.link.duplicates();
             st.dropped = self.dropped.load(Ordering::Relaxed);
-            st.fastwrite_writes = self.host.as_ref().map_or(0, |h| h.accelerated);
+            st.fastwrite_writes = self.link.accelerated();
         }
     }
+}
 
-    // ---- receive side ----
+/// Sets the state the tunnel's statistics show.
+pub(super) fn set_state(stats: &Mutex<TunnelStats>, s: String, fastwrite: bool) {
+    if let Ok(mut st) = stats.lock() {
+        st.state = s;
+        st.fastwrite = fastwrite;
+    }
 }

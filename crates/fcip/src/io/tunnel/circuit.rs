@@ -13,9 +13,7 @@ pub(super) struct Circuit {
     pub(super) tasks: [tokio::task::AbortHandle; 2],
     pub(super) done: Option<oneshot::Sender<()>>,
     pub(super) fd: i32,
-    pub(super) last_rx: Instant,
     pub(super) since: Instant,
-    pub(super) reasm: Reassembly,
     pub(super) peer: SocketAddr,
     /// Writes that found the writer's queue full, in order; handed over
     /// as one when it has room. At most `BACKLOG_MAX` bytes: beyond it the

@@ -11,7 +11,7 @@ use crate::wire::frame::FcipFrameRepr;
 /// A frame as FCIP puts it on a connection: encapsulation header and SOF,
 /// the frame (its payload not copied), CRC and EOF; and their length. Err:
 /// the frame is too long for FCIP's length field (given back).
-pub(super) fn encode(f: Frame) -> Result<([Bytes; 3], usize), (Frame, crate::wire::WireError)> {
+pub fn encode(f: Frame) -> Result<([Bytes; 3], usize), (Frame, crate::wire::WireError)> {
     let w = Wire::new(f)?;
     let n = w.len();
     Ok((
@@ -27,12 +27,17 @@ pub(super) fn encode(f: Frame) -> Result<([Bytes; 3], usize), (Frame, crate::wir
 /// A frame encoded for a connection, its header and trailer in place (no
 /// allocation): encapsulation header, SOF and FC header; the payload;
 /// CRC and EOF.
-pub(super) struct Wire {
+#[derive(Debug)]
+pub struct Wire {
+    /// Encapsulation header, SOF and FC header.
     pub head: [u8; crate::wire::ENCAP_LEN + 4 + unifab_fc::wire::header::HEADER_LEN],
+    /// The payload, word-aligned (not copied unless it needed fill).
     pub payload: Bytes,
+    /// CRC and EOF.
     pub tail: [u8; 8],
 }
 
+#[allow(clippy::len_without_is_empty)] // never empty: a header at least
 impl Wire {
     /// Encodes `f`; Err: too long for FCIP's length field (given back).
     pub fn new(f: Frame) -> Result<Wire, (Frame, crate::wire::WireError)> {
@@ -60,7 +65,7 @@ impl Wire {
 
 /// FCIP carries whole words: a payload that is not is padded with fill
 /// bytes, counted in F_CTL as FC-FS wants.
-pub(super) fn word_aligned(mut f: Frame) -> Frame {
+pub fn word_aligned(mut f: Frame) -> Frame {
     let fill = (4 - f.payload.len() % 4) % 4;
     if fill != 0 {
         let mut p = BytesMut::with_capacity(f.payload.len() + fill);
@@ -74,7 +79,7 @@ pub(super) fn word_aligned(mut f: Frame) -> Frame {
 
 /// Fill bytes of solicited data are not data: they are dropped again on
 /// receive so the payload is exactly what the sender's FCP layer sent.
-pub(super) fn strip_data_fill(mut f: Frame) -> Frame {
+pub fn strip_data_fill(mut f: Frame) -> Frame {
     let fill = usize::from(f.header.f_ctl.fill_bytes());
     if fill != 0
         && f.header.fc_type == FcType::FCP

@@ -1,14 +1,15 @@
-//! Frames toward the peer: class F on its circuit, RFC mode's frames on
-//! the fast path or a circuit, enhanced mode's batches through the send
-//! window and compression, acks and control batches.
+//! Toward the peer: frames from the fabric (through FastWrite's sides),
+//! class F, RFC mode's choice of circuit, enhanced mode's batches through
+//! the send window and compression, acks and heartbeats.
 
 use super::*;
 
-impl Actor {
-    pub(super) fn outbound(&mut self, frames: Vec<Frame>) {
+impl Link {
+    /// Frames the fabric sends out through the VE_Port (dropped and
+    /// counted while the link is not up).
+    pub fn from_fabric(&mut self, frames: Vec<Frame>, io: &mut impl LinkIo) {
         if self.up.is_none() {
-            self.dropped
-                .fetch_add(frames.len() as u64, Ordering::Relaxed);
+            io.dropped(frames.len() as u64);
             return;
         }
         let mut out: Vec<(Frame, u8)> = Vec::with_capacity(frames.len());
@@ -18,7 +19,7 @@ impl Actor {
                 Some(t) => {
                     let (up, fed) = t.outbound(f);
                     for d in fed {
-                        let _ = self.port.transmit(d);
+                        io.to_fabric(d);
                     }
                     match up {
                         Some(f) => f,
@@ -32,9 +33,7 @@ impl Actor {
                     for a in h.outbound(f) {
                         match a {
                             HostAction::Tunnel(f, fl) => out.push((f, fl)),
-                            HostAction::Fabric(p) => {
-                                let _ = self.port.transmit(p);
-                            }
+                            HostAction::Fabric(p) => io.to_fabric(p),
                         }
                     }
                 }
@@ -45,13 +44,14 @@ impl Actor {
             return;
         }
         if self.enhanced {
-            self.send_batches(out);
+            self.send_batches(out, io);
         } else {
-            self.send_rfc(out);
+            self.send_rfc(out, io);
         }
     }
 
-    pub(super) fn send_class_f(&mut self, f: Frame) {
+    /// A class F frame from the switch's controller.
+    pub fn class_f(&mut self, f: Frame, io: &mut impl LinkIo) {
         if self.enhanced {
             // Class F is not held back by the window (the link's own
             // traffic must flow), but a peer that never acknowledges
@@ -59,101 +59,71 @@ impl Actor {
             // (twice the window plus two batches) unacknowledged, class F
             // is dropped and counted like any frame the tunnel cannot
             // take.
-            if self.send.in_flight() > peer_bound(&self.cfg) {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+            if self.send.in_flight() > self.cfg.peer_bound() {
+                io.dropped(1);
                 debug!(tunnel = %self.cfg.name, in_flight = self.send.in_flight(), "class F dropped: the peer acknowledges nothing");
                 return;
             }
-            self.send_batches(vec![(f, 0)]);
+            self.send_batches(vec![(f, 0)], io);
         } else if let Some(s) = self.class_f_slot() {
-            self.write_or_drop(s, vec![(f, 0)]);
+            self.write_or_drop(s, vec![(f, 0)], io);
         }
     }
 
     /// RFC mode: class F on slot 0, class 3 by exchange over the data slots.
-    pub(super) fn send_rfc(&mut self, frames: Vec<(Frame, u8)>) {
-        let data: Vec<(usize, u32)> = (1..=self.cfg.circuits.len())
-            .filter(|s| self.circuits.contains_key(s))
-            .map(|s| (s, self.cfg.circuits[s - 1].weight.max(1)))
+    pub(super) fn send_rfc(&mut self, frames: Vec<(Frame, u8)>, io: &mut impl LinkIo) {
+        let data: Vec<(usize, u32)> = self
+            .paths
+            .range(1..)
+            .map(|(s, _)| (*s, self.weight(*s)))
             .collect();
         let mut per: HashMap<usize, Vec<(Frame, u8)>> = HashMap::new();
         for (f, fl) in frames {
             let slot = if f.sof == Sof::F {
                 0
             } else {
-                // The same choice as the fast path's.
+                // The same choice as the driver's fast path.
                 rfc_pick(&f.header, &data).unwrap_or(0)
             };
             per.entry(slot).or_default().push((f, fl));
         }
         for (s, fs) in per {
-            self.write_or_drop(s, fs);
+            self.write_or_drop(s, fs, io);
         }
     }
 
-    /// Queues `frames` on circuit `slot`'s writer, or counts them as
-    /// dropped when the circuit is gone or too far behind.
-    pub(super) fn write_or_drop(&mut self, slot: usize, frames: Vec<(Frame, u8)>) {
+    /// Circuit `slot`'s weight (at least 1).
+    pub(super) fn weight(&self, slot: usize) -> u32 {
+        slot.checked_sub(1)
+            .and_then(|i| self.cfg.weights.get(i))
+            .map_or(1, |w| (*w).max(1))
+    }
+
+    /// Queues `frames` on circuit `slot`, or counts them as dropped when it
+    /// cannot take them.
+    pub(super) fn write_or_drop(
+        &mut self,
+        slot: usize,
+        frames: Vec<(Frame, u8)>,
+        io: &mut impl LinkIo,
+    ) {
         let n = frames.len() as u64;
-        if !self.write_frames(slot, frames) {
-            self.dropped.fetch_add(n, Ordering::Relaxed);
+        if !self.paths.contains_key(&slot) || !io.write(slot, frames) {
+            io.dropped(n);
         }
-    }
-
-    /// Queues `frames` on circuit `slot`'s writer (behind its backlog, if
-    /// it has one). False when the circuit is gone, its writer closed or
-    /// its backlog full: nothing was queued. A frame too long for FCIP's length field (a
-    /// local port breaking FC-FS's payload limit) is dropped, counted and
-    /// logged.
-    pub(super) fn write_frames(&mut self, slot: usize, frames: Vec<(Frame, u8)>) -> bool {
-        if !self.circuits.contains_key(&slot) {
-            return false;
-        }
-        let mut bufs = Vec::with_capacity(frames.len() * 3);
-        let mut n = 0;
-        for (f, _) in frames {
-            match encode(f) {
-                Ok((three, len)) => {
-                    n += len;
-                    bufs.extend(three);
-                }
-                Err((f, e)) => {
-                    warn!(tunnel = %self.cfg.name, slot, error = %e, s_id = %f.header.s_id, d_id = %f.header.d_id, "frame not sent: it does not fit FCIP's length field");
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        if bufs.is_empty() {
-            return true;
-        }
-        let Some(c) = self.circuits.get_mut(&slot) else {
-            return false;
-        };
-        // Err: closed (its down event is on its way) or backlog full.
-        if c.queue(bufs, n).is_err() {
-            return false;
-        }
-        self.fast.count_tx(slot, n);
-        true
     }
 
     /// A circuit with room in its writer, by weight.
-    pub(super) fn pick_slot(&mut self) -> Option<usize> {
-        let mut live: Vec<(usize, u32)> = self
-            .circuits
-            .iter()
-            .filter(|(_, c)| c.has_room(1))
-            .map(|(s, _)| {
-                (
-                    *s,
-                    self.cfg.circuits.get(s - 1).map_or(1, |c| c.weight.max(1)),
-                )
-            })
+    pub(super) fn pick_slot(&mut self, io: &impl LinkIo) -> Option<usize> {
+        let live: Vec<(usize, u32)> = self
+            .paths
+            .keys()
+            .filter(|s| io.has_room(**s, 1))
+            .map(|s| (*s, self.weight(*s)))
             .collect();
         if live.is_empty() {
             return None;
         }
-        live.sort_unstable();
         let total: u32 = live.iter().map(|(_, w)| w).sum();
         self.rr = self.rr.wrapping_add(1);
         let mut x = (self.rr as u32) % total;
@@ -167,13 +137,13 @@ impl Actor {
     }
 
     /// Enhanced mode: frames into numbered batches of at most ~256 KiB.
-    pub(super) fn send_batches(&mut self, frames: Vec<(Frame, u8)>) {
+    pub(super) fn send_batches(&mut self, frames: Vec<(Frame, u8)>, io: &mut impl LinkIo) {
         let mut body = BytesMut::with_capacity(64 * 1024);
         let mut it = frames.into_iter().peekable();
         while it.peek().is_some() {
             body.clear();
             while let Some((f, fl)) = it.peek() {
-                if !body.is_empty() && body.len() + f.len() > 256 * 1024 {
+                if !body.is_empty() && body.len() + f.len() > BATCH_BYTES {
                     break;
                 }
                 put_record(&mut body, f, *fl);
@@ -182,25 +152,67 @@ impl Actor {
             let raw = body.split().freeze();
             let raw_len = raw.len();
             let (codec, wire) = self.comp.compress(raw);
-            let Some(slot) = self.pick_slot() else {
+            let Some(slot) = self.pick_slot(io) else {
                 // No circuit with room: keep it for when one has some.
                 self.send.push(codec, raw_len, wire, usize::MAX);
                 self.unsent = true;
                 continue;
             };
             let h = self.send.push(codec, raw_len, wire.clone(), slot);
-            self.write_batch(slot, h, wire);
+            self.write_batch(slot, h, wire, io);
         }
     }
 
-    pub(super) fn write_batch(&mut self, slot: usize, mut h: BatchHeader, body: Bytes) {
+    /// Enhanced mode: sends the batches that found every writer full.
+    pub(super) fn send_unsent(&mut self, io: &mut impl LinkIo) {
+        if !self.unsent || !self.enhanced {
+            self.unsent = false;
+            return;
+        }
+        let open: Vec<usize> = self
+            .paths
+            .keys()
+            .copied()
+            .filter(|s| io.has_room(*s, 1))
+            .collect();
+        if open.is_empty() {
+            // Still waiting: a writer's progress or a new circuit calls
+            // again.
+            return;
+        }
+        let alive: Vec<usize> = self.paths.keys().copied().collect();
+        let moved = {
+            let mut rr = self.rr;
+            let r = self.send.orphans(&alive, |_| {
+                rr += 1;
+                open.get(rr % open.len()).copied()
+            });
+            self.rr = rr;
+            r
+        };
+        // Every waiting batch was assigned; one whose write fails again
+        // sets `unsent` again.
+        self.unsent = false;
+        for (c, h, b) in moved {
+            self.write_batch(c, h, b, io);
+        }
+    }
+
+    pub(super) fn write_batch(
+        &mut self,
+        slot: usize,
+        mut h: BatchHeader,
+        body: Bytes,
+        io: &mut impl LinkIo,
+    ) {
         h.ack = self.recv.ack();
         self.acked_now();
         let frames: Vec<(Frame, u8)> = enhanced::fragments(&h, &body)
             .into_iter()
             .map(|f| (f, 0))
             .collect();
-        if !self.write_frames(slot, frames) && BatchKind(h.kind) == BatchKind::DATA {
+        let queued = self.paths.contains_key(&slot) && io.write(slot, frames);
+        if !queued && BatchKind(h.kind) == BatchKind::DATA {
             // Still in the send window: sent again once a writer has room
             // (or by a survivor, if this circuit is going down).
             self.send.unassign(&h);
@@ -208,11 +220,9 @@ impl Actor {
         }
     }
 
-    pub(super) fn send_standalone_ack(&mut self, slot: usize) {
-        self.send_control(slot);
-        if let Ok(mut st) = self.stats.lock() {
-            st.standalone_acks += 1;
-        }
+    pub(super) fn send_standalone_ack(&mut self, slot: usize, io: &mut impl LinkIo) {
+        self.send_control(slot, io);
+        io.event(Event::StandaloneAck);
     }
 
     /// A batch carrying the current ack is going out: no standalone ack
@@ -223,8 +233,8 @@ impl Actor {
         self.unacked_rx = 0;
     }
 
-    pub(super) fn send_control(&mut self, slot: usize) {
-        if !self.circuits.contains_key(&slot) {
+    pub(super) fn send_control(&mut self, slot: usize, io: &mut impl LinkIo) {
+        if !self.paths.contains_key(&slot) {
             return;
         }
         let h = BatchHeader {
@@ -238,6 +248,6 @@ impl Actor {
             .into_iter()
             .map(|f| (f, 0))
             .collect();
-        self.write_or_drop(slot, frames);
+        self.write_or_drop(slot, frames, io);
     }
 }

@@ -221,3 +221,59 @@ fn every_known_opcode_parses_when_zeroed() {
         assert_eq!(cdb_length_of(op), Some(len));
     }
 }
+
+/// Every command belongs to exactly one command set, and the set that
+/// decodes it is the one that emits it (so `Command::encode` never leaves
+/// an empty CDB): each known operation code zeroed, and each service action
+/// of SERVICE ACTION IN(16) and MAINTENANCE IN.
+type Parse = fn(u8, &[u8]) -> Result<Option<Command>, CdbError>;
+type Encode = fn(&Command, &mut [u8; 16]) -> Option<usize>;
+
+#[test]
+fn every_command_encodes_in_the_set_that_decodes_it() {
+    let mut cdbs: Vec<Vec<u8>> = KNOWN
+        .iter()
+        .map(|&(op, len)| {
+            let mut cdb = vec![0u8; len];
+            cdb[0] = op;
+            cdb
+        })
+        .collect();
+    for (op, sa) in [
+        (0x9e, 0x10),
+        (0x9e, 0x12),
+        (0xa3, 0x0a),
+        (0xa3, 0x0c),
+        (0xa3, 0x0d),
+    ] {
+        let mut cdb = vec![0u8; if op == 0x9e { 16 } else { 12 }];
+        cdb[0] = op;
+        cdb[1] = sa;
+        cdbs.push(cdb);
+    }
+    let mut seen = 0;
+    for cdb in &cdbs {
+        let Ok(c) = Command::parse(cdb) else {
+            // A zeroed 0x9e or 0xa3 has no service action: refused.
+            assert!(matches!(cdb[0], 0x9e | 0xa3), "{:#x}", cdb[0]);
+            continue;
+        };
+        seen += 1;
+        let sets: [(Parse, Encode); 4] = [
+            (sbc::parse, sbc::encode),
+            (spc::parse, spc::encode),
+            (pr::parse, pr::encode),
+            (copy::parse, copy::encode),
+        ];
+        let decoders: Vec<usize> = (0..sets.len())
+            .filter(|&i| matches!((sets[i].0)(cdb[0], cdb), Ok(Some(_))))
+            .collect();
+        let encoders: Vec<usize> = (0..sets.len())
+            .filter(|&i| (sets[i].1)(&c, &mut [0u8; 16]).is_some())
+            .collect();
+        assert_eq!(decoders.len(), 1, "{c:?}");
+        assert_eq!(decoders, encoders, "{c:?}");
+        assert_eq!(c.encode().as_ref(), &cdb[..], "{c:?}");
+    }
+    assert_eq!(seen, KNOWN.len() - 2 + 5);
+}

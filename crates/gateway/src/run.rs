@@ -29,6 +29,32 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
             "holding a CPU wake-up latency request (system-wide)"
         );
     }
+    match crate::tuning::raise_fd_limit() {
+        Ok(l) => {
+            let connections = cfg.iscsi.as_ref().map_or(0, |i| {
+                i.max_connections.unwrap_or(
+                    unifab_iscsi::target::server::ServerConfig::default().max_connections,
+                )
+            });
+            let needed = crate::tuning::fds_needed(connections);
+            if l.now < needed {
+                warn!(
+                    limit = l.now,
+                    hard = l.hard,
+                    needed,
+                    connections,
+                    "the file descriptor limit is below what the connection limit needs: logins past it are refused (raise LimitNOFILE= or ulimit -Hn, or lower iscsi.max_connections)"
+                );
+            } else if l.now != l.was {
+                info!(
+                    from = l.was,
+                    to = l.now,
+                    "file descriptor limit raised to the hard limit"
+                );
+            }
+        }
+        Err(e) => warn!(error = %e, "file descriptor limit not raised"),
+    }
     let data_dir = cfg.admin.data_dir.clone();
     let mut lus: HashMap<String, GatewayLu> = HashMap::new();
     let mut lu_list = Vec::new();

@@ -253,3 +253,47 @@ mod tests {
         drop(held);
     }
 }
+
+/// The file descriptor limit, raised at start-up.
+///
+/// Every iSCSI connection, FCIP circuit and file LU holds a descriptor, and
+/// a distribution's default soft limit (1,024) is below the connection
+/// limit's default (1,024 connections, each also needing room for files
+/// and listeners). A daemon may raise its soft limit to the hard limit
+/// without privilege, as Go's runtime and systemd's services do; the
+/// gateway does so once, and says so when the result is still below what
+/// its connection limit needs. Running out anyway is survived: the portal
+/// refuses new logins with Out of resources and logs it (see
+/// `unifab_iscsi::target::io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdLimit {
+    /// The soft limit before.
+    pub was: u64,
+    /// The soft limit now.
+    pub now: u64,
+    /// The hard limit.
+    pub hard: u64,
+}
+
+/// Raises the soft file descriptor limit to the hard one.
+pub fn raise_fd_limit() -> std::io::Result<FdLimit> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(std::io::Error::from)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(std::io::Error::from)?;
+    }
+    let (now, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(std::io::Error::from)?;
+    Ok(FdLimit {
+        was: soft,
+        now,
+        hard,
+    })
+}
+
+/// Descriptors a gateway with `connections` iSCSI connections needs: two
+/// per connection (its socket, and the second handle on it with which the
+/// portal notices a peer that has gone before the connection's task reads
+/// the end of stream), and room for listeners, LU files, admin and logs.
+pub fn fds_needed(connections: usize) -> u64 {
+    2 * connections as u64 + 64
+}

@@ -663,16 +663,40 @@ impl Listeners {
             let serve = serve.clone();
             let mut shutdown = shutdown.clone();
             tasks.push(tokio::spawn(async move {
+                // A descriptor held in reserve: when the process runs out
+                // (EMFILE, ENFILE), accept fails at once for as long as a
+                // connection waits in the kernel's queue. Closing the
+                // reserve lets that connection in to be refused (a Login
+                // Response, Out of resources) instead of spinning on it or
+                // leaving the initiator waiting.
+                let mut reserve = open_reserve();
+                let mut exhausted = Exhausted::default();
                 loop {
+                    if reserve.is_none() {
+                        reserve = open_reserve();
+                    }
                     tokio::select! {
                         r = l.accept() => match r {
                             Ok((s, peer)) => match limit.clone().try_acquire_owned() {
                                 Ok(permit) => serve(s, peer, permit),
                                 Err(_) => {
-                                    warn!(%peer, "connection limit reached; refusing");
-                                    drop(s);
+                                    warn!(%peer, "connection limit reached; login refused (out of resources)");
+                                    tokio::spawn(refuse_login(s));
                                 }
                             },
+                            Err(e) if is_out_of_fds(&e) => {
+                                exhausted.note(&e);
+                                if reserve.take().is_some() {
+                                    if let Ok((s, _)) = l.accept().await {
+                                        exhausted.refused += 1;
+                                        tokio::spawn(refuse_login(s));
+                                    }
+                                } else {
+                                    // The reserve is lent to a refusal:
+                                    // wait for it rather than spin.
+                                    tokio::time::sleep(Duration::from_millis(100)).await;
+                                }
+                            }
                             Err(e) => {
                                 warn!(error = %e, "accept failed");
                                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -688,6 +712,77 @@ impl Listeners {
             let _ = t.await;
         }
     }
+}
+
+/// Whether an accept failed for want of file descriptors.
+fn is_out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// A descriptor to give back when the process runs out.
+fn open_reserve() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+/// Running out of descriptors, logged once and then every 10 s with the
+/// count of refusals, not once per failed accept.
+#[derive(Default)]
+struct Exhausted {
+    logged: Option<Instant>,
+    refused: u64,
+}
+
+impl Exhausted {
+    fn note(&mut self, e: &io::Error) {
+        if self
+            .logged
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+        {
+            return;
+        }
+        self.logged = Some(Instant::now());
+        tracing::error!(
+            error = %e,
+            refused_so_far = self.refused,
+            "out of file descriptors: new logins are refused (Out of resources) until connections close; raise the limit (LimitNOFILE= or ulimit -n)"
+        );
+    }
+}
+
+/// Answers a connection that cannot be served: its Login Request gets a
+/// Login Response with status Out of resources (RFC 7143 §11.13.5, 0302h)
+/// and the connection closes. Anything else, or nothing within 2 s, and it
+/// closes without a word.
+async fn refuse_login(mut s: TcpStream) {
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut bhs = [0u8; crate::wire::BHS_LEN];
+        s.read_exact(&mut bhs).await.ok()?;
+        let Ok(Pdu::LoginRequest(req)) =
+            crate::wire::Bhs::new_checked(&bhs[..]).and_then(|h| Pdu::parse(&h))
+        else {
+            return None;
+        };
+        let rsp = Pdu::LoginResponse(crate::wire::pdu::LoginResponse {
+            transit: false,
+            continue_flag: false,
+            csg: req.csg,
+            nsg: req.nsg,
+            version_max: 0,
+            version_active: 0,
+            isid: req.isid,
+            tsih: 0,
+            itt: req.itt,
+            stat_sn: 0,
+            exp_cmd_sn: req.cmd_sn,
+            max_cmd_sn: req.cmd_sn,
+            status_class: 0x03,
+            status_detail: 0x02,
+        });
+        let bytes = crate::wire::encode_pdu(&rsp, &[], &[], Digests::default()).ok()?;
+        s.write_all(&bytes).await.ok()?;
+        s.shutdown().await.ok()
+    })
+    .await;
 }
 
 #[cfg(test)]

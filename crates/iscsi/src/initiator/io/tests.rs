@@ -721,3 +721,63 @@ async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
     }
     ini.close();
 }
+
+/// A connection past `max_connections` is not dropped unanswered: its
+/// Login Request gets a Login Response with status Out of resources
+/// (0302h) for its ITT and ISID, and the connection closes. Once the first
+/// connection goes, a login succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_past_the_limit_is_refused_out_of_resources() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use crate::wire::{BHS_LEN, Bhs, Digests, LoginRequest, LoginResponse, Pdu, Stage};
+
+    let sc = ServerConfig {
+        max_connections: 1,
+        ..ServerConfig::default()
+    };
+    let t = serve(memory_lun0(1 << 20), sc, None).await;
+    // The one connection allowed: accepted, says nothing.
+    let first = tokio::net::TcpStream::connect(t.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut second = tokio::net::TcpStream::connect(t.addr).await.unwrap();
+    let req = Pdu::LoginRequest(LoginRequest {
+        transit: true,
+        csg: Stage::SECURITY_NEGOTIATION,
+        nsg: Stage(1),
+        isid: [0x80, 1, 2, 3, 4, 5],
+        itt: 0x1234_5678,
+        cmd_sn: 7,
+        ..LoginRequest::default()
+    });
+    let bytes = crate::wire::encode_pdu(&req, &[], &[], Digests::default()).unwrap();
+    second.write_all(&bytes).await.unwrap();
+    let mut bhs = [0u8; BHS_LEN];
+    tokio::time::timeout(Duration::from_secs(5), second.read_exact(&mut bhs))
+        .await
+        .expect("an answer, not silence")
+        .unwrap();
+    let Ok(Pdu::LoginResponse(LoginResponse {
+        status_class,
+        status_detail,
+        itt,
+        isid,
+        ..
+    })) = Pdu::parse(&Bhs::new_checked(&bhs[..]).unwrap())
+    else {
+        panic!("not a Login Response: {bhs:02x?}");
+    };
+    assert_eq!((status_class, status_detail), (0x03, 0x02));
+    assert_eq!((itt, isid), (0x1234_5678, [0x80, 1, 2, 3, 4, 5]));
+    // Then the connection closes.
+    let mut rest = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut rest))
+        .await
+        .expect("closed, not held open")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    // The first connection goes: a real login succeeds.
+    drop(first);
+    let ini = IscsiInitiator::start(cfg(), &t.addr.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+}

@@ -1,0 +1,278 @@
+//! A crowd: a thousand iSCSI sessions on one gateway, each doing verified
+//! I/O at once; and a gateway that runs out of file descriptors refuses
+//! logins with a clear status and a log line, and recovers.
+//!
+//! `benches/peers/soak.sh` runs the first for as long as asked and prints
+//! its figures; this test is its short, bounded form.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Gateway, file_lu_config};
+use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
+
+const SESSIONS: usize = 1000;
+/// Threads that drive the sessions' I/O at once.
+const DRIVERS: usize = 8;
+const BLOCK: u32 = 512;
+/// Blocks per I/O (4 KiB).
+const BLOCKS: u32 = 8;
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// This process opens a socket per session: its soft limit goes to the
+/// hard one, which must allow the crowd.
+fn raise_own_fd_limit(needed: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    }
+    assert!(
+        hard >= needed,
+        "the hard file descriptor limit ({hard}) is below the {needed} this test needs: raise it (ulimit -Hn)"
+    );
+}
+
+fn opts(i: usize) -> RawOptions {
+    RawOptions {
+        isid: [0x80, 0, 0, 0, (i >> 8) as u8, i as u8],
+        initiator: format!("iqn.2026-11.io.unifab:host{i}"),
+        ..RawOptions::default()
+    }
+}
+
+/// The block session `i` writes in round `round`: its number, the round
+/// and the byte's offset, so that a block read back from another session's
+/// place or an earlier round differs.
+fn pattern(i: usize, round: u32) -> Vec<u8> {
+    (0..(BLOCK * BLOCKS) as usize)
+        .map(|k| (i as u32 ^ round.wrapping_mul(0x9e37) ^ (k as u32).wrapping_mul(31)) as u8)
+        .collect()
+}
+
+#[test]
+fn a_thousand_sessions_each_do_verified_io_at_once() {
+    raise_own_fd_limit(SESSIONS as u64 + 100);
+    let dir = tempfile::tempdir().unwrap();
+    // Each session owns 4 KiB of a 16 MiB LU.
+    let gw = Gateway::start(dir.path(), &file_lu_config(dir.path(), "16MiB"));
+    let pid = gw.child.id();
+    let mut warm = RawSession::login(gw.addr, &gw.iqn, &RawOptions::default()).unwrap();
+    warm.read16(0, BLOCKS, BLOCK).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (rss_before, fds_before) = (rss_kib(pid), fds(pid));
+
+    let t0 = Instant::now();
+    let mut sessions = Vec::with_capacity(SESSIONS);
+    for i in 0..SESSIONS {
+        let s = RawSession::login(gw.addr, &gw.iqn, &opts(i))
+            .unwrap_or_else(|e| panic!("login {i} of {SESSIONS} failed: {e}"));
+        sessions.push((i, s));
+    }
+    let login_s = t0.elapsed().as_secs_f64();
+    let fds_open = fds(pid);
+    assert!(
+        fds_open >= fds_before + SESSIONS,
+        "the gateway holds {fds_open} descriptors with {SESSIONS} sessions (before: {fds_before})"
+    );
+
+    // Three rounds: every session writes its block and reads it back, the
+    // sessions spread over DRIVERS threads so that their I/O overlaps.
+    let per = SESSIONS.div_ceil(DRIVERS);
+    let mut groups: Vec<Vec<(usize, RawSession)>> = Vec::new();
+    let mut it = sessions.into_iter();
+    for _ in 0..DRIVERS {
+        groups.push(it.by_ref().take(per).collect());
+    }
+    let t1 = Instant::now();
+    let ios = Arc::new(Mutex::new(0u64));
+    let handles: Vec<_> = groups
+        .into_iter()
+        .map(|mut g| {
+            let ios = ios.clone();
+            std::thread::spawn(move || {
+                for round in 0..3u32 {
+                    for (i, s) in &mut g {
+                        let lba = *i as u64 * u64::from(BLOCKS);
+                        let data = pattern(*i, round);
+                        let w = s.write16(lba, &data, BLOCK, false).unwrap();
+                        assert_eq!(w.status, 0, "session {i} round {round}: write {w:?}");
+                        let r = s.read16(lba, BLOCKS, BLOCK).unwrap();
+                        assert_eq!(r.status, 0, "session {i} round {round}: read status");
+                        assert!(
+                            r.data == data,
+                            "session {i} round {round}: read back differs"
+                        );
+                        *ios.lock().unwrap() += 2;
+                    }
+                }
+                g
+            })
+        })
+        .collect();
+    let mut sessions = Vec::new();
+    for h in handles {
+        sessions.extend(h.join().expect("a driver thread failed"));
+    }
+    let io_s = t1.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_after = rss_kib(pid);
+    let per_session = rss_after.saturating_sub(rss_before) as f64 / SESSIONS as f64;
+    eprintln!(
+        "{SESSIONS} sessions: logins {login_s:.1} s; {} verified I/Os in {io_s:.1} s; RSS {rss_before} -> {rss_after} KiB ({per_session:.1} KiB per session); descriptors {fds_before} -> {fds_open}",
+        ios.lock().unwrap()
+    );
+    // The idle-session budget (64 KiB, tests/idle_memory.rs) plus the
+    // session's last I/O: a 4 KiB write and a 4 KiB read.
+    assert!(
+        per_session <= 64.0 + 8.0,
+        "{per_session:.1} KiB per session after I/O (budget 72 KiB)"
+    );
+    assert_eq!(sessions.len(), SESSIONS);
+    // Every session is still logged in and answers.
+    for (i, s) in sessions.iter_mut().step_by(97) {
+        let r = s
+            .read16(*i as u64 * u64::from(BLOCKS), BLOCKS, BLOCK)
+            .unwrap();
+        assert_eq!(r.data, pattern(*i, 2), "session {i} after the rounds");
+    }
+}
+
+/// The gateway under a hard limit of 64 descriptors: logins past what it
+/// can hold are refused with Out of resources (0302h) rather than left
+/// hanging, one log line says why, and logins succeed again once sessions
+/// leave.
+#[test]
+fn running_out_of_descriptors_refuses_logins_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("unifab.toml");
+    std::fs::write(&path, file_lu_config(dir.path(), "16MiB")).unwrap();
+    let mut child = Command::new("prlimit")
+        .arg("--nofile=64:64")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_unifab"))
+        .arg("run")
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prlimit (util-linux) runs the gateway");
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let l2 = log.clone();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            l2.lock().unwrap().push(line);
+        }
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (iqn, addr) = loop {
+        let line = lines
+            .next()
+            .expect("unifab exited before printing its portal")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("iSCSI target ") {
+            let mut parts = rest.split(" on ");
+            let iqn = parts.next().unwrap().to_string();
+            let addr: SocketAddr = parts.next().unwrap().trim().parse().unwrap();
+            break (iqn, addr);
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let gw = scopeguard(child);
+
+    let t0 = Instant::now();
+    let mut sessions = Vec::new();
+    let refusal = loop {
+        assert!(
+            sessions.len() < 64,
+            "64 sessions under a limit of 64 descriptors"
+        );
+        match RawSession::login(addr, &iqn, &opts(sessions.len())) {
+            Ok(s) => sessions.push(s),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        refusal.contains("LoginStatus(770)"),
+        "after {} sessions the login failed with {refusal:?}, not Out of resources (0302h)",
+        sessions.len()
+    );
+    assert!(sessions.len() >= 20, "only {} sessions", sessions.len());
+    // Refused again, not left waiting.
+    for _ in 0..3 {
+        match RawSession::login(addr, &iqn, &opts(900)) {
+            Ok(_) => panic!("a login past the limit succeeded"),
+            Err(e) => assert!(e.to_string().contains("LoginStatus(770)"), "{e}"),
+        }
+    }
+    // Those held still work.
+    for s in sessions.iter_mut().step_by(5) {
+        assert_eq!(s.read16(0, BLOCKS, BLOCK).unwrap().status, 0);
+    }
+    let said = |log: &[String]| {
+        log.iter()
+            .filter(|l| l.contains("out of file descriptors"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while said(&log.lock().unwrap()) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let n = said(&log.lock().unwrap());
+    let allowed = 1 + t0.elapsed().as_secs() as usize / 10;
+    assert!(
+        (1..=allowed).contains(&n),
+        "{n} log lines about running out (expected 1 to {allowed}): {:?}",
+        log.lock().unwrap()
+    );
+    // Half the sessions leave: logins succeed again.
+    sessions.truncate(sessions.len() / 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let back = loop {
+        match RawSession::login(addr, &iqn, &opts(1000)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("no login after sessions left: {e}"),
+        }
+    };
+    drop(back);
+    drop(gw);
+}
+
+/// Kills the child when dropped.
+fn scopeguard(child: std::process::Child) -> impl Drop {
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    Kill(child)
+}

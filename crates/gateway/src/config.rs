@@ -90,6 +90,14 @@ pub struct LuConfig {
     /// With it off every write reaches stable storage before its status.
     #[serde(default)]
     pub write_cache: Option<bool>,
+    /// Thin provisioning soft threshold (`"256MiB"`): when the space the
+    /// LU's backend can still allocate falls below it, every host hears
+    /// THIN PROVISIONING SOFT THRESHOLD REACHED (a unit attention) and the
+    /// gateway logs it, before writes fail for want of space. Hosts may
+    /// change it (MODE SELECT, page 1Ch/02h). Emulated LUs on a thin
+    /// backend only.
+    #[serde(default)]
+    pub soft_threshold: Option<Size>,
     /// Unit serial number (VPD 0x80); derived from the name if absent.
     #[serde(default)]
     pub serial: Option<String>,
@@ -484,6 +492,7 @@ impl Config {
                 removable: false,
                 sanitize_rate: None,
                 write_cache: None,
+                soft_threshold: None,
                 serial: None,
                 iscsi: None,
                 fc: None,
@@ -574,6 +583,13 @@ impl Config {
                         lu.name
                     ));
                 }
+            }
+            if lu.soft_threshold.is_some() && !matches!(backend, Backend::Memory | Backend::File(_))
+            {
+                return Err(format!(
+                    "lu {:?}: soft_threshold applies to memory and file LUs, not to a remote LU",
+                    lu.name
+                ));
             }
             if let Some(Size(s)) = lu.size
                 && (s == 0 || s % u64::from(bs) != 0)

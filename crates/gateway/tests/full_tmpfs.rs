@@ -132,3 +132,114 @@ data_dir = "{dir}/state"
     drop(gw);
     drop(small);
 }
+
+/// The same full file system with `soft_threshold = "2MiB"`: the host hears
+/// THIN PROVISIONING SOFT THRESHOLD REACHED (a unit attention, once) while
+/// there is still room, before any write fails with SPACE ALLOCATION
+/// FAILED; the LU advertises the threshold (VPD B2h, mode page 1Ch/02h)
+/// and LOG SENSE reports less than 2 MiB available when it fires.
+#[test]
+fn a_soft_threshold_warns_before_the_file_system_is_full() {
+    require_root("full_tmpfs", "unifab");
+    let dir = tempfile::tempdir().unwrap();
+    let small = SmallTmpfs::mount(&dir.path().join("small"), "4m");
+    let config = format!(
+        r#"
+[[lu]]
+name = "thin"
+backend = "file:{small}/thin.img"
+size = "64MiB"
+soft_threshold = "2MiB"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:full"
+luns = ["thin"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{dir}/state"
+"#,
+        small = small.0.display(),
+        dir = dir.path().display()
+    );
+    let mut gw = Gateway::start(dir.path(), &config);
+    let opts = RawOptions {
+        timeout: Duration::from_secs(20),
+        ..RawOptions::default()
+    };
+    let mut s = RawSession::login(gw.addr, &gw.iqn, &opts).unwrap();
+    // Advertised: threshold sets of 1 MiB, a soft threshold of 2 sets on
+    // available resources, armed decreasing, enabled.
+    let vpd = s
+        .command_lun(0, &[0x12, 0x01, 0xb2, 0, 64, 0], &[], 64)
+        .unwrap();
+    assert_eq!(vpd.status, 0);
+    assert_eq!(vpd.data[4], 11, "THRESHOLD EXPONENT");
+    let mut ms = [0u8; 10];
+    ms[0] = 0x5a;
+    ms[1] = 0x08;
+    ms[2] = 0x1c;
+    ms[3] = 0x02;
+    ms[8] = 255;
+    let page = s.command_lun(0, &ms, &[], 255).unwrap();
+    assert_eq!(page.status, 0);
+    assert_eq!(&page.data[8..10], &[0x5c, 0x02]);
+    assert_eq!((page.data[8 + 16], page.data[8 + 17]), (0x80, 0x01));
+    assert_eq!(&page.data[8 + 20..8 + 24], &2u32.to_be_bytes());
+    let log_sense = |s: &mut RawSession| {
+        let c = [0x4d, 0, 0x4c, 0, 0, 0, 0, 0, 64, 0];
+        let r = s.command_lun(0, &c, &[], 64).unwrap();
+        assert_eq!(r.status, 0, "{:?}", Sense::parse(&r.sense));
+        // Parameter 0001h: available sets.
+        assert_eq!(&r.data[4..6], &[0, 1]);
+        u32::from_be_bytes([r.data[8], r.data[9], r.data[10], r.data[11]])
+    };
+    assert!(log_sense(&mut s) >= 2, "room before any write");
+
+    let mut written = 0usize;
+    let mut warned_at = None;
+    let refused = loop {
+        assert!(written < 16 << 20, "16 MiB went into a 4 MiB file system");
+        let lba = (written / BS as usize) as u64;
+        let chunk = vec![(lba % 251) as u8 | 1; CHUNK];
+        let r = s.write16(lba, &chunk, BS, false).unwrap();
+        if r.status == 0 {
+            written += CHUNK;
+            continue;
+        }
+        let sense = Sense::parse(&r.sense).expect("sense");
+        if sense.key == SenseKey::UNIT_ATTENTION {
+            assert_eq!(
+                sense.asc,
+                asc::THIN_PROVISIONING_SOFT_THRESHOLD_REACHED,
+                "{sense:?}"
+            );
+            assert!(warned_at.is_none(), "warned twice");
+            warned_at = Some(written);
+            assert!(log_sense(&mut s) < 2, "warned with 2 MiB or more available");
+            // The write was not run (a unit attention): again.
+            continue;
+        }
+        break sense;
+    };
+    let warned_at = warned_at.expect("no soft threshold warning before the medium was full");
+    assert_eq!(
+        (refused.key, refused.asc),
+        (
+            SenseKey::DATA_PROTECT,
+            asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT
+        )
+    );
+    assert!(
+        warned_at < written,
+        "warned at {warned_at} bytes, full at {written}"
+    );
+    eprintln!("warned after {warned_at} bytes, full after {written}");
+    assert!(gw.child.try_wait().unwrap().is_none(), "the gateway died");
+    s.logout().unwrap();
+    drop(gw);
+    drop(small);
+}

@@ -92,6 +92,17 @@ impl BackendError {
     }
 }
 
+/// The LBA mapping resources behind a thin backend (SBC-3 §4.7.3.7): what
+/// the medium can still allocate and what this LU holds, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Provisioning {
+    /// Bytes that can still be allocated (a file: the file system's space
+    /// available to the process). Shared with whatever else uses the pool.
+    pub available: u64,
+    /// Bytes allocated to this backend (a file: its allocated blocks).
+    pub used: u64,
+}
+
 /// What a backend can do beyond reading and writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct BackendCaps {
@@ -140,6 +151,12 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
     fn caps(&self) -> BackendCaps;
     /// `"memory"` or `"file:/path"`, for operators.
     fn describe(&self) -> String;
+
+    /// The LBA mapping resources, for a thin backend that can tell
+    /// ([`Provisioning`]); `None` (the default) if it cannot.
+    fn provisioning(&self) -> Option<Provisioning> {
+        None
+    }
 
     /// True when no operation can wait for a storage device (RAM, tmpfs):
     /// callers may then run I/O inline on an async worker thread.
@@ -651,6 +668,22 @@ impl BlockBackend for MemoryBackend {
 
     fn describe(&self) -> String {
         "memory".to_string()
+    }
+
+    /// The LU's own size is the pool: used is the allocated chunks, the
+    /// rest available. (Walks the chunk table: asked at most every
+    /// threshold check interval, and by LOG SENSE.)
+    fn provisioning(&self) -> Option<Provisioning> {
+        let chunks = self
+            .chunks
+            .iter()
+            .filter(|c| c.read().map_or(true, |g| g.is_some()))
+            .count() as u64;
+        let used = (chunks * CHUNK as u64).min(self.size);
+        Some(Provisioning {
+            available: self.size - used,
+            used,
+        })
     }
 }
 
@@ -1180,6 +1213,29 @@ impl BlockBackend for FileBackend {
 
     fn describe(&self) -> String {
         format!("file:{}", self.path.display())
+    }
+
+    /// Available: the file system's free blocks for an unprivileged
+    /// process (`f_bavail`, what a write of the file may still allocate);
+    /// used: the file's allocated blocks.
+    fn provisioning(&self) -> Option<Provisioning> {
+        let fd = self.file.as_raw_fd();
+        let mut vfs = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: `fd` is this backend's open file for the whole call, and
+        // `vfs` is a valid out-pointer `fstatvfs` fills on success.
+        if unsafe { libc::fstatvfs(fd, vfs.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: `fstatvfs` returned 0, so it initialised `vfs`.
+        let vfs = unsafe { vfs.assume_init() };
+        let used = self.file.metadata().ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.blocks() * 512
+        })?;
+        // The field types are narrower than u64 on some targets.
+        #[allow(clippy::useless_conversion)]
+        let available = u64::from(vfs.f_bavail).saturating_mul(u64::from(vfs.f_frsize));
+        Some(Provisioning { available, used })
     }
 }
 

@@ -29,6 +29,7 @@ pub mod opcode {
     pub const READ_6: u8 = 0x08;
     pub const WRITE_6: u8 = 0x0a;
     pub const INQUIRY: u8 = 0x12;
+    pub const LOG_SENSE: u8 = 0x4d;
     pub const MODE_SELECT_6: u8 = 0x15;
     pub const RESERVE_6: u8 = 0x16;
     pub const RELEASE_6: u8 = 0x17;
@@ -226,6 +227,22 @@ pub struct BlockIo {
 pub enum Command {
     /// TEST UNIT READY.
     TestUnitReady {
+        /// Control byte.
+        control: u8,
+    },
+    /// LOG SENSE (SPC-4 §6.6). SP and the obsolete PPC are refused.
+    LogSense {
+        /// PC: page control (0 threshold, 1 cumulative, 2 default
+        /// threshold, 3 default cumulative values).
+        pc: u8,
+        /// PAGE CODE.
+        page_code: u8,
+        /// SUBPAGE CODE.
+        subpage: u8,
+        /// PARAMETER POINTER: the first parameter code wanted.
+        param_pointer: u16,
+        /// Allocation length.
+        alloc_len: u16,
         /// Control byte.
         control: u8,
     },

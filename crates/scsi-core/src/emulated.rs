@@ -137,6 +137,15 @@ pub struct EmulatedLuConfig {
     pub io_mode: IoMode,
     /// Task set depth (TASK SET FULL beyond).
     pub task_set_depth: usize,
+    /// A thin LU's soft threshold, armed at start: when the space its
+    /// backend can still allocate falls below this many bytes, every I_T
+    /// nexus hears THIN PROVISIONING SOFT THRESHOLD REACHED (see
+    /// `emulated::lbp`; MODE SELECT of page 1Ch/02h changes it). `None`:
+    /// no threshold until a host sets one.
+    pub soft_threshold: Option<u64>,
+    /// How often, at most, writes compare the provisioning resources with
+    /// an enabled threshold (each check asks the file system).
+    pub threshold_check_interval: std::time::Duration,
 }
 
 impl Default for EmulatedLuConfig {
@@ -158,6 +167,8 @@ impl Default for EmulatedLuConfig {
             sanitize_rate: DEFAULT_SANITIZE_RATE,
             io_mode: IoMode::default(),
             task_set_depth: 256,
+            soft_threshold: None,
+            threshold_check_interval: std::time::Duration::from_millis(50),
         }
     }
 }
@@ -221,6 +232,8 @@ struct LuState {
     prevent: HashSet<PortKey>,
     /// Held EXTENDED COPY results: nexus, list identifier, status.
     copy_results: VecDeque<(PortKey, u8, xcopy::CopyStatus)>,
+    /// Logical block provisioning threshold ([`lbp`]).
+    lbp: lbp::LbpState,
 }
 
 /// Aligned to two cache lines so that the `Arc`'s reference counts, which
@@ -245,6 +258,14 @@ struct Inner {
     naa: u64,
     serial: String,
     thin: bool,
+    /// THRESHOLD EXPONENT (VPD B2h): threshold sets of 2^texp blocks.
+    texp: u8,
+    /// A provisioning threshold is enabled (writes check it).
+    lbp_on: AtomicBool,
+    /// When the resources were last compared with the threshold.
+    lbp_checked: Mutex<Option<std::time::Instant>>,
+    /// Bytes written since then.
+    lbp_written: AtomicU64,
     state: Mutex<LuState>,
     /// Nexus ids registered in `state.ua` with no unit attention queued:
     /// their commands skip the LU lock while no reservation exists. An
@@ -433,6 +454,7 @@ fn needs_medium(cmd: &Command) -> bool {
             | Command::Release { .. }
             | Command::ModeSense { .. }
             | Command::ModeSelect { .. }
+            | Command::LogSense { .. }
             | Command::StartStopUnit { .. }
             | Command::PreventAllow { .. }
             | Command::SendDiagnostic { .. }
@@ -452,6 +474,7 @@ fn access_of(cmd: &Command) -> Access {
         | Command::PersistentReserveIn { .. }
         | Command::PersistentReserveOut { .. }
         | Command::TestUnitReady { .. }
+        | Command::LogSense { .. }
         | Command::ReadCapacity10 { .. }
         | Command::ReadCapacity16 { .. } => Access::Always,
         Command::Read(_)
@@ -512,6 +535,12 @@ impl EmulatedLu {
         };
         let caps = backend.caps();
         let thin = caps.discard && caps.discard_zeroes;
+        let texp = lbp::threshold_exponent(bs.trailing_zeros());
+        let lbp_state = if thin {
+            lbp::LbpState::configured(config.soft_threshold, u64::from(bs) << texp)
+        } else {
+            lbp::LbpState::default()
+        };
         let reserved = pr.is_active();
         let ro = config.read_only || caps.read_only;
         let wce = config.write_cache;
@@ -526,6 +555,10 @@ impl EmulatedLu {
             naa,
             serial,
             thin,
+            texp,
+            lbp_on: AtomicBool::new(lbp_state.threshold.enabled),
+            lbp_checked: Mutex::new(None),
+            lbp_written: AtomicU64::new(0),
             state: Mutex::new(LuState {
                 ua: HashMap::new(),
                 reserve6: None,
@@ -534,6 +567,7 @@ impl EmulatedLu {
                 swp: false,
                 prevent: HashSet::new(),
                 copy_results: VecDeque::new(),
+                lbp: lbp_state,
             }),
             clear: ShardedLock::new(crate::idmap::IdSet::default()),
             reserved: AtomicBool::new(reserved),
@@ -778,6 +812,7 @@ impl LogicalUnit for EmulatedLu {
 
 mod copy;
 mod dispatch;
+mod lbp;
 mod sanitize;
 mod sbc;
 mod spc;

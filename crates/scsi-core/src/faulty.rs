@@ -11,7 +11,8 @@
 //!   first failing byte ([`BackendError::At`]), so the LU reports the
 //!   failing LBA in the sense data's INFORMATION field;
 //! - ENOSPC once a number of bytes has been written ([`Faults::space`]), as
-//!   a full thin-provisioned file or file system answers;
+//!   a full thin-provisioned file or file system answers; what is left is
+//!   reported as the available provisioning resource;
 //! - a failing flush ([`Faults::fail_flush`]): `flush` and FUA writes fail;
 //! - added latency on every operation ([`Faults::delay`]);
 //! - a stall ([`Faults::stall`]): every operation waits until the stall is
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::backend::{AllocationRun, BackendCaps, BackendError, BlockBackend};
+use crate::backend::{AllocationRun, BackendCaps, BackendError, BlockBackend, Provisioning};
 
 #[derive(Debug, Default)]
 struct Plan {
@@ -258,6 +259,20 @@ impl BlockBackend for FaultyBackend {
 
     fn describe(&self) -> String {
         format!("faulty:{}", self.inner.describe())
+    }
+
+    /// With a space limit ([`Faults::space`]) armed, what is left of it is
+    /// the space available (the wrapped backend's allocation as used):
+    /// tests drive the LU's provisioning thresholds with it.
+    fn provisioning(&self) -> Option<Provisioning> {
+        let space = self.faults.plan().space;
+        match space {
+            Some(available) => Some(Provisioning {
+                available,
+                used: self.inner.provisioning().map_or(0, |p| p.used),
+            }),
+            None => self.inner.provisioning(),
+        }
     }
 
     // `never_blocks` stays false (the default): an injected delay must run

@@ -350,13 +350,13 @@ pub fn is_idempotent(cdb: &[u8]) -> bool {
         // TEST UNIT READY, READ(6), WRITE(6), INQUIRY, MODE SENSE(6),
         // READ CAPACITY(10), READ(10), WRITE(10), WRITE AND VERIFY(10),
         // VERIFY(10), SYNCHRONIZE CACHE(10), WRITE SAME(10), UNMAP,
-        // MODE SENSE(10), PERSISTENT RESERVE IN, READ(16), WRITE(16),
+        // LOG SENSE, MODE SENSE(10), PERSISTENT RESERVE IN, READ(16), WRITE(16),
         // WRITE AND VERIFY(16), VERIFY(16), SYNCHRONIZE CACHE(16),
         // WRITE SAME(16), REPORT LUNS, READ(12), WRITE(12),
         // WRITE AND VERIFY(12), VERIFY(12), GET LBA STATUS / READ CAPACITY(16).
         0x00 | 0x08 | 0x0a | 0x12 | 0x1a | 0x25 | 0x28 | 0x2a | 0x2e | 0x2f | 0x35 | 0x41
-        | 0x42 | 0x5a | 0x5e | 0x88 | 0x8a | 0x8e | 0x8f | 0x91 | 0x93 | 0xa0 | 0xa8 | 0xaa
-        | 0xae | 0xaf => true,
+        | 0x42 | 0x4d | 0x5a | 0x5e | 0x88 | 0x8a | 0x8e | 0x8f | 0x91 | 0x93 | 0xa0 | 0xa8
+        | 0xaa | 0xae | 0xaf => true,
         // SERVICE ACTION IN(16): READ CAPACITY(16) and GET LBA STATUS only.
         0x9e => matches!(cdb.get(1).map(|b| b & 0x1f), Some(0x10 | 0x12)),
         // MAINTENANCE IN: REPORT TARGET PORT GROUPS, REPORT SUPPORTED

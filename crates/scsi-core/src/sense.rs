@@ -209,6 +209,9 @@ pub mod asc {
     pub const I_T_NEXUS_LOSS_OCCURRED: Asc = Asc(0x29, 0x07);
     pub const PARAMETERS_CHANGED: Asc = Asc(0x2a, 0x00);
     pub const MODE_PARAMETERS_CHANGED: Asc = Asc(0x2a, 0x01);
+    /// A logical block provisioning soft threshold was reached (SBC-3
+    /// §4.7.3.7; UNIT ATTENTION).
+    pub const THIN_PROVISIONING_SOFT_THRESHOLD_REACHED: Asc = Asc(0x38, 0x07);
     pub const RESERVATIONS_PREEMPTED: Asc = Asc(0x2a, 0x03);
     pub const RESERVATIONS_RELEASED: Asc = Asc(0x2a, 0x04);
     pub const REGISTRATIONS_PREEMPTED: Asc = Asc(0x2a, 0x05);

@@ -58,6 +58,7 @@ pub fn build_lu(
         physical_block_size: lu.physical_block_size,
         removable: lu.removable,
         sanitize_rate: lu.sanitize_rate.map_or(defaults.sanitize_rate, |s| s.0),
+        soft_threshold: lu.soft_threshold.map(|s| s.0),
         ..defaults
     };
     let emulated = EmulatedLu::new(cfg, backend.clone())

@@ -1,5 +1,6 @@
 //! SPC-4's primary commands: TEST UNIT READY, REQUEST SENSE, INQUIRY,
-//! MODE SELECT and MODE SENSE (6 and 10), SEND DIAGNOSTIC, REPORT LUNS,
+//! MODE SELECT and MODE SENSE (6 and 10), LOG SENSE, SEND DIAGNOSTIC,
+//! REPORT LUNS,
 //! and the MAINTENANCE IN reports (target port groups, supported
 //! operation codes and task management functions).
 
@@ -104,6 +105,20 @@ pub(super) fn parse(op: u8, cdb: &[u8]) -> Result<Option<Command>, CdbError> {
                 unitoffl: bit(b[1], 0),
                 param_len: be16([b[3], b[4]]),
                 control: control(b[5], 5)?,
+            }
+        }
+        LOG_SENSE => {
+            let b: [u8; 10] = take(cdb)?;
+            // PPC (obsolete) and SP (saving is not supported) refused.
+            reserved(b[1], 0xff, 1)?;
+            zero(&b[4..5], 4)?;
+            Command::LogSense {
+                pc: b[2] >> 6,
+                page_code: b[2] & 0x3f,
+                subpage: b[3],
+                param_pointer: be16([b[5], b[6]]),
+                alloc_len: be16([b[7], b[8]]),
+                control: control(b[9], 9)?,
             }
         }
         REPORT_LUNS => {
@@ -266,6 +281,22 @@ pub(super) fn encode(cmd: &Command, b: &mut [u8; 16]) -> Option<usize> {
             b[3..5].copy_from_slice(&param_len.to_be_bytes());
             b[5] = control;
             6
+        }
+        Command::LogSense {
+            pc,
+            page_code,
+            subpage,
+            param_pointer,
+            alloc_len,
+            control,
+        } => {
+            b[0] = LOG_SENSE;
+            b[2] = (pc << 6) | (page_code & 0x3f);
+            b[3] = subpage;
+            b[5..7].copy_from_slice(&param_pointer.to_be_bytes());
+            b[7..9].copy_from_slice(&alloc_len.to_be_bytes());
+            b[9] = control;
+            10
         }
         Command::ReportLuns {
             select_report,

@@ -45,6 +45,14 @@ impl Inner {
                 param_len,
                 ..
             } => self.mode_select(task, ten, pf, sp, param_len),
+            Command::LogSense {
+                pc,
+                page_code,
+                subpage,
+                param_pointer,
+                alloc_len,
+                ..
+            } => self.log_sense(pc, page_code, subpage, param_pointer, alloc_len),
             Command::Reserve { .. } => {
                 let mut st = self.lock();
                 let key = PortKey::of(&task.nexus);

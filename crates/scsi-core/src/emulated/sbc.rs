@@ -171,6 +171,7 @@ impl Inner {
                 Ok::<_, BackendError>(None)
             })
             .await;
+        self.check_threshold(&task.nexus, n);
         match res {
             Some(Ok(None)) => result,
             Some(Ok(Some(at))) => TaskResult::check_condition(

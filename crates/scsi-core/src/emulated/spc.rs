@@ -133,6 +133,7 @@ impl Inner {
             0xb2 => {
                 v.resize(8, 0);
                 if self.thin {
+                    v[4] = self.texp; // THRESHOLD EXPONENT
                     v[5] = 0x80 | 0x40 | 0x20 | 0x04; // LBPU LBPWS LBPWS10 LBPRZ
                     v[6] = 0x02; // thin provisioned
                 }
@@ -195,20 +196,30 @@ impl Inner {
         if pc == 3 {
             return illegal(asc::SAVING_PARAMETERS_NOT_SUPPORTED);
         }
-        let (wce, swp) = {
+        let (wce, swp, lbp) = {
             let st = self.lock();
-            (st.wce, st.swp)
+            (st.wce, st.swp, st.lbp)
         };
-        let pages: &[u8] = match (page, subpage) {
-            (0x3f, 0x00 | 0xff) => &[0x08, 0x0a, 0x1c],
-            (0x08 | 0x0a | 0x1c, 0x00) => std::slice::from_ref(match page {
-                0x08 => &0x08,
-                0x0a => &0x0a,
-                _ => &0x1c,
-            }),
+        let default_lbp =
+            lbp::LbpState::configured(self.cfg.soft_threshold, self.threshold_set_bytes());
+        // (page, subpage): 1Ch/02h (logical block provisioning) on thin LUs.
+        let lbp_page: &[(u8, u8)] = if self.thin { &[(0x1c, 0x02)] } else { &[] };
+        let mut pages: Vec<(u8, u8)> = Vec::with_capacity(4);
+        match (page, subpage) {
+            (0x3f, 0x00) => pages.extend([(0x08, 0), (0x0a, 0), (0x1c, 0)]),
+            (0x3f, 0xff) => {
+                pages.extend([(0x08, 0), (0x0a, 0), (0x1c, 0)]);
+                pages.extend_from_slice(lbp_page);
+            }
+            (0x08 | 0x0a | 0x1c, 0x00) | (0x08 | 0x0a, 0xff) => pages.push((page, 0)),
+            (0x1c, 0xff) => {
+                pages.push((0x1c, 0));
+                pages.extend_from_slice(lbp_page);
+            }
+            (0x1c, 0x02) if self.thin => pages.push((0x1c, 0x02)),
             (0x08 | 0x0a | 0x1c | 0x3f, _) => return bad_cdb(3, None),
             _ => return bad_cdb(2, Some(5)),
-        };
+        }
         let mut v = Vec::with_capacity(128);
         let hdr = if ten { 8 } else { 4 };
         v.resize(hdr, 0);
@@ -227,8 +238,13 @@ impl Inner {
             }
         }
         let bd_len = v.len() - hdr;
-        for p in pages {
-            v.extend_from_slice(&mode_page(*p, pc, wce, swp));
+        for (p, sub) in pages {
+            if sub == 0x02 {
+                let st = if pc == 2 { &default_lbp } else { &lbp };
+                v.extend_from_slice(&lbp::mode_page(pc, st));
+            } else {
+                v.extend_from_slice(&mode_page(p, pc, wce, swp));
+            }
         }
         if ten {
             let n = (v.len() - 2) as u16;
@@ -296,10 +312,27 @@ impl Inner {
         }
         let mut st = self.lock();
         let (mut wce, mut swp) = (st.wce, st.swp);
+        let mut lbp_new: Option<(bool, lbp::Threshold)> = None;
         while at < p.len() {
             let code = p[at] & 0x3f;
             if p[at] & 0x40 != 0 {
-                return bad_param(at as u16, Some(6));
+                // Subpage format: only 1Ch/02h, on a thin LU.
+                let Some(h) = p.get(at..at + 4) else {
+                    return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
+                };
+                if code != 0x1c || h[1] != 0x02 || !self.thin {
+                    return bad_param(at as u16, None);
+                }
+                let plen = usize::from(u16::from_be_bytes([h[2], h[3]]));
+                let Some(body) = p.get(at..at + 4 + plen) else {
+                    return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
+                };
+                match lbp::parse_mode_page(body, at) {
+                    Ok(v) => lbp_new = Some(v),
+                    Err(r) => return r,
+                }
+                at += body.len();
+                continue;
             }
             let Some(&plen) = p.get(at + 1) else {
                 return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
@@ -327,6 +360,17 @@ impl Inner {
                 _ => {}
             }
             at += body.len();
+        }
+        let lbp_changed = lbp_new.is_some_and(|(situa, t)| {
+            let changed = situa != st.lbp.situa || t != st.lbp.threshold;
+            if changed {
+                self.set_threshold(&mut st, situa, t);
+            }
+            changed
+        });
+        if lbp_changed && wce == st.wce && swp == st.swp {
+            let me = PortKey::of(&task.nexus);
+            self.ua_where(&mut st, |k| *k != me, asc::MODE_PARAMETERS_CHANGED, false);
         }
         if wce != st.wce || swp != st.swp {
             st.wce = wce;
@@ -426,6 +470,7 @@ pub(super) const SUPPORTED: &[(u8, Option<u16>)] = &[
     (0x48, Some(0x02)),
     (0x48, Some(0x03)),
     (0x48, Some(0x1f)),
+    (0x4d, None),
     (0x55, None),
     (0x56, None),
     (0x57, None),

@@ -306,28 +306,10 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{assert_good as good, data as bytes, ready_nexus, run};
     use super::*;
     use crate::backend::MemoryBackend;
     use crate::faulty::{Faults, FaultyBackend};
-    use crate::lu::LogicalUnit;
-    use crate::task::{Cdb, Lun, TargetPort};
-
-    fn nexus(init: &str) -> ItNexus {
-        ItNexus::new(
-            TransportId::Iscsi {
-                name: init.into(),
-                isid: Some([0x40, 0, 0, 0, 0, 1]),
-            },
-            TargetPort {
-                id: TransportId::Iscsi {
-                    name: "iqn.2026-11.io.unifab:t,t,0x1".into(),
-                    isid: None,
-                },
-                relative_port_id: 1,
-                port_group: 1,
-            },
-        )
-    }
 
     /// A thin 8 MiB LU whose backend has `space` bytes left, a soft
     /// threshold of `threshold` bytes available, checked on every write.
@@ -347,21 +329,6 @@ mod tests {
         (lu, f)
     }
 
-    async fn run(lu: &EmulatedLu, n: &ItNexus, cdb: &[u8], out: &[u8]) -> TaskResult {
-        let t = Task::new(
-            n.clone(),
-            Lun::ZERO,
-            1,
-            Cdb::new(Bytes::copy_from_slice(cdb)),
-        );
-        let t = if out.is_empty() {
-            t
-        } else {
-            t.with_data(Bytes::copy_from_slice(out))
-        };
-        lu.execute(t.with_data_in(65536)).await
-    }
-
     fn sense(r: &TaskResult) -> Option<Sense> {
         r.sense.as_ref().and_then(|s| Sense::parse(s))
     }
@@ -372,22 +339,6 @@ mod tests {
                 s.key == SenseKey::UNIT_ATTENTION
                     && s.asc == asc::THIN_PROVISIONING_SOFT_THRESHOLD_REACHED
             })
-    }
-
-    fn good(r: &TaskResult) {
-        assert_eq!(r.status, Status::GOOD, "{:?}", sense(r));
-    }
-
-    fn bytes(r: &TaskResult) -> Vec<u8> {
-        r.data_in.iter().flat_map(|b| b.to_vec()).collect()
-    }
-
-    /// A nexus with its power-on attention consumed.
-    async fn ready(lu: &EmulatedLu, name: &str) -> ItNexus {
-        let n = nexus(name);
-        let _ = run(lu, &n, &[0; 6], &[]).await;
-        good(&run(lu, &n, &[0; 6], &[]).await);
-        n
     }
 
     /// WRITE(16) of 512 KiB at `lba`.
@@ -467,8 +418,8 @@ mod tests {
     #[tokio::test]
     async fn a_soft_threshold_warns_every_host_once_and_rearms() {
         let (lu, faults) = thin_lu(4 << 20, Some(3 << 20));
-        let a = ready(&lu, "iqn.a").await;
-        let b = ready(&lu, "iqn.b").await;
+        let a = ready_nexus(&lu, "iqn.a").await;
+        let b = ready_nexus(&lu, "iqn.b").await;
         // VPD B2h: threshold sets of 2^11 blocks of 512 bytes (1 MiB).
         let r = run(&lu, &a, &[0x12, 0x01, 0xb2, 0, 64, 0], &[]).await;
         good(&r);
@@ -532,7 +483,7 @@ mod tests {
     #[tokio::test]
     async fn thresholds_on_used_space_and_mode_select_refusals() {
         let (lu, faults) = thin_lu(8 << 20, None);
-        let a = ready(&lu, "iqn.a").await;
+        let a = ready_nexus(&lu, "iqn.a").await;
         // Not configured: disabled.
         let m = bytes(&run(&lu, &a, &lbp_mode_sense(0), &[]).await);
         assert_eq!(m[8 + 16] & 0x80, 0);
@@ -595,7 +546,7 @@ mod tests {
     #[tokio::test]
     async fn log_sense_pages_and_refusals() {
         let (lu, _faults) = thin_lu(8 << 20, None);
-        let a = ready(&lu, "iqn.a").await;
+        let a = ready_nexus(&lu, "iqn.a").await;
         let r = run(&lu, &a, &log_sense(1, 0, 0, 0), &[]).await;
         assert_eq!(bytes(&r), vec![0, 0, 0, 2, 0x00, 0x0c]);
         let r = run(&lu, &a, &log_sense(1, 0, 0xff, 0), &[]).await;

@@ -6,7 +6,7 @@ use crate::task::{Cdb, Lun, TargetPort, TaskAttr};
 
 const BLOCKS: u64 = 8192;
 
-fn nexus(init: &str) -> ItNexus {
+pub(super) fn nexus(init: &str) -> ItNexus {
     ItNexus::new(
         TransportId::Iscsi {
             name: init.into(),
@@ -53,7 +53,7 @@ fn task(n: &ItNexus, cdb: &[u8], out: &[u8], din: u32) -> Task {
     }
 }
 
-async fn run(lu: &EmulatedLu, n: &ItNexus, cdb: &[u8], out: &[u8]) -> TaskResult {
+pub(super) async fn run(lu: &EmulatedLu, n: &ItNexus, cdb: &[u8], out: &[u8]) -> TaskResult {
     lu.execute(task(n, cdb, out, 65536)).await
 }
 
@@ -68,7 +68,7 @@ async fn lu_reset(lu: &EmulatedLu, by: &ItNexus) -> TmfResponse {
 }
 
 /// A fresh nexus with its power-on unit attention consumed.
-async fn ready_nexus(lu: &EmulatedLu, name: &str) -> ItNexus {
+pub(super) async fn ready_nexus(lu: &EmulatedLu, name: &str) -> ItNexus {
     let n = nexus(name);
     let r = run(lu, &n, &tur(), &[]).await;
     assert_ua(&r, asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED);
@@ -76,11 +76,11 @@ async fn ready_nexus(lu: &EmulatedLu, name: &str) -> ItNexus {
     n
 }
 
-fn sense_of(r: &TaskResult) -> Sense {
+pub(super) fn sense_of(r: &TaskResult) -> Sense {
     assert_eq!(r.status, Status::CHECK_CONDITION, "{r:?}");
     Sense::parse(r.sense.as_ref().unwrap()).unwrap()
 }
-fn assert_good(r: &TaskResult) {
+pub(super) fn assert_good(r: &TaskResult) {
     assert_eq!(
         r.status,
         Status::GOOD,
@@ -88,14 +88,14 @@ fn assert_good(r: &TaskResult) {
         r.sense.as_ref().and_then(|s| Sense::parse(s))
     );
 }
-fn assert_sense(r: &TaskResult, key: SenseKey, code: Asc) {
+pub(super) fn assert_sense(r: &TaskResult, key: SenseKey, code: Asc) {
     let s = sense_of(r);
     assert_eq!((s.key, s.asc), (key, code), "{s:?}");
 }
-fn assert_ua(r: &TaskResult, code: Asc) {
+pub(super) fn assert_ua(r: &TaskResult, code: Asc) {
     assert_sense(r, SenseKey::UNIT_ATTENTION, code);
 }
-fn data(r: &TaskResult) -> Vec<u8> {
+pub(super) fn data(r: &TaskResult) -> Vec<u8> {
     let mut v = Vec::new();
     for b in &r.data_in {
         v.extend_from_slice(b);

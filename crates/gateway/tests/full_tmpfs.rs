@@ -1,9 +1,10 @@
 //! A thin file LU on a file system that fills up: a 64 MiB LU file on a
-//! 4 MiB tmpfs (mounted for the test: needs root, which CI has). The host
-//! writes until the medium is full; the gateway must live, answer DATA
-//! PROTECT, SPACE ALLOCATION FAILED WRITE PROTECT (not MEDIUM ERROR, and
-//! not die of SIGBUS, as it did while tmpfs files were written through
-//! their mapping), keep what was written, and keep serving its other LU.
+//! 4 MiB tmpfs, and on an 8 MiB ext4 image (both mounted for the test:
+//! needs root, which CI has). The host writes until the medium is full;
+//! the gateway must live, answer DATA PROTECT, SPACE ALLOCATION FAILED
+//! WRITE PROTECT (not MEDIUM ERROR, and not die of SIGBUS, as it did while
+//! tmpfs files were written through their mapping), keep what was written,
+//! and keep serving its other LU.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -20,10 +21,30 @@ use unifab_testkit::veth::{require_root, run};
 const BS: u32 = 512;
 const CHUNK: usize = 64 * 1024;
 
-/// A tmpfs of `size` mounted at `dir`, unmounted on drop.
+/// A small file system mounted at `dir`, unmounted on drop.
 struct SmallTmpfs(PathBuf);
 
 impl SmallTmpfs {
+    /// An ext4 file system in an image file of `size` bytes beside `dir`,
+    /// mounted through a loop device (released with the mount).
+    fn ext4(dir: &Path, size: u64) -> SmallTmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let image = dir.with_extension("img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+        run(&["mkfs.ext4", "-q", "-F", image.to_str().unwrap()]);
+        run(&[
+            "mount",
+            "-o",
+            "loop",
+            image.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]);
+        SmallTmpfs(dir.to_path_buf())
+    }
+
     fn mount(dir: &Path, size: &str) -> SmallTmpfs {
         std::fs::create_dir_all(dir).unwrap();
         run(&[
@@ -50,6 +71,22 @@ fn a_full_file_system_gets_space_allocation_failed_and_the_gateway_lives() {
     require_root("full_tmpfs", "unifab");
     let dir = tempfile::tempdir().unwrap();
     let small = SmallTmpfs::mount(&dir.path().join("small"), "4m");
+    full_medium(dir.path(), small);
+}
+
+/// The same on ext4 (a real ENOSPC from a disk file system, through the
+/// page cache: ext4 reserves the blocks of delayed allocation at `write`).
+#[test]
+fn a_full_ext4_file_system_gets_space_allocation_failed_and_the_gateway_lives() {
+    require_root("full_tmpfs", "unifab");
+    let dir = tempfile::tempdir().unwrap();
+    let small = SmallTmpfs::ext4(&dir.path().join("small"), 8 << 20);
+    full_medium(dir.path(), small);
+}
+
+/// Fills the LU file on `small` through the gateway until it is full, and
+/// checks the answers (see the file's documentation).
+fn full_medium(dir: &Path, small: SmallTmpfs) {
     let config = format!(
         r#"
 [[lu]]
@@ -74,9 +111,9 @@ listen = "127.0.0.1:0"
 data_dir = "{dir}/state"
 "#,
         small = small.0.display(),
-        dir = dir.path().display()
+        dir = dir.display()
     );
-    let mut gw = Gateway::start(dir.path(), &config);
+    let mut gw = Gateway::start(dir, &config);
     let opts = RawOptions {
         timeout: Duration::from_secs(20),
         ..RawOptions::default()
@@ -85,7 +122,7 @@ data_dir = "{dir}/state"
     // Fill: 64 KiB at a time until the file system has no room.
     let mut written = 0usize;
     let refused = loop {
-        assert!(written < 16 << 20, "16 MiB went into a 4 MiB file system");
+        assert!(written < 16 << 20, "16 MiB went into a small file system");
         let lba = (written / BS as usize) as u64;
         let chunk = vec![(lba % 251) as u8 | 1; CHUNK];
         let r = s.write16(lba, &chunk, BS, false).unwrap();

@@ -276,3 +276,122 @@ fn scopeguard(child: std::process::Child) -> impl Drop {
     }
     Kill(child)
 }
+
+/// Hosts through the fabric: the exported LU is `fc://`, so every host's
+/// session gets an NPIV initiator port of its own on the gateway's switch
+/// (FDISC, PLOGI and PRLI to the target port), and its commands cross the
+/// fabric as FCP. Each does a verified write and read; the switch must list
+/// an NPIV login per host at once.
+///
+/// 250, not 1,000: NPIV ports share their physical port's area, so one
+/// initiator port holds at most 255 (the fabric refuses the 256th FDISC,
+/// INSUFFICIENT RESOURCES, as real switches do); a thousand hosts need the
+/// gateway's initiator to spread them over several physical ports, which
+/// it does not yet.
+#[test]
+fn hosts_through_the_fabric_each_on_its_own_npiv_port() {
+    const FC_HOSTS: usize = 250;
+    raise_own_fd_limit(FC_HOSTS as u64 + 100);
+    let dir = tempfile::tempdir().unwrap();
+    let admin = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let config = format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{dir}/lu.img"
+size = "16MiB"
+
+[[lu]]
+name = "via-fc"
+backend = "fc://21:00:00:00:c9:00:00:0a/0"
+
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:01"
+
+[[fabric.target]]
+wwpn = "21:00:00:00:c9:00:00:0a"
+luns = ["disk"]
+
+[fabric.initiator]
+wwpn = "21:00:00:00:c9:00:00:0b"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:via-fc"
+luns = ["via-fc"]
+
+[admin]
+listen = "{admin}"
+data_dir = "{dir}/state"
+"#,
+        dir = dir.path().display()
+    );
+    let gw = Gateway::start(dir.path(), &config);
+    let t0 = Instant::now();
+    let mut sessions = Vec::with_capacity(FC_HOSTS);
+    for i in 0..FC_HOSTS {
+        let s = RawSession::login(gw.addr, &gw.iqn, &opts(i))
+            .unwrap_or_else(|e| panic!("login {i} of {FC_HOSTS} failed: {e}"));
+        sessions.push((i, s));
+    }
+    let login_s = t0.elapsed().as_secs_f64();
+    let per = FC_HOSTS.div_ceil(DRIVERS);
+    let mut groups: Vec<Vec<(usize, RawSession)>> = Vec::new();
+    let mut it = sessions.into_iter();
+    for _ in 0..DRIVERS {
+        groups.push(it.by_ref().take(per).collect());
+    }
+    let t1 = Instant::now();
+    let handles: Vec<_> = groups
+        .into_iter()
+        .map(|mut g| {
+            std::thread::spawn(move || {
+                for (i, s) in &mut g {
+                    let lba = *i as u64 * u64::from(BLOCKS);
+                    let data = pattern(*i, 7);
+                    // The first command of a session over a new NPIV port
+                    // may meet the remote's unit attention: once more.
+                    let mut w = s.write16(lba, &data, BLOCK, false).unwrap();
+                    if w.status == 0x02 {
+                        w = s.write16(lba, &data, BLOCK, false).unwrap();
+                    }
+                    assert_eq!(w.status, 0, "session {i}: write {w:?}");
+                    let r = s.read16(lba, BLOCKS, BLOCK).unwrap();
+                    assert_eq!(r.status, 0, "session {i}: read");
+                    assert!(r.data == data, "session {i}: read back differs");
+                }
+                g
+            })
+        })
+        .collect();
+    let mut sessions = Vec::new();
+    for h in handles {
+        sessions.extend(h.join().expect("a driver thread failed"));
+    }
+    let io_s = t1.elapsed().as_secs_f64();
+    let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args(["show", "flogi", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let npiv = table.lines().filter(|l| l.contains("(npiv)")).count();
+    eprintln!(
+        "{FC_HOSTS} hosts through the fabric: logins {login_s:.1} s, verified I/O {io_s:.1} s, {npiv} NPIV logins"
+    );
+    assert!(
+        npiv >= FC_HOSTS,
+        "{npiv} NPIV logins listed for {FC_HOSTS} sessions"
+    );
+    drop(sessions);
+}

@@ -393,5 +393,40 @@ data_dir = "{dir}/state"
         npiv >= FC_HOSTS,
         "{npiv} NPIV logins listed for {FC_HOSTS} sessions"
     );
+    // Ten more: past the 255 NPIV ports one initiator port holds, a host's
+    // commands fail at once with ABORTED COMMAND, LOGICAL UNIT
+    // COMMUNICATION FAILURE (retryable), rather than wait out the command
+    // timeout (30 s, past this client's 10 s) for a port that is not
+    // coming.
+    let mut refused = 0;
+    for i in FC_HOSTS..FC_HOSTS + 10 {
+        let o = RawOptions {
+            clear_unit_attention: false,
+            ..opts(i)
+        };
+        let mut s = RawSession::login(gw.addr, &gw.iqn, &o).unwrap();
+        let mut r = s.command(&[0; 6], &[], 0).unwrap();
+        if r.status == 0x02 && r.sense.get(2).is_some_and(|k| k & 0x0f == 0x06) {
+            r = s.command(&[0; 6], &[], 0).unwrap();
+        }
+        if r.status != 0 {
+            let sense = unifab_scsi_core::Sense::parse(&r.sense).expect("sense");
+            assert_eq!(
+                (sense.key, sense.asc),
+                (
+                    unifab_scsi_core::SenseKey::ABORTED_COMMAND,
+                    unifab_scsi_core::sense::asc::LOGICAL_UNIT_COMMUNICATION_FAILURE
+                ),
+                "host {i}"
+            );
+            refused += 1;
+        }
+        sessions.push((i, s));
+    }
+    assert!(
+        refused > 0,
+        "all of {} NPIV hosts got a port",
+        FC_HOSTS + 10
+    );
     drop(sessions);
 }

@@ -424,6 +424,10 @@ impl NPort {
                     }
                 }
             }
+            None if self.fabric_refused() => {
+                // Not logged in to the fabric, and no login under way.
+                self.fail(id, &work, InitiatorError::Disconnected);
+            }
             None => {
                 let wait_until = match self.initiator.fast_io_fail {
                     None => deadline,

@@ -336,6 +336,10 @@ impl Remote {
 pub struct NPort {
     cfg: NPortConfig,
     login: LoginState,
+    /// The fabric refused this port's last login (FLOGI/FDISC): until a
+    /// new login is sent, commands fail at once instead of waiting for a
+    /// port that is not coming.
+    fabric_refused: bool,
     fc_id: FcId,
     fabric_params: Option<LoginParams>,
     pub(crate) xm: ExchangeManager,
@@ -369,6 +373,7 @@ impl NPort {
             ),
             cfg,
             login: LoginState::Offline,
+            fabric_refused: false,
             fc_id: FcId::UNIDENTIFIED,
             fabric_params: None,
             xm,
@@ -451,6 +456,12 @@ impl NPort {
     /// a driver hand the accept (addressed to the new FC_ID) to this port.
     pub fn awaits_fabric_login(&self, ox: OxId) -> bool {
         matches!(self.login, LoginState::Sent { ox: o, .. } if o == ox)
+    }
+
+    /// The fabric refused the last fabric login, and no new one has been
+    /// sent.
+    pub fn fabric_refused(&self) -> bool {
+        self.fabric_refused
     }
 
     /// A fabric login (FLOGI/FDISC) is outstanding.
@@ -548,6 +559,7 @@ impl NPort {
         };
         let deadline = now + self.cfg.timeouts.els_timeout();
         self.login = LoginState::Sent { ox, deadline };
+        self.fabric_refused = false;
         self.pending.insert(
             ox,
             PendingReq {
@@ -660,6 +672,8 @@ impl NPort {
             self.xm.hold_ox(now, ox);
             match p.what {
                 Req::FabricLogin => {
+                    // Unanswered: the driver may log in again; commands
+                    // keep waiting (a refusal, below, fails them).
                     self.login = LoginState::Offline;
                     self.event(NPortEvent::Offline {
                         reason: "no answer to fabric login".into(),
@@ -1222,7 +1236,14 @@ impl NPort {
                         self.run_steps(now);
                     }
                     other => {
+                        // An NPIV port the fabric has no address for (the
+                        // physical port's 255 are taken), a duplicate name:
+                        // the commands waiting for the port fail now, as a
+                        // lost connection (ABORTED COMMAND, LOGICAL UNIT
+                        // COMMUNICATION FAILURE), not at their timeout.
                         self.login = LoginState::Offline;
+                        self.fabric_refused = true;
+                        self.end_waiting_commands();
                         self.event(NPortEvent::Offline {
                             reason: format!("fabric login refused: {other:?}"),
                         });

@@ -36,6 +36,25 @@ pub fn virtual_port_name(parent: Wwn, front: &TransportId) -> Wwn {
     Wwn((3 << 60) | (h & 0x0fff_ffff_ffff_ffff))
 }
 
+/// The WWPN of physical initiator port `k` (1…) that carries NPIV ports
+/// beside `primary` ([`super::node::FcNode::add_npiv_carrier`]): NAA 3
+/// with 60 bits of an FNV-1a hash of the primary's WWPN and `k`, stable
+/// across restarts.
+pub fn carrier_port_name(primary: Wwn, k: u32) -> Wwn {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in primary
+        .0
+        .to_be_bytes()
+        .iter()
+        .chain(b"npiv carrier")
+        .chain(k.to_be_bytes().iter())
+    {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    Wwn((3 << 60) | (h & 0x0fff_ffff_ffff_ffff))
+}
+
 /// One I_T nexus over FCP: a local N_Port and a remote target port.
 #[derive(Debug)]
 pub struct FcpInitiator {

@@ -25,7 +25,7 @@
 //! the node's own ports cross the switch synchronously and come back
 //! through the channel.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
@@ -161,6 +161,8 @@ pub(crate) enum Control {
         name: String,
         cfg: Box<NPortConfig>,
         scsi: Option<ScsiTarget>,
+        /// A port that also carries NPIV ports of this (physical) port.
+        carries_for: Option<Wwn>,
     },
     AddPortVia {
         name: String,
@@ -519,6 +521,26 @@ impl FcNode {
             name: name.to_string(),
             cfg: Box::new(cfg),
             scsi,
+            carries_for: None,
+        })
+    }
+
+    /// Adds a physical initiator N_Port on a switch port of its own that
+    /// carries NPIV ports for `primary` beside it: one physical port's
+    /// NPIV ports share its area, so it holds at most 255, and a gateway
+    /// with more hosts than that spreads them over `primary` and its
+    /// carriers ([`Control::AcquireVirtual`] takes the least loaded).
+    pub fn add_npiv_carrier(
+        &self,
+        name: &str,
+        cfg: NPortConfig,
+        primary: Wwn,
+    ) -> Result<(), InitiatorError> {
+        self.run(Control::AddPort {
+            name: name.to_string(),
+            cfg: Box::new(cfg),
+            scsi: None,
+            carries_for: Some(primary),
         })
     }
 
@@ -623,6 +645,8 @@ impl Shared {
 struct Slot {
     att: usize,
     port: NPort,
+    /// A physical port that carries NPIV ports of this primary port too.
+    carries_for: Option<Wwn>,
     scsi: Option<ScsiTarget>,
     virtual_users: usize,
     /// Waiting to send its fabric login (NPIV ports log in one at a
@@ -836,9 +860,42 @@ impl Driver {
             .map(|b| &mut **b)
     }
 
+    /// The physical port a new NPIV port of `parent` goes on: `parent` or
+    /// one of its carriers, online first, then the one with the fewest
+    /// NPIV ports.
+    fn npiv_carrier(&self, parent: Wwn) -> Option<usize> {
+        let mut load: HashMap<usize, usize> = HashMap::new();
+        for s in self.slots.iter().flatten() {
+            if s.port.config().virtual_port {
+                *load.entry(s.att).or_default() += 1;
+            }
+        }
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .filter(|(_, s)| {
+                !s.port.config().virtual_port
+                    && (s.port.config().port_name == parent || s.carries_for == Some(parent))
+            })
+            .min_by_key(|(i, s)| {
+                (
+                    !s.port.is_online(),
+                    load.get(&s.att).copied().unwrap_or(0),
+                    *i,
+                )
+            })
+            .map(|(i, _)| i)
+    }
+
     fn control(&mut self, now: Instant, c: Control) {
         match c {
-            Control::AddPort { name, cfg, scsi } => {
+            Control::AddPort {
+                name,
+                cfg,
+                scsi,
+                carries_for,
+            } => {
                 let att = self.links.len();
                 let link = NodeLink {
                     inbox: self.inbox.clone(),
@@ -852,6 +909,7 @@ impl Driver {
                 self.slots.push(Some(Box::new(Slot {
                     att,
                     port: np,
+                    carries_for,
                     scsi,
                     virtual_users: 0,
                     waiting_login: false,
@@ -879,6 +937,7 @@ impl Driver {
                 self.slots.push(Some(Box::new(Slot {
                     att,
                     port: NPort::new(*cfg),
+                    carries_for: None,
                     scsi,
                     virtual_users: 0,
                     waiting_login: false,
@@ -915,8 +974,11 @@ impl Driver {
                     s.closing = false;
                     return;
                 }
-                let Some(p) = self.slot_mut(parent) else {
+                let Some(carrier) = self.npiv_carrier(parent) else {
                     warn!(%parent, "no parent port for an NPIV port");
+                    return;
+                };
+                let Some(p) = self.slots.get(carrier).and_then(Option::as_ref) else {
                     return;
                 };
                 let mut cfg = p.port.config().clone();
@@ -930,6 +992,7 @@ impl Driver {
                 let slot = Some(Box::new(Slot {
                     att,
                     port: NPort::new(cfg),
+                    carries_for: None,
                     scsi: None,
                     virtual_users: 1,
                     waiting_login: true,

@@ -284,7 +284,17 @@ pub struct FcInitiatorSection {
     /// an FCoE ENode, else no bound).
     #[serde(default)]
     pub max_frames_in: Option<u32>,
+    /// Physical initiator N_Ports the hosts' NPIV ports spread over
+    /// (`"per-initiator"` nexus, on the gateway's own switch): NPIV ports
+    /// share their physical port's area, so each holds at most 255 hosts.
+    /// Default 1 (255 hosts); 1 to 16. Each port past the first logs in to
+    /// the fabric with a port name derived from the initiator's.
+    #[serde(default)]
+    pub physical_ports: Option<u32>,
 }
+
+/// Default `[fabric.initiator] physical_ports`.
+pub const PHYSICAL_PORTS: u32 = 1;
 
 /// `[fabric.initiator] max_frames_in` over an FCoE ENode by default: eight
 /// 1 MiB reads (8 × 512 data frames and their FCP_RSPs), within what the
@@ -383,6 +393,14 @@ impl FabricSection {
             Some(n) => wwn("fabric.initiator.wwnn", n),
             None => Ok(node_name_for(self.initiator_wwpn()?)),
         }
+    }
+
+    /// Physical initiator ports (see [`FcInitiatorSection::physical_ports`]).
+    pub(crate) fn physical_ports(&self) -> u32 {
+        self.initiator
+            .as_ref()
+            .and_then(|i| i.physical_ports)
+            .unwrap_or(PHYSICAL_PORTS)
     }
 
     pub(crate) fn per_nexus(&self) -> bool {
@@ -514,6 +532,13 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
                 "fabric.initiator.max_frames_in {n} must be {} to {}",
                 FRAMES_IN.start(),
                 FRAMES_IN.end()
+            ));
+        }
+        if let Some(n) = i.physical_ports
+            && !(1..=16).contains(&n)
+        {
+            return Err(format!(
+                "fabric.initiator.physical_ports {n} must be 1 to 16"
             ));
         }
     }
@@ -779,6 +804,19 @@ wwpn = "21:00:00:00:c9:00:00:0b"
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("max_frames_in") && e.contains("513"), "{n}: {e}");
+        }
+        // Physical initiator ports for NPIV: 1 by default, 1 to 16.
+        assert_eq!(c.fabric.as_ref().unwrap().physical_ports(), 1);
+        let c = Config::parse(&timed("physical_ports = 4"), "fc.toml").unwrap();
+        assert_eq!(c.fabric.as_ref().unwrap().physical_ports(), 4);
+        for n in [0, 17] {
+            let e = Config::parse(&timed(&format!("physical_ports = {n}")), "fc.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("physical_ports") && e.contains("1 to 16"),
+                "{n}: {e}"
+            );
         }
         // The default over an ENode is within what the AF_XDP link can
         // always take, with room for FIP and ELS frames.

@@ -147,12 +147,29 @@ impl FcPlane {
         }
         let initiator = cfg.port_name;
         let iface = format!("fc1/{}", f.target.len() + 1);
+        let base = cfg.clone();
+        let via_enode = initiator_via.is_some();
         match initiator_via {
             Some(via) => node.add_port_via(&iface, cfg, None, via),
             None => node.add_port(&iface, cfg, None),
         }
         .map_err(|e| anyhow::anyhow!("fabric.initiator: {e}"))?;
         names.push((initiator, iface));
+        // More physical ports for the hosts' NPIV ports (255 each), on the
+        // gateway's own switch (over an FCoE ENode the remote FCF decides).
+        if f.per_nexus() && !via_enode {
+            for k in 1..f.physical_ports() {
+                let mut c = base.clone();
+                c.port_name = unifab_fc::io::initiator::carrier_port_name(initiator, k);
+                c.node_name = node_name_for(c.port_name);
+                c.discover = false;
+                c.symbolic_name = format!("unifab FCP initiator {initiator} NPIV carrier {k}");
+                let iface = format!("fc1/{}", f.target.len() + 1 + k as usize);
+                node.add_npiv_carrier(&iface, c.clone(), initiator)
+                    .map_err(|e| anyhow::anyhow!("fabric.initiator: {e}"))?;
+                names.push((c.port_name, iface));
+            }
+        }
         info!(domain = f.domain, switch = %switch_name, "FC fabric running");
         Ok(FcPlane {
             switch,

@@ -529,7 +529,7 @@ impl FcNode {
     /// carries NPIV ports for `primary` beside it: one physical port's
     /// NPIV ports share its area, so it holds at most 255, and a gateway
     /// with more hosts than that spreads them over `primary` and its
-    /// carriers ([`Control::AcquireVirtual`] takes the least loaded).
+    /// carriers (a new NPIV port goes to the least loaded).
     pub fn add_npiv_carrier(
         &self,
         name: &str,

@@ -262,10 +262,14 @@ struct Inner {
     texp: u8,
     /// A provisioning threshold is enabled (writes check it).
     lbp_on: AtomicBool,
-    /// When the resources were last compared with the threshold.
-    lbp_checked: Mutex<Option<std::time::Instant>>,
-    /// Bytes written since then.
-    lbp_written: AtomicU64,
+    /// When the resources were last compared with the threshold: ns since
+    /// `lbp_epoch`, plus one (0: never). Claimed by compare-and-swap, so
+    /// one writer checks and the others go on.
+    lbp_checked: AtomicU64,
+    lbp_epoch: std::time::Instant,
+    /// Bytes written since the last check, per thread shard (no cache
+    /// line shared by every host's writes).
+    lbp_written: Box<[CachePadded<AtomicU64>]>,
     state: Mutex<LuState>,
     /// Nexus ids registered in `state.ua` with no unit attention queued:
     /// their commands skip the LU lock while no reservation exists. An
@@ -557,8 +561,11 @@ impl EmulatedLu {
             thin,
             texp,
             lbp_on: AtomicBool::new(lbp_state.threshold.enabled),
-            lbp_checked: Mutex::new(None),
-            lbp_written: AtomicU64::new(0),
+            lbp_checked: AtomicU64::new(0),
+            lbp_epoch: std::time::Instant::now(),
+            lbp_written: (0..REF_SHARDS)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
             state: Mutex::new(LuState {
                 ua: HashMap::new(),
                 reserve6: None,

@@ -12,18 +12,22 @@
 //! - The Logical Block Provisioning log page (0Ch, LOG SENSE) reports the
 //!   available (shared pool: scope not dedicated) and used (dedicated)
 //!   resource counts, from [`BlockBackend::provisioning`].
-//! - After writes (at most once per `threshold_check_interval`, and at
-//!   least once per threshold set written), the resource is compared with
-//!   the threshold: an armed-decreasing
+//! - After writes (once per `threshold_check_interval`, or every
+//!   millisecond while a thread writes more than a sixteenth of a
+//!   threshold set between checks), the resource is compared with the
+//!   threshold: an armed-decreasing
 //!   threshold is reached when the count falls below THRESHOLD COUNT, an
 //!   armed-increasing one when it rises above. Reaching it establishes
 //!   THIN PROVISIONING SOFT THRESHOLD REACHED (38h/07h) for every I_T nexus
 //!   (with SITUA, only the one whose command crossed it) and logs it; the
 //!   threshold re-arms once the count is back on its side.
 
-use std::time::Instant;
+use std::time::Duration;
 
 use super::*;
+
+/// The least time between two checks a writer's bytes trigger.
+const MIN_SPACING: Duration = Duration::from_millis(1);
 
 /// RESOURCE: available LBA mapping resources.
 pub(super) const AVAILABLE: u8 = 0x01;
@@ -164,30 +168,33 @@ impl Inner {
 
     /// Compares the resources with an enabled threshold after a write of
     /// `written` bytes: at the first write, then once per
-    /// `threshold_check_interval` or per threshold set written, whichever
-    /// comes first (so a fast writer cannot pass from the threshold to a
-    /// full medium between two checks); see the module documentation.
+    /// `threshold_check_interval`, or sooner (at most every
+    /// [`MIN_SPACING`]) once a thread has written a sixteenth of a
+    /// threshold set, so that a fast writer cannot pass from the threshold
+    /// to a full medium between two checks. A write pays one atomic add to
+    /// its thread's counter and a clock read; one writer at a time checks.
+    /// See the module documentation.
     pub(super) fn check_threshold(&self, nexus: &ItNexus, written: u64) {
         if !self.lbp_on.load(Ordering::Acquire) {
             return;
         }
-        let since = self.lbp_written.fetch_add(written, Ordering::Relaxed) + written;
+        let shard = &self.lbp_written[thread_shard() % self.lbp_written.len()];
+        let mine = shard.fetch_add(written, Ordering::Relaxed) + written;
+        let now = self.lbp_epoch.elapsed().as_nanos() as u64 + 1;
+        let last = self.lbp_checked.load(Ordering::Relaxed);
+        let since = now.saturating_sub(last);
+        let due = last == 0
+            || since >= self.cfg.threshold_check_interval.as_nanos() as u64
+            || (mine >= self.threshold_set_bytes() / 16 && since >= MIN_SPACING.as_nanos() as u64);
+        if !due
+            || self
+                .lbp_checked
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
         {
-            let mut last = self.lbp_checked.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            let due = match *last {
-                None => true,
-                Some(t) => {
-                    now.duration_since(t) >= self.cfg.threshold_check_interval
-                        || since >= self.threshold_set_bytes()
-                }
-            };
-            if !due {
-                return;
-            }
-            *last = Some(now);
-            self.lbp_written.store(0, Ordering::Relaxed);
+            return;
         }
+        shard.store(0, Ordering::Relaxed);
         let Some((available, used)) = self.resource_counts() else {
             return;
         };
@@ -235,8 +242,10 @@ impl Inner {
             reached: false,
         };
         self.lbp_on.store(t.enabled, Ordering::Release);
-        self.lbp_written.store(0, Ordering::Relaxed);
-        *self.lbp_checked.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        for w in self.lbp_written.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.lbp_checked.store(0, Ordering::Release);
     }
 
     /// LOG SENSE: the supported pages (00h) and the Logical Block

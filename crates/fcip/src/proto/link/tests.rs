@@ -1,6 +1,20 @@
 use super::*;
 use unifab_fc::wire::Eof;
 
+/// A switch of domain `domain` with nothing else known and no zoning.
+fn switch(domain: u8) -> LocalSwitch {
+    let name = Wwn(0x1000_0000_0000_0000 | u64::from(domain));
+    LocalSwitch {
+        domain,
+        switch_name: name,
+        port_name: Wwn(name.0 | 0x8001),
+        domains: vec![(domain, name)],
+        zoning: ZoneDb { active: None },
+        r_a_tov: 10_000,
+        e_d_tov: 2_000,
+    }
+}
+
 /// A driver that records what the link does; circuits take writes
 /// while `room` says so.
 #[derive(Default)]
@@ -33,15 +47,7 @@ impl LinkIo for Record {
     fn fspf(&mut self, _r: SwIlsRepr) {}
     fn apply_zoning(&mut self, _z: ZoneDb) {}
     fn local_switch(&self) -> LocalSwitch {
-        LocalSwitch {
-            domain: 1,
-            switch_name: Wwn(0x1000_0000_0000_00a1),
-            port_name: Wwn(0x1000_0000_0000_80a1),
-            domains: vec![(1, Wwn(0x1000_0000_0000_00a1))],
-            zoning: ZoneDb { active: None },
-            r_a_tov: 10_000,
-            e_d_tov: 2_000,
-        }
+        switch(1)
     }
     fn event(&mut self, e: Event) {
         self.events.push(e);
@@ -108,16 +114,7 @@ impl LinkIo for Wired {
     fn fspf(&mut self, _r: SwIlsRepr) {}
     fn apply_zoning(&mut self, _z: ZoneDb) {}
     fn local_switch(&self) -> LocalSwitch {
-        let name = Wwn(0x1000_0000_0000_0000 | u64::from(self.domain));
-        LocalSwitch {
-            domain: self.domain,
-            switch_name: name,
-            port_name: Wwn(name.0 | 0x8001),
-            domains: vec![(self.domain, name)],
-            zoning: ZoneDb { active: None },
-            r_a_tov: 10_000,
-            e_d_tov: 2_000,
-        }
+        switch(self.domain)
     }
     fn event(&mut self, e: Event) {
         self.events.push(e);

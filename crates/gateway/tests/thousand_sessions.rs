@@ -98,49 +98,15 @@ fn a_thousand_sessions_each_do_verified_io_at_once() {
 
     // Three rounds: every session writes its block and reads it back, the
     // sessions spread over DRIVERS threads so that their I/O overlaps.
-    let per = SESSIONS.div_ceil(DRIVERS);
-    let mut groups: Vec<Vec<(usize, RawSession)>> = Vec::new();
-    let mut it = sessions.into_iter();
-    for _ in 0..DRIVERS {
-        groups.push(it.by_ref().take(per).collect());
-    }
     let t1 = Instant::now();
-    let ios = Arc::new(Mutex::new(0u64));
-    let handles: Vec<_> = groups
-        .into_iter()
-        .map(|mut g| {
-            let ios = ios.clone();
-            std::thread::spawn(move || {
-                for round in 0..3u32 {
-                    for (i, s) in &mut g {
-                        let lba = *i as u64 * u64::from(BLOCKS);
-                        let data = pattern(*i, round);
-                        let w = s.write16(lba, &data, BLOCK, false).unwrap();
-                        assert_eq!(w.status, 0, "session {i} round {round}: write {w:?}");
-                        let r = s.read16(lba, BLOCKS, BLOCK).unwrap();
-                        assert_eq!(r.status, 0, "session {i} round {round}: read status");
-                        assert!(
-                            r.data == data,
-                            "session {i} round {round}: read back differs"
-                        );
-                        *ios.lock().unwrap() += 2;
-                    }
-                }
-                g
-            })
-        })
-        .collect();
-    let mut sessions = Vec::new();
-    for h in handles {
-        sessions.extend(h.join().expect("a driver thread failed"));
-    }
+    let mut sessions = verified_io(sessions, 3);
     let io_s = t1.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(500));
     let rss_after = rss_kib(pid);
     let per_session = rss_after.saturating_sub(rss_before) as f64 / SESSIONS as f64;
     eprintln!(
         "{SESSIONS} sessions: logins {login_s:.1} s; {} verified I/Os in {io_s:.1} s; RSS {rss_before} -> {rss_after} KiB ({per_session:.1} KiB per session); descriptors {fds_before} -> {fds_open}",
-        ios.lock().unwrap()
+        SESSIONS * 3 * 2
     );
     // The idle-session budget (64 KiB, tests/idle_memory.rs) plus the
     // session's last I/O: a 4 KiB write and a 4 KiB read.
@@ -354,8 +320,10 @@ fn login_all(
         .collect()
 }
 
-/// Each session writes its block and reads it back, from DRIVERS threads.
-fn verified_io_once(sessions: Vec<(usize, RawSession)>) -> Vec<(usize, RawSession)> {
+/// `rounds` rounds in which each session writes its block (a pattern of
+/// its number and the round) and reads it back, compared, the sessions
+/// spread over DRIVERS threads so that their I/O overlaps.
+fn verified_io(sessions: Vec<(usize, RawSession)>, rounds: u32) -> Vec<(usize, RawSession)> {
     let per = sessions.len().div_ceil(DRIVERS).max(1);
     let mut groups: Vec<Vec<(usize, RawSession)>> = Vec::new();
     let mut it = sessions.into_iter();
@@ -370,14 +338,19 @@ fn verified_io_once(sessions: Vec<(usize, RawSession)>) -> Vec<(usize, RawSessio
         .into_iter()
         .map(|mut g| {
             std::thread::spawn(move || {
-                for (i, s) in &mut g {
-                    let lba = *i as u64 * u64::from(BLOCKS);
-                    let data = pattern(*i, 7);
-                    let w = s.write16(lba, &data, BLOCK, false).unwrap();
-                    assert_eq!(w.status, 0, "host {i}: write {w:?}");
-                    let r = s.read16(lba, BLOCKS, BLOCK).unwrap();
-                    assert_eq!(r.status, 0, "host {i}: read");
-                    assert!(r.data == data, "host {i}: read back differs");
+                for round in 0..rounds {
+                    for (i, s) in &mut g {
+                        let lba = *i as u64 * u64::from(BLOCKS);
+                        let data = pattern(*i, round);
+                        let w = s.write16(lba, &data, BLOCK, false).unwrap();
+                        assert_eq!(w.status, 0, "session {i} round {round}: write {w:?}");
+                        let r = s.read16(lba, BLOCKS, BLOCK).unwrap();
+                        assert_eq!(r.status, 0, "session {i} round {round}: read status");
+                        assert!(
+                            r.data == data,
+                            "session {i} round {round}: read back differs"
+                        );
+                    }
                 }
                 g
             })
@@ -429,7 +402,7 @@ fn hosts_past_one_ports_npiv_limit_spread_over_physical_ports() {
     let sessions = login_all(gw.addr, &gw.iqn, 0..FC_HOSTS);
     let login_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let sessions = verified_io_once(sessions);
+    let sessions = verified_io(sessions, 1);
     let io_s = t1.elapsed().as_secs_f64();
     let npiv = npiv_logins(admin);
     eprintln!(
@@ -454,7 +427,7 @@ fn past_one_ports_255_npiv_hosts_commands_fail_at_once() {
     raise_own_fd_limit(FC_HOSTS as u64 + 100);
     let dir = tempfile::tempdir().unwrap();
     let (gw, admin) = fabric_gateway(dir.path(), 1);
-    let mut sessions = verified_io_once(login_all(gw.addr, &gw.iqn, 0..FC_HOSTS));
+    let mut sessions = verified_io(login_all(gw.addr, &gw.iqn, 0..FC_HOSTS), 1);
     assert!(npiv_logins(admin) >= FC_HOSTS);
     let mut refused = 0;
     for i in FC_HOSTS..FC_HOSTS + 10 {

@@ -61,7 +61,9 @@ pub(crate) struct SessionHandle {
     pub(crate) done: watch::Receiver<bool>,
     /// A second descriptor of the session's socket, to look for an end of
     /// stream its task has not read yet ([`Shared::end_dead_sessions`]).
-    pub(crate) probe: Option<socket2::Socket>,
+    /// Made by the accept loop, which refuses a connection it cannot make
+    /// one for.
+    pub(crate) probe: socket2::Socket,
 }
 
 /// Whether the peer closed or reset the connection behind `probe`: its
@@ -125,7 +127,7 @@ impl Shared {
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions
             .iter()
-            .filter(|(k, h)| k.0 == t && h.probe.as_ref().is_some_and(peer_gone))
+            .filter(|(k, h)| k.0 == t && peer_gone(&h.probe))
             .map(|(_, h)| {
                 let _ = h.kill.send(true);
                 h.done.clone()
@@ -647,14 +649,22 @@ impl Listeners {
     }
 
     /// Accepts connections until `shutdown` flips, handing each to `serve`
-    /// with a connection-limit permit.
+    /// with its probe descriptor ([`SessionHandle::probe`]) and a
+    /// connection-limit permit.
+    ///
+    /// Every descriptor a connection needs is taken here, in one task, so
+    /// that running out shows up here: a connection whose probe cannot be
+    /// made is refused on its own socket.
     pub(crate) async fn accept_loop<F>(
         self,
         limit: Arc<Semaphore>,
         mut shutdown: watch::Receiver<bool>,
         serve: F,
     ) where
-        F: Fn(TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit) + Send + Sync + 'static,
+        F: Fn(TcpStream, socket2::Socket, SocketAddr, tokio::sync::OwnedSemaphorePermit)
+            + Send
+            + Sync
+            + 'static,
     {
         let serve = Arc::new(serve);
         let mut tasks = Vec::new();
@@ -678,7 +688,18 @@ impl Listeners {
                     tokio::select! {
                         r = l.accept() => match r {
                             Ok((s, peer)) => match limit.clone().try_acquire_owned() {
-                                Ok(permit) => serve(s, peer, permit),
+                                Ok(permit) => match probe_of(&s) {
+                                    Ok(probe) => serve(s, probe, peer, permit),
+                                    Err(e) => {
+                                        if is_out_of_fds(&e) {
+                                            exhausted.note(&e);
+                                            exhausted.refused += 1;
+                                        } else {
+                                            warn!(%peer, error = %e, "cannot duplicate the connection's descriptor; login refused (out of resources)");
+                                        }
+                                        tokio::spawn(refuse_login(s));
+                                    }
+                                },
                                 Err(_) => {
                                     warn!(%peer, "connection limit reached; login refused (out of resources)");
                                     tokio::spawn(refuse_login(s));
@@ -719,6 +740,12 @@ fn is_out_of_fds(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
+/// A second descriptor of an accepted connection's socket.
+fn probe_of(s: &TcpStream) -> io::Result<socket2::Socket> {
+    use std::os::fd::AsFd;
+    Ok(socket2::Socket::from(s.as_fd().try_clone_to_owned()?))
+}
+
 /// A descriptor to give back when the process runs out.
 fn open_reserve() -> Option<std::fs::File> {
     std::fs::File::open("/dev/null").ok()
@@ -753,7 +780,7 @@ impl Exhausted {
 /// Login Response with status Out of resources (RFC 7143 §11.13.5, 0302h)
 /// and the connection closes. Anything else, or nothing within 2 s, and it
 /// closes without a word.
-async fn refuse_login(mut s: TcpStream) {
+pub(crate) async fn refuse_login(mut s: TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         let mut bhs = [0u8; crate::wire::BHS_LEN];
         s.read_exact(&mut bhs).await.ok()?;
@@ -901,7 +928,7 @@ mod session_table_tests {
                         commands: 0,
                     })),
                     done,
-                    probe: Some(socket2::Socket::from(std::os::fd::OwnedFd::from(server))),
+                    probe: socket2::Socket::from(std::os::fd::OwnedFd::from(server)),
                 },
             );
             clients.push(client);

@@ -172,16 +172,17 @@ impl TargetServer {
         let tasks2 = tasks.clone();
         let sd = shutdown.clone();
         listeners
-            .accept_loop(limit, shutdown.clone(), move |stream, peer, permit| {
+            .accept_loop(limit, shutdown.clone(), move |stream, probe, peer, permit| {
                 let Ok(login_permit) = logins.clone().try_acquire_owned() else {
-                    warn!(%peer, "too many logins in progress; dropping connection");
+                    warn!(%peer, "too many logins in progress; login refused (out of resources)");
+                    tokio::spawn(super::io::refuse_login(stream));
                     return;
                 };
                 let me = me.clone();
                 let sd = sd.clone();
                 let h = tokio::spawn(async move {
                     let _permit = permit;
-                    if let Err(e) = me.connection(stream, peer, login_permit, sd).await {
+                    if let Err(e) = me.connection(stream, probe, peer, login_permit, sd).await {
                         debug!(%peer, error = %e, "connection ended with an error");
                     }
                 });
@@ -202,6 +203,7 @@ impl TargetServer {
     async fn connection(
         &self,
         mut stream: TcpStream,
+        probe: socket2::Socket,
         peer: SocketAddr,
         login_permit: tokio::sync::OwnedSemaphorePermit,
         shutdown: watch::Receiver<bool>,
@@ -229,6 +231,7 @@ impl TargetServer {
             _ => {
                 let conn = LoggedIn {
                     stream,
+                    probe,
                     rbuf,
                     outcome,
                     stat_sn,
@@ -373,6 +376,7 @@ impl TargetServer {
     async fn normal(&self, conn: LoggedIn, shutdown: watch::Receiver<bool>) -> io::Result<()> {
         let LoggedIn {
             stream,
+            probe,
             rbuf,
             outcome,
             stat_sn,
@@ -426,14 +430,7 @@ impl TargetServer {
                     kill: kill_tx,
                     info: info.clone(),
                     done: done_rx,
-                    probe: {
-                        use std::os::fd::AsFd;
-                        stream
-                            .as_fd()
-                            .try_clone_to_owned()
-                            .ok()
-                            .map(socket2::Socket::from)
-                    },
+                    probe,
                 },
             );
         }
@@ -562,6 +559,8 @@ impl TargetServer {
 /// A connection that has just completed a normal-session login.
 struct LoggedIn {
     stream: TcpStream,
+    /// The session's second descriptor ([`super::io::SessionHandle::probe`]).
+    probe: socket2::Socket,
     rbuf: BytesMut,
     outcome: crate::login::LoginOutcome,
     stat_sn: u32,

@@ -38,6 +38,10 @@ struct Node {
     down: Vec<FcId>,
     nexus_losses: usize,
     aborted_in_lu: usize,
+    /// Frames for this port are kept in `inbox`, not handled (a port that
+    /// does not answer).
+    deaf: bool,
+    inbox: Vec<Frame>,
 }
 
 struct Sim {
@@ -102,6 +106,8 @@ impl Sim {
             down: Vec::new(),
             nexus_losses: 0,
             aborted_in_lu: 0,
+            deaf: false,
+            inbox: Vec::new(),
         });
         self.nodes.len() - 1
     }
@@ -148,6 +154,10 @@ impl Sim {
                     self.record(&f);
                 }
                 if let Some(n) = self.nodes.iter_mut().find(|n| n.fport == p) {
+                    if n.deaf {
+                        n.inbox.push(f);
+                        continue;
+                    }
                     if f.header.r_ctl == RCtl::FCP_DATA {
                         for _ in 0..self.repeat_data {
                             n.port.handle_frame(self.now, f.clone());
@@ -463,6 +473,149 @@ fn login_registration_discovery_and_process_login() {
             .iter()
             .any(|p| p.0 == i_id && p.3)
     );
+}
+
+/// Initiator-only ports with `restrict_login` (as the gateway's per-host
+/// NPIV ports) log into targets alone: GFF_ID before each login, a single
+/// GFF_ID (not a whole GID_FT) for an RSCN about one port, and a target
+/// that comes later is still found. An unrestricted initiator beside them
+/// logs into everyone, which is what the restriction saves.
+#[test]
+fn restricted_initiators_log_into_targets_only() {
+    let mut s = Sim::new();
+    let t = s.target(T_WWPN, 8, 64 * 1024);
+    s.run();
+    let restricted: Vec<usize> = (0..3)
+        .map(|k| {
+            let wwpn = Wwn(0x2100_0000_0000_00c0 + k);
+            let mut cfg = NPortConfig::new(wwpn, Wwn(wwpn.0 ^ 0x0100_0000_0000_0000));
+            cfg.initiator = true;
+            cfg.discover = true;
+            cfg.restrict_login = true;
+            let i = s.add(cfg, None);
+            s.run();
+            i
+        })
+        .collect();
+    let t_id = s.nodes[t].port.fc_id();
+    let names = |s: &Sim, i: usize| -> Vec<Wwn> {
+        let mut v: Vec<Wwn> = s.nodes[i].port.ready_ports().iter().map(|p| p.1).collect();
+        v.sort();
+        v
+    };
+    for &i in &restricted {
+        assert_eq!(
+            names(&s, i),
+            vec![T_WWPN],
+            "port {i} logged into the target alone"
+        );
+    }
+    let open = s.initiator(I_WWPN);
+    s.run();
+    assert_eq!(
+        names(&s, open).len(),
+        1 + restricted.len(),
+        "the unrestricted initiator logged into every FCP port"
+    );
+    let from = |s: &Sim, i: usize, cmd: CtCommand| {
+        let id = s.nodes[i].port.fc_id();
+        s.count(|f| {
+            f.header.s_id == id
+                && matches!(&f.payload, PayloadRepr::Ct(c)
+                    if c.preamble.command == cmd && matches!(c.body, CtBody::Request(_)))
+        })
+    };
+    // The first port heard of the two later restricted ports and of the
+    // open one by RSCN (one each for the login, RFT_ID and RFF_ID, merged
+    // when they come before it answers) and asked GFF_ID about each; it
+    // asked about the target once, after its own GID_FT, and never ran
+    // discovery again.
+    assert_eq!(from(&s, restricted[0], CtCommand::GID_FT), 1);
+    let gff = from(&s, restricted[0], CtCommand::GFF_ID);
+    assert!((4..=10).contains(&gff), "{gff} GFF_ID queries");
+    // A target that comes later is found through its RSCN.
+    let t2 = s.target(T2_WWPN, 8, 64 * 1024);
+    s.run();
+    for &i in &restricted {
+        let n = names(&s, i);
+        assert!(n.contains(&T2_WWPN), "port {i} found the new target: {n:?}");
+        let id = s.submit(
+            i,
+            T2_WWPN,
+            Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+        );
+        assert!(s.result(i, id).is_ok());
+    }
+    assert_eq!(from(&s, restricted[0], CtCommand::GID_FT), 1);
+    assert_ne!(s.nodes[t2].port.fc_id(), t_id);
+}
+
+/// The RSCN pages in frames `frames`, one Vec per RSCN.
+fn rscns(frames: &[Frame]) -> Vec<Vec<FcId>> {
+    frames
+        .iter()
+        .filter_map(|f| match ElsRepr::parse(&f.payload, None) {
+            Ok(ElsRepr::Rscn(r)) => Some(r.pages.iter().map(|p| p.affected).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A port has one RSCN outstanding: the changes that come before it
+/// answers wait and go as one RSCN, a page per port; an RSCN unanswered
+/// for 2 × R_A_TOV stops holding the next.
+#[test]
+fn rscns_wait_for_the_answer_and_merge() {
+    let mut s = Sim::new();
+    let a = s.initiator(I_WWPN);
+    s.run();
+    s.nodes[a].deaf = true;
+    let later: Vec<usize> = (0..3)
+        .map(|k| {
+            let i = s.initiator(Wwn(0x2100_0000_0000_00d0 + k));
+            s.run();
+            i
+        })
+        .collect();
+    let ids: Vec<FcId> = later.iter().map(|&i| s.nodes[i].port.fc_id()).collect();
+    // Three logins, each with two registrations: one RSCN reached the
+    // port, about the first login.
+    assert_eq!(rscns(&s.nodes[a].inbox), vec![vec![ids[0]]]);
+    // It answers: what waited comes in one RSCN, one page per port.
+    s.nodes[a].deaf = false;
+    for f in std::mem::take(&mut s.nodes[a].inbox) {
+        s.nodes[a].port.handle_frame(s.now, f);
+    }
+    s.nodes[a].deaf = true;
+    s.run();
+    s.nodes[a].deaf = false;
+    let got = rscns(&s.nodes[a].inbox);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let mut pages = got[0].clone();
+    pages.sort();
+    assert_eq!(pages, ids, "one page per port that changed");
+    for f in std::mem::take(&mut s.nodes[a].inbox) {
+        s.nodes[a].port.handle_frame(s.now, f);
+    }
+    s.run();
+    // Now it stops answering: the next login's RSCN is outstanding for
+    // good, and after 2 x R_A_TOV the next change no longer waits for it.
+    s.nodes[a].deaf = true;
+    let e = s.initiator(Wwn(0x2100_0000_0000_00e0));
+    s.run();
+    let e_id = s.nodes[e].port.fc_id();
+    assert_eq!(rscns(&s.nodes[a].inbox), vec![vec![e_id]]);
+    s.now += FabricConfig::default().timeouts.els_timeout() + Duration::from_secs(1);
+    let f = s.initiator(Wwn(0x2100_0000_0000_00e1));
+    s.run();
+    let got = rscns(&s.nodes[a].inbox);
+    assert_eq!(
+        got.len(),
+        2,
+        "the registrations of the unanswered login went: {got:?}"
+    );
+    assert_eq!(got[1], vec![e_id]);
+    assert_ne!(s.nodes[f].port.fc_id(), e_id);
 }
 
 #[test]

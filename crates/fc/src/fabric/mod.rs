@@ -18,9 +18,12 @@
 //! - RSCNs go to ports that registered with SCR and may see the affected
 //!   port: at fabric login and logout, when a port registers or changes
 //!   its FC-4 types or features, and when zoning changes what a port sees.
+//!   A port has one RSCN outstanding at a time; the changes that come
+//!   before it answers are merged into the next ([`rscn`]).
 
 pub mod isl;
 pub mod name_server;
+mod rscn;
 pub mod zoning;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -34,11 +37,11 @@ use crate::wire::bls::{BaAcc, BlsRepr};
 use crate::wire::ct::{CtBody, CtIu, CtReason, CtReject, GsSubtype, GsType, NsReason};
 use crate::wire::els::{
     ClassServiceParams, CommonFeatures, CommonServiceParams, ElsRepr, LoginParams, LsAcc, LsRjt,
-    LsRjtExplanation, LsRjtReason, Rscn, RscnPage, rscn_format,
+    LsRjtExplanation, LsRjtReason, RscnPage, rscn_format,
 };
 use crate::wire::frame::Frame;
 use crate::wire::header::{FcType, RCtl};
-use crate::wire::{FcId, MAX_PAYLOAD, OxId, RxId, Wwn};
+use crate::wire::{FcId, RxId, Wwn};
 
 use name_server::{NameServer, NsEntry};
 use zoning::{Membership, Zone, ZoneSet, ZonedPort, Zoning, ZoningError};
@@ -165,6 +168,13 @@ pub struct Fabric {
     next_rx: u16,
     out: VecDeque<(PortIndex, Frame)>,
     rscns_sent: u64,
+    /// Per port, the RSCN it has not answered and what waits behind it
+    /// ([`rscn`]).
+    rscn_out: IdMap<FcId, rscn::Outstanding>,
+    /// When the oldest unanswered RSCN stops holding the next.
+    rscn_due: Option<Instant>,
+    /// The latest time a frame was handled with.
+    now: Instant,
     /// Inter-switch state: routes to other domains, their name server
     /// entries, local changes to announce.
     isl: isl::IslState,
@@ -211,6 +221,9 @@ impl Fabric {
             next_rx: 0,
             out: VecDeque::new(),
             rscns_sent: 0,
+            rscn_out: IdMap::default(),
+            rscn_due: None,
+            now: Instant::now(),
             isl: isl::IslState::default(),
         }
     }
@@ -273,7 +286,8 @@ impl Fabric {
     }
 
     /// Handles a frame that arrived on `port`.
-    pub fn handle_frame(&mut self, _now: Instant, port: PortIndex, frame: Frame) {
+    pub fn handle_frame(&mut self, now: Instant, port: PortIndex, frame: Frame) {
+        self.rscn_expire(now);
         let Some(Some(st)) = self.ports.get_mut(port.0) else {
             return;
         };
@@ -360,7 +374,13 @@ impl Fabric {
                 }
                 self.els_request(port, &h, els);
             }
-            // Replies to the fabric's own requests (RSCN): consumed.
+            // Replies to the fabric's own requests (RSCN): what waited
+            // for the answer goes.
+            (FcType::ELS, RCtl::ELS_REPLY) if from_login => {
+                if h.d_id == FcId::FABRIC_CONTROLLER {
+                    self.rscn_answered(h.s_id, h.ox_id);
+                }
+            }
             (FcType::ELS, RCtl::ELS_REPLY) => {}
             (FcType::CT, RCtl::CT_REQUEST) if from_login => {
                 let rx = self.alloc_rx();
@@ -635,6 +655,7 @@ impl Fabric {
         self.logins.remove(&fc_id);
         self.ns.remove(fc_id);
         self.scr.remove(&fc_id);
+        self.rscn_forget(fc_id);
         self.recompute_membership();
     }
 
@@ -654,54 +675,6 @@ impl Fabric {
 
     fn recompute_membership(&mut self) {
         self.membership = self.zoning.membership(self.zoned_ports());
-    }
-
-    /// RSCN about `affected` to every registered port that may see it.
-    fn rscn_for(&mut self, affected: FcId, qualifier: u8) {
-        if affected.domain() == self.cfg.domain {
-            self.isl.note_change(affected);
-        }
-        let targets: Vec<FcId> = self
-            .scr
-            .keys()
-            .copied()
-            .filter(|r| *r != affected && self.membership.allowed(*r, affected))
-            .collect();
-        for t in targets {
-            self.send_rscn(
-                t,
-                vec![RscnPage {
-                    event_qualifier: qualifier,
-                    address_format: rscn_format::PORT,
-                    affected,
-                }],
-            );
-        }
-    }
-
-    fn send_rscn(&mut self, to: FcId, mut pages: Vec<RscnPage>) {
-        let Some(port) = self.logins.get(&to).map(|l| l.port) else {
-            return;
-        };
-        if 4 + 4 * pages.len() > MAX_PAYLOAD {
-            pages = vec![RscnPage {
-                event_qualifier: 0,
-                address_format: rscn_format::FABRIC,
-                affected: FcId::UNIDENTIFIED,
-            }];
-        }
-        let ox = OxId(self.next_ox);
-        self.next_ox = if self.next_ox >= 0xfffe {
-            0
-        } else {
-            self.next_ox + 1
-        };
-        self.rscns_sent += 1;
-        let f = compose::els(
-            Route::request(FcId::FABRIC_CONTROLLER, to, ox),
-            &ElsRepr::Rscn(Rscn { pages }),
-        );
-        self.send(port, f);
     }
 
     /// Defines (or replaces) a zone; nothing changes until activation.
@@ -757,7 +730,7 @@ impl Fabric {
                 })
                 .collect();
             if !pages.is_empty() {
-                self.send_rscn(r, pages);
+                self.queue_rscn(r, pages);
             }
         }
     }

@@ -988,6 +988,8 @@ impl Driver {
                 cfg.target = false;
                 cfg.initiator = true;
                 cfg.discover = true;
+                // A host's port needs the targets alone (NPortConfig::restrict_login).
+                cfg.restrict_login = true;
                 cfg.symbolic_name = format!("{} npiv", cfg.symbolic_name);
                 let slot = Some(Box::new(Slot {
                     att,

@@ -13,8 +13,6 @@ use crate::wire::frame::Frame;
 
 #[derive(Debug)]
 struct Inner {
-    /// The fabric's notion of "now" for routing (it keeps no timers).
-    epoch: Instant,
     fabric: Mutex<State>,
     /// Frames a destination link refused (congested or down).
     link_drops: AtomicU64,
@@ -42,7 +40,6 @@ impl Switch {
     pub fn new(cfg: FabricConfig) -> Switch {
         Switch {
             inner: Arc::new(Inner {
-                epoch: Instant::now(),
                 fabric: Mutex::new(State {
                     fabric: Fabric::new(cfg),
                     links: Vec::new(),
@@ -194,7 +191,9 @@ impl FabricPort {
     /// Hands several frames to the fabric under one lock, in order.
     pub fn transmit_all(&self, frames: impl IntoIterator<Item = Frame>) {
         let mut st = self.switch.lock();
-        let now = self.switch.inner.epoch;
+        // The fabric keeps no timers: the time it is handed frames at is
+        // its clock (an unanswered RSCN stops holding the next by it).
+        let now = Instant::now();
         for f in frames {
             st.fabric.handle_frame(now, self.index, f);
         }
@@ -205,8 +204,7 @@ impl FabricPort {
 impl FcLink for FabricPort {
     fn transmit(&self, frame: Frame) -> Result<(), LinkError> {
         let mut st = self.switch.lock();
-        st.fabric
-            .handle_frame(self.switch.inner.epoch, self.index, frame);
+        st.fabric.handle_frame(Instant::now(), self.index, frame);
         self.switch.pump(&mut st);
         Ok(())
     }

@@ -18,10 +18,12 @@
 //! - Fabric requests (name server, SCR) go out one at a time, in order;
 //!   a request without a reply within 2 × R_A_TOV is abandoned (its OX_ID
 //!   held for R_A_TOV) and the next one goes.
-//! - Discovery (initiators) logs into every FCP port GID_FT returns; the
-//!   initiator engine addresses targets by WWPN. Any RSCN re-runs
-//!   discovery; a port that RSCN names and GPN_ID no longer finds is
-//!   logged out locally (its tasks end, as after LOGO).
+//! - Discovery (initiators) logs into every FCP port GID_FT returns (with
+//!   [`NPortConfig::restrict_login`], only into those GFF_ID shows are
+//!   FCP targets); the initiator engine addresses targets by WWPN. An
+//!   RSCN re-runs discovery (a restricted port asks GFF_ID about a single
+//!   port it does not know instead); a port that RSCN names and GPN_ID no
+//!   longer finds is logged out locally (its tasks end, as after LOGO).
 //! - A frame from a port without an N_Port login gets LS_RJT (ELS) or is
 //!   discarded and counted (FCP).
 
@@ -41,7 +43,7 @@ use crate::compose::{self, Route};
 use crate::exchange::{ExchangeManager, Timeouts};
 use crate::wire::bls::{BaRjt, BaRjtExplanation, BaRjtReason, BlsRepr};
 use crate::wire::ct::{
-    CtBody, CtCommand, CtIu, Fc4Types, FtScope, NsAccept, NsRequest, fcp_features,
+    CtBody, CtCommand, CtIu, Fc4Types, FtScope, NsAccept, NsReason, NsRequest, fcp_features,
 };
 use crate::wire::els::{
     Adisc, ElsCode, ElsRepr, FcpServiceParams, Lesb, LoginParams, LsAcc, LsRjt, LsRjtExplanation,
@@ -72,6 +74,15 @@ pub struct NPortConfig {
     pub virtual_port: bool,
     /// Query the name server for FCP ports and log into them.
     pub discover: bool,
+    /// Discovery logs in only to ports whose registered FC-4 features
+    /// (GFF_ID) include FCP target, or that registered none; the others
+    /// are remembered until an RSCN names them. For an initiator-only port
+    /// that needs targets alone, as an NPIV port per host: without it,
+    /// every such port logs into every other, and each login costs all
+    /// the others an RSCN answered by a whole GID_FT, so that a fabric of
+    /// n hosts does n² logins. Emulex's `lpfc_restrict_login` does the
+    /// same for its virtual ports.
+    pub restrict_login: bool,
     /// Symbolic port name registered with the name server.
     pub symbolic_name: String,
     /// Largest frame payload this port receives.
@@ -151,6 +162,7 @@ impl NPortConfig {
             target: false,
             virtual_port: false,
             discover: false,
+            restrict_login: false,
             symbolic_name: String::from("unifab"),
             rx_data_field_size: 2048,
             timeouts: Timeouts::default(),
@@ -286,6 +298,12 @@ enum Step {
     GidFt,
     /// Is this port still there (after an RSCN)?
     Check(FcId),
+    /// Is this port an FCP target (GFF_ID), before logging into it? With
+    /// `true` (the port came from GID_FT), a port that registered no
+    /// features is logged into, as a port that predates RFF_ID may be a
+    /// target; with `false` (an RSCN named it) it is left until the RSCN
+    /// its registration brings.
+    Features(FcId, bool),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,6 +365,8 @@ pub struct NPort {
     steps: VecDeque<Step>,
     step_busy: bool,
     pub(crate) remotes: IdMap<FcId, Remote>,
+    /// With `restrict_login`: ports GFF_ID showed not to be FCP targets.
+    not_targets: std::collections::HashSet<FcId>,
     pub(crate) target: TargetEngine,
     pub(crate) initiator: InitiatorEngine,
     tx: VecDeque<Frame>,
@@ -381,6 +401,7 @@ impl NPort {
             steps: VecDeque::new(),
             step_busy: false,
             remotes: IdMap::default(),
+            not_targets: std::collections::HashSet::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
             seq_id: 0,
@@ -945,7 +966,24 @@ impl NPort {
     }
 
     fn rscn(&mut self, now: Instant, r: &crate::wire::els::Rscn) {
+        // A restricted port answers a page naming one port it does not
+        // know with a GFF_ID for that port, not a whole GID_FT (as libfc
+        // does with GPN_ID): n hosts logging in cost each other O(n)
+        // queries, not O(n²) name server entries.
+        let mut rediscover = false;
         for p in &r.pages {
+            if p.address_format == rscn_format::PORT {
+                self.not_targets.remove(&p.affected);
+                if self.cfg.restrict_login && !self.remotes.contains_key(&p.affected) {
+                    if self.cfg.discover && p.affected != self.fc_id {
+                        self.queue_step(Step::Features(p.affected, false));
+                    }
+                    continue;
+                }
+            } else {
+                self.not_targets.clear();
+            }
+            rediscover = true;
             let known: Vec<FcId> = self
                 .remotes
                 .keys()
@@ -963,7 +1001,7 @@ impl NPort {
                 self.queue_step(Step::Check(id));
             }
         }
-        if self.cfg.discover {
+        if self.cfg.discover && rediscover {
             self.queue_step(Step::GidFt);
         }
         self.run_steps(now);
@@ -1190,6 +1228,7 @@ impl NPort {
                 }),
             ),
             Step::Check(id) => ns_request(me, ox, NsRequest::GpnId(id)),
+            Step::Features(id, _) => ns_request(me, ox, NsRequest::GffId(id)),
         };
         self.step_busy = true;
         self.pending.insert(
@@ -1317,19 +1356,51 @@ impl NPort {
                     }) => ids.iter().map(|e| e.port_id).collect(),
                     _ => Vec::new(),
                 };
+                let listed: std::collections::HashSet<FcId> = found.iter().copied().collect();
                 let gone: Vec<FcId> = self
                     .remotes
                     .keys()
                     .copied()
-                    .filter(|id| !found.contains(id))
+                    .filter(|id| !listed.contains(id))
                     .collect();
                 for id in gone {
                     self.drop_remote(now, id, "no longer in the name server (GID_FT)");
                 }
+                self.not_targets.retain(|id| listed.contains(id));
                 for id in found {
-                    if id != self.fc_id && !self.remotes.contains_key(&id) {
-                        self.send_plogi(now, id);
+                    if id == self.fc_id || self.remotes.contains_key(&id) {
+                        continue;
                     }
+                    if !self.cfg.restrict_login {
+                        self.send_plogi(now, id);
+                    } else if !self.not_targets.contains(&id) {
+                        self.queue_step(Step::Features(id, true));
+                    }
+                }
+            }
+            Step::Features(id, listed) => {
+                let target = match ct(CtCommand::GFF_ID) {
+                    Some(CtIu {
+                        body: CtBody::Accept(NsAccept::Features(f)),
+                        ..
+                    }) => f.get(FcType::FCP) & fcp_features::TARGET != 0,
+                    // Gone from the name server: nothing to log into.
+                    Some(CtIu { preamble, .. })
+                        if preamble.explanation == NsReason::PORT_ID_NOT_REGISTERED =>
+                    {
+                        return;
+                    }
+                    // No features registered (or no answer): for a port
+                    // GID_FT listed, only a login tells, as without the
+                    // restriction; a port an RSCN named is still
+                    // registering, and its RFF_ID brings another RSCN.
+                    _ if !listed => return,
+                    _ => true,
+                };
+                if !target {
+                    self.not_targets.insert(id);
+                } else if !self.remotes.contains_key(&id) {
+                    self.send_plogi(now, id);
                 }
             }
             Step::Check(id) => {

@@ -9,68 +9,55 @@ pub mod view;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, info, warn};
+use unifab_iscsi::target::server::PortalStats;
 
-/// Gateway-wide counters, rendered at `/metrics`.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    /// TCP connections accepted on iSCSI portals.
-    pub iscsi_connections: AtomicU64,
-    /// Logins that succeeded.
-    pub iscsi_logins: AtomicU64,
-    /// Logins refused (authentication, authorization, protocol).
-    pub iscsi_login_failures: AtomicU64,
-    /// SCSI commands run.
-    pub scsi_commands: AtomicU64,
-}
-
-impl Metrics {
-    /// Prometheus text exposition.
-    pub fn render(&self, sessions: usize) -> String {
-        let mut s = String::new();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            s.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
-            ));
-        };
-        counter(
-            "unifab_iscsi_connections_total",
-            "TCP connections accepted on iSCSI portals.",
-            self.iscsi_connections.load(Ordering::Relaxed),
-        );
-        counter(
-            "unifab_iscsi_logins_total",
-            "iSCSI logins that reached full-feature phase.",
-            self.iscsi_logins.load(Ordering::Relaxed),
-        );
-        counter(
-            "unifab_iscsi_login_failures_total",
-            "iSCSI logins refused.",
-            self.iscsi_login_failures.load(Ordering::Relaxed),
-        );
-        counter(
-            "unifab_scsi_commands_total",
-            "SCSI commands run.",
-            self.scsi_commands.load(Ordering::Relaxed),
-        );
+/// The gateway-wide part of `/metrics` in the Prometheus text format: the
+/// iSCSI portals' counters (`stats`, zero without a portal), the live
+/// sessions, the runtime's workers.
+pub fn render_metrics(stats: PortalStats, sessions: usize) -> String {
+    let mut s = String::new();
+    let mut counter = |name: &str, help: &str, v: u64| {
         s.push_str(&format!(
-            "# HELP unifab_iscsi_sessions iSCSI sessions in full-feature phase.\n# TYPE unifab_iscsi_sessions gauge\nunifab_iscsi_sessions {sessions}\n"
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
         ));
-        // `[tuning] worker_threads`, or one per core.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            s.push_str(&format!(
-                "# HELP unifab_runtime_workers Threads running the gateway's tasks.\n# TYPE unifab_runtime_workers gauge\nunifab_runtime_workers {}\n",
-                rt.metrics().num_workers()
-            ));
-        }
-        s
+    };
+    counter(
+        "unifab_iscsi_connections_total",
+        "TCP connections accepted on iSCSI portals.",
+        stats.connections,
+    );
+    counter(
+        "unifab_iscsi_logins_total",
+        "iSCSI logins that reached full-feature phase.",
+        stats.logins,
+    );
+    counter(
+        "unifab_iscsi_login_failures_total",
+        "iSCSI logins refused (authentication, authorization, protocol, time-out, resources).",
+        stats.login_failures,
+    );
+    counter(
+        "unifab_scsi_commands_total",
+        "SCSI commands run by iSCSI sessions.",
+        stats.commands,
+    );
+    s.push_str(&format!(
+        "# HELP unifab_iscsi_sessions iSCSI sessions in full-feature phase.\n# TYPE unifab_iscsi_sessions gauge\nunifab_iscsi_sessions {sessions}\n"
+    ));
+    // `[tuning] worker_threads`, or one per core.
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        s.push_str(&format!(
+            "# HELP unifab_runtime_workers Threads running the gateway's tasks.\n# TYPE unifab_runtime_workers gauge\nunifab_runtime_workers {}\n",
+            rt.metrics().num_workers()
+        ));
     }
+    s
 }
 
 /// What the admin endpoint can show; implemented by the running gateway.

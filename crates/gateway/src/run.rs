@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use unifab_scsi_core::LogicalUnit;
 
-use crate::admin::{self, Metrics};
+use crate::admin;
 use crate::config::{Backend, Config};
 use crate::plane::remote::GatewayLu;
 
@@ -135,7 +135,6 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let metrics = Arc::new(Metrics::default());
     let mut server_handle = None;
     // Bound before the portal is printed: whoever reads that line (an
     // operator, a script, a test) can run `unifab show` at once (the
@@ -162,7 +161,6 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
                 luns: lu_list,
                 remotes,
                 fc_remotes,
-                metrics,
             });
             let rx = stop_rx.clone();
             tasks.push(tokio::spawn(admin::serve(l, view, rx)));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use unifab_iscsi::target::server::TargetServer;
 
-use super::{AdminView, Metrics};
+use super::AdminView;
 use crate::plane::remote::GatewayLu;
 
 /// The running gateway's state as the admin endpoint shows it.
@@ -29,8 +29,6 @@ pub struct View {
     )>,
     /// Each `fc://` LU: name and remote.
     pub fc_remotes: Vec<(String, crate::config::fabric::FcUrl)>,
-    /// The iSCSI counters.
-    pub metrics: Arc<Metrics>,
 }
 
 impl AdminView for View {
@@ -88,12 +86,8 @@ impl AdminView for View {
 
     fn metrics(&self) -> String {
         let sessions = self.server.as_ref().map_or(0, |s| s.sessions().len());
-        if let Some(s) = &self.server {
-            self.metrics
-                .scsi_commands
-                .store(s.commands(), std::sync::atomic::Ordering::Relaxed);
-        }
-        let mut text = self.metrics.render(sessions);
+        let stats = self.server.as_ref().map(|s| s.stats()).unwrap_or_default();
+        let mut text = super::render_metrics(stats, sessions);
         if let Some(fc) = &self.fc {
             text.push_str(&fc.metrics());
         }

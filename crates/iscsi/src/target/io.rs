@@ -91,7 +91,20 @@ pub(crate) type SessionKey = (String, String, [u8; 6]);
 pub(crate) struct Shared {
     pub(crate) sessions: Mutex<HashMap<SessionKey, SessionHandle>>,
     next_tsih: AtomicU16,
+    /// Commands of the sessions that have ended.
     pub(crate) commands: AtomicU64,
+    /// The most [`Shared::commands_total`] has returned: what it returns
+    /// never goes down, though a session a reinstatement replaced is in
+    /// neither the table nor `commands` until it ends.
+    commands_reported: AtomicU64,
+    /// TCP connections accepted on the portals.
+    pub(crate) connections: AtomicU64,
+    /// Logins that reached full feature phase.
+    pub(crate) logins: AtomicU64,
+    /// Logins refused: authentication, authorization, a protocol error, a
+    /// login that timed out, and connections refused for want of
+    /// resources.
+    pub(crate) login_failures: AtomicU64,
 }
 
 impl Shared {
@@ -100,6 +113,10 @@ impl Shared {
             sessions: Mutex::new(HashMap::new()),
             next_tsih: AtomicU16::new(1),
             commands: AtomicU64::new(0),
+            commands_reported: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            logins: AtomicU64::new(0),
+            login_failures: AtomicU64::new(0),
         }
     }
 
@@ -133,6 +150,21 @@ impl Shared {
                 h.done.clone()
             })
             .collect()
+    }
+
+    /// Commands run since start: those of ended sessions and of live ones.
+    pub(crate) fn commands_total(&self) -> u64 {
+        let now = {
+            let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            let live: u64 = sessions
+                .values()
+                .map(|h| h.info.lock().unwrap_or_else(|e| e.into_inner()).commands)
+                .sum();
+            self.commands.load(Ordering::Relaxed) + live
+        };
+        self.commands_reported
+            .fetch_max(now, Ordering::Relaxed)
+            .max(now)
     }
 
     /// Snapshot of live sessions.
@@ -657,6 +689,7 @@ impl Listeners {
     /// made is refused on its own socket.
     pub(crate) async fn accept_loop<F>(
         self,
+        shared: Arc<Shared>,
         limit: Arc<Semaphore>,
         mut shutdown: watch::Receiver<bool>,
         serve: F,
@@ -670,6 +703,7 @@ impl Listeners {
         let mut tasks = Vec::new();
         for l in self.listeners {
             let limit = limit.clone();
+            let shared = shared.clone();
             let serve = serve.clone();
             let mut shutdown = shutdown.clone();
             tasks.push(tokio::spawn(async move {
@@ -687,29 +721,17 @@ impl Listeners {
                     }
                     tokio::select! {
                         r = l.accept() => match r {
-                            Ok((s, peer)) => match limit.clone().try_acquire_owned() {
-                                Ok(permit) => match probe_of(&s) {
-                                    Ok(probe) => serve(s, probe, peer, permit),
-                                    Err(e) => {
-                                        if is_out_of_fds(&e) {
-                                            exhausted.note(&e);
-                                            exhausted.refused += 1;
-                                        } else {
-                                            warn!(%peer, error = %e, "cannot duplicate the connection's descriptor; login refused (out of resources)");
-                                        }
-                                        tokio::spawn(refuse_login(s));
-                                    }
-                                },
-                                Err(_) => {
-                                    warn!(%peer, "connection limit reached; login refused (out of resources)");
-                                    tokio::spawn(refuse_login(s));
-                                }
-                            },
+                            Ok((s, peer)) => {
+                                shared.connections.fetch_add(1, Ordering::Relaxed);
+                                admit(s, peer, &limit, &shared, &mut exhausted, &*serve);
+                            }
                             Err(e) if is_out_of_fds(&e) => {
                                 exhausted.note(&e);
                                 if reserve.take().is_some() {
                                     if let Ok((s, _)) = l.accept().await {
                                         exhausted.refused += 1;
+                                        shared.connections.fetch_add(1, Ordering::Relaxed);
+                                        shared.login_failures.fetch_add(1, Ordering::Relaxed);
                                         tokio::spawn(refuse_login(s));
                                     }
                                 } else {
@@ -731,6 +753,40 @@ impl Listeners {
         let _ = shutdown.changed().await;
         for t in tasks {
             let _ = t.await;
+        }
+    }
+}
+
+/// Hands an accepted connection to `serve` with a connection-limit permit
+/// and its probe descriptor, or refuses it (Out of resources) when either
+/// is not to be had.
+fn admit<F>(
+    s: TcpStream,
+    peer: SocketAddr,
+    limit: &Arc<Semaphore>,
+    shared: &Shared,
+    exhausted: &mut Exhausted,
+    serve: &F,
+) where
+    F: Fn(TcpStream, socket2::Socket, SocketAddr, tokio::sync::OwnedSemaphorePermit),
+{
+    let Ok(permit) = limit.clone().try_acquire_owned() else {
+        warn!(%peer, "connection limit reached; login refused (out of resources)");
+        shared.login_failures.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(refuse_login(s));
+        return;
+    };
+    match probe_of(&s) {
+        Ok(probe) => serve(s, probe, peer, permit),
+        Err(e) => {
+            if is_out_of_fds(&e) {
+                exhausted.note(&e);
+                exhausted.refused += 1;
+            } else {
+                warn!(%peer, error = %e, "cannot duplicate the connection's descriptor; login refused (out of resources)");
+            }
+            shared.login_failures.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(refuse_login(s));
         }
     }
 }

@@ -117,6 +117,22 @@ impl Default for ServerConfig {
     }
 }
 
+/// A target server's counters since start ([`TargetServer::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PortalStats {
+    /// TCP connections accepted on the portals (refused ones too).
+    pub connections: u64,
+    /// Logins that reached full feature phase (normal and discovery).
+    pub logins: u64,
+    /// Logins refused: authentication, authorization, a protocol error,
+    /// a login that timed out, a connection refused for want of
+    /// resources.
+    pub login_failures: u64,
+    /// SCSI commands run.
+    pub commands: u64,
+}
+
 /// A running target server's handle.
 #[derive(Debug, Clone)]
 pub struct TargetServer {
@@ -157,9 +173,20 @@ impl TargetServer {
         self.shared.snapshot()
     }
 
-    /// SCSI commands run since start.
+    /// SCSI commands run since start, by live sessions and ended ones.
+    /// Never goes down.
     pub fn commands(&self) -> u64 {
-        self.shared.commands.load(Ordering::Relaxed)
+        self.shared.commands_total()
+    }
+
+    /// The portals' counters since start.
+    pub fn stats(&self) -> PortalStats {
+        PortalStats {
+            connections: self.shared.connections.load(Ordering::Relaxed),
+            logins: self.shared.logins.load(Ordering::Relaxed),
+            login_failures: self.shared.login_failures.load(Ordering::Relaxed),
+            commands: self.commands(),
+        }
     }
 
     /// Serves until `shutdown` flips to true; then asks every session to
@@ -172,9 +199,10 @@ impl TargetServer {
         let tasks2 = tasks.clone();
         let sd = shutdown.clone();
         listeners
-            .accept_loop(limit, shutdown.clone(), move |stream, probe, peer, permit| {
+            .accept_loop(self.shared.clone(), limit, shutdown.clone(), move |stream, probe, peer, permit| {
                 let Ok(login_permit) = logins.clone().try_acquire_owned() else {
                     warn!(%peer, "too many logins in progress; login refused (out of resources)");
+                    me.shared.login_failures.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(super::io::refuse_login(stream));
                     return;
                 };
@@ -220,12 +248,18 @@ impl TargetServer {
         let (outcome, stat_sn) = match login {
             Ok(Ok(Some(x))) => x,
             Ok(Ok(None)) => return Ok(()),
-            Ok(Err(e)) => return Err(e),
+            Ok(Err(e)) => {
+                self.shared.login_failures.fetch_add(1, Ordering::Relaxed);
+                info!(%peer, error = %e, "login failed");
+                return Err(e);
+            }
             Err(_) => {
+                self.shared.login_failures.fetch_add(1, Ordering::Relaxed);
                 info!(%peer, timeout = ?self.config.login_timeout, "login timed out; closing");
                 return Ok(());
             }
         };
+        self.shared.logins.fetch_add(1, Ordering::Relaxed);
         match outcome.session_type {
             SessionType::Discovery => self.discovery(stream, rbuf, outcome, stat_sn, local).await,
             _ => {
@@ -279,6 +313,7 @@ impl TargetServer {
                 Ok(other) => {
                     // Only Login Requests before full feature phase (§6.3).
                     info!(%peer, pdu = ?other.opcode(), "non-login PDU during login; closing");
+                    self.shared.login_failures.fetch_add(1, Ordering::Relaxed);
                     return Ok(None);
                 }
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
@@ -305,6 +340,7 @@ impl TargetServer {
                     return Ok(Some((outcome, stat_sn)));
                 }
                 TargetStep::Failed(pdu, err) => {
+                    self.shared.login_failures.fetch_add(1, Ordering::Relaxed);
                     info!(%peer, error = %err, "login refused");
                     write_login(stream, &pdu).await?;
                     let _ = stream.shutdown().await;
@@ -463,10 +499,8 @@ impl TargetServer {
             cold_reset: Box::new(move || me2.kill_target_sessions(&cold_target)),
         };
         let result = run_ffp(stream, rbuf, setup).await;
-        let commands = info.lock().unwrap_or_else(|e| e.into_inner()).commands;
-        self.shared.commands.fetch_add(commands, Ordering::Relaxed);
         node.scsi.nexus_loss(&nexus);
-        {
+        let commands = {
             let mut sessions = self
                 .shared
                 .sessions
@@ -480,9 +514,24 @@ impl TargetServer {
             {
                 sessions.remove(&key);
             }
-        }
+            // Under the table's lock, as `commands_total` reads both: the
+            // count moves from the table to the ended sessions' total, never
+            // in both at once.
+            let commands = info.lock().unwrap_or_else(|e| e.into_inner()).commands;
+            self.shared.commands.fetch_add(commands, Ordering::Relaxed);
+            commands
+        };
         let _ = done_tx.send(true);
-        debug!(target = %node.name, tsih = outcome.tsih, "session ended");
+        match &result {
+            Ok(()) => info!(
+                target = %node.name, initiator = %outcome.initiator_name, tsih = outcome.tsih,
+                %peer, commands, "session ended"
+            ),
+            Err(e) => info!(
+                target = %node.name, initiator = %outcome.initiator_name, tsih = outcome.tsih,
+                %peer, commands, error = %e, "session ended"
+            ),
+        }
         result
     }
 

@@ -1,0 +1,119 @@
+//! `/metrics` counts what happened: logins, a refused login, connections,
+//! commands and sessions, each moved by exactly what the test did.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+use common::Gateway;
+use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
+
+const USER: &str = "host-user";
+const SECRET: &str = "host-secret-123";
+
+/// The counters and gauges at `/metrics`, by name (labelled series keep
+/// their labels in the name).
+fn metrics(admin: SocketAddr) -> HashMap<String, f64> {
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (name, v) = l.rsplit_once(' ').unwrap();
+            (name.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+fn opts(i: u8, secret: &str) -> RawOptions {
+    RawOptions {
+        initiator: format!("iqn.2026-11.io.unifab:metrics-{i}"),
+        isid: [0x80, 0, 0, 0, 0, i],
+        chap: Some((USER.into(), secret.into())),
+        // Every command is counted: none is sent but the test's own.
+        clear_unit_attention: false,
+        ..RawOptions::default()
+    }
+}
+
+#[test]
+fn counters_move_by_exactly_what_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    let config = format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{dir}/disk.img"
+size = "8MiB"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = 0
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:metrics"
+luns = ["disk"]
+chap = {{ user = "{USER}", secret = "{SECRET}" }}
+
+[admin]
+listen = "{admin}"
+data_dir = "{dir}/state"
+"#,
+        dir = dir.path().display()
+    );
+    let gw = Gateway::start(dir.path(), &config);
+    let before = metrics(admin);
+    let at = |m: &HashMap<String, f64>, k: &str| {
+        *m.get(k)
+            .unwrap_or_else(|| panic!("no {k} at /metrics: {m:?}"))
+    };
+    assert_eq!(at(&before, "unifab_iscsi_sessions"), 0.0);
+
+    let mut sessions: Vec<RawSession> = (1..=3)
+        .map(|i| RawSession::login(gw.addr, &gw.iqn, &opts(i, SECRET)).unwrap())
+        .collect();
+    let refused = RawSession::login(gw.addr, &gw.iqn, &opts(9, "wrong-secret-456"));
+    assert!(refused.is_err(), "a wrong CHAP secret logged in");
+    let block = vec![0x5a; 4096];
+    for s in &mut sessions {
+        for lba in 0..2 {
+            s.write16(lba * 8, &block, 512, false).unwrap();
+        }
+        for lba in 0..3 {
+            s.read16(lba * 8, 8, 512).unwrap();
+        }
+    }
+    let after = metrics(admin);
+    let moved = |k: &str| at(&after, k) - at(&before, k);
+    assert_eq!(moved("unifab_iscsi_connections_total"), 4.0);
+    assert_eq!(moved("unifab_iscsi_logins_total"), 3.0);
+    assert_eq!(moved("unifab_iscsi_login_failures_total"), 1.0);
+    assert_eq!(moved("unifab_scsi_commands_total"), 15.0);
+    assert_eq!(at(&after, "unifab_iscsi_sessions"), 3.0);
+
+    // A session that ends keeps its commands in the total.
+    sessions.pop().unwrap().logout().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let ended = loop {
+        let m = metrics(admin);
+        if at(&m, "unifab_iscsi_sessions") == 2.0 || std::time::Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(at(&ended, "unifab_iscsi_sessions"), 2.0);
+    assert_eq!(
+        at(&ended, "unifab_scsi_commands_total"),
+        at(&after, "unifab_scsi_commands_total")
+    );
+}

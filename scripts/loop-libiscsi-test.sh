@@ -41,6 +41,10 @@ listen = ["127.0.0.1:$port"]
 [[iscsi.target]]
 iqn = "$UNIFAB_IQN"
 luns = ["lu0"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "$WORK/state"
 EOF
 "$BIN" run --config "$WORK/unifab.toml" >"$WORK/unifab.log" 2>&1 &
 PID=$!

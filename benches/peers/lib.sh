@@ -112,6 +112,8 @@ start_unifab_luns() {
     done
     printf '[iscsi]\nlisten = ["127.0.0.1:%d"]\n\n[[iscsi.target]]\niqn = "%s"\nluns = [%s]\n' \
         "$port" "$UNIFAB_IQN" "$luns" >>"$dir/unifab.toml"
+    # The admin endpoint on an ephemeral port: two gateways never collide.
+    printf '\n[admin]\nlisten = "127.0.0.1:0"\ndata_dir = "%s/state"\n' "$dir" >>"$dir/unifab.toml"
     (cd "$dir" && exec "$bin" run --config "$dir/unifab.toml") >"$dir/unifab.log" 2>&1 &
     UNIFAB_PID=$!
     local deadline=$((SECONDS + 20))

@@ -3,7 +3,9 @@
 //! `GET /metrics` in the Prometheus text format.
 //!
 //! Requests are bounded (8 KiB, 5 s, 64 at once); anything but GET is
-//! refused. There is no authentication: keep it on loopback (the default).
+//! refused. With `[admin] token`, every request must carry it
+//! (`Authorization: Bearer …`), or is answered 401; off loopback the
+//! configuration requires one.
 
 pub mod view;
 
@@ -72,8 +74,10 @@ pub trait AdminView: Send + Sync + 'static {
 pub async fn serve(
     listener: TcpListener,
     view: Arc<dyn AdminView>,
+    token: Option<String>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let token: Option<Arc<str>> = token.map(Arc::from);
     let limit = Arc::new(Semaphore::new(64));
     if let Ok(a) = listener.local_addr() {
         info!(addr = %a, "admin endpoint listening");
@@ -87,9 +91,10 @@ pub async fn serve(
                     continue;
                 };
                 let view = view.clone();
+                let token = token.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), handle(stream, view)).await {
+                    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), handle(stream, peer, view, token)).await {
                         debug!(%peer, error = %e, "admin request timed out");
                     }
                 });
@@ -99,7 +104,12 @@ pub async fn serve(
     }
 }
 
-async fn handle(mut stream: TcpStream, view: Arc<dyn AdminView>) {
+async fn handle(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    view: Arc<dyn AdminView>,
+    token: Option<Arc<str>>,
+) {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -115,9 +125,16 @@ async fn handle(mut stream: TcpStream, view: Arc<dyn AdminView>) {
             return;
         }
     }
-    let line = String::from_utf8_lossy(&buf);
-    let mut parts = line.split_whitespace();
+    let text = String::from_utf8_lossy(&buf);
+    let mut parts = text.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if let Some(t) = &token
+        && !bearer(&text).is_some_and(|given| same(given.as_bytes(), t.as_bytes()))
+    {
+        warn!(%peer, %path, "admin request without the right token refused");
+        let _ = respond(&mut stream, 401, "text/plain", "a token is required (Authorization: Bearer …; unifab show --token or UNIFAB_ADMIN_TOKEN)\n").await;
+        return;
+    }
     if method != "GET" {
         let _ = respond(&mut stream, 405, "text/plain", "only GET\n").await;
         return;
@@ -145,6 +162,26 @@ async fn handle(mut stream: TcpStream, view: Arc<dyn AdminView>) {
     }
 }
 
+/// The bearer token of a request's `Authorization` header.
+fn bearer(request: &str) -> Option<&str> {
+    request.lines().skip(1).find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        if !name.trim().eq_ignore_ascii_case("authorization") {
+            return None;
+        }
+        let value = value.trim();
+        let (scheme, token) = value.split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then_some(token.trim())
+    })
+}
+
+/// Compares two secrets in time that depends on their lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 async fn respond(
     stream: &mut TcpStream,
     code: u16,
@@ -153,6 +190,7 @@ async fn respond(
 ) -> std::io::Result<()> {
     let reason = match code {
         200 => "OK",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         _ => "Error",
@@ -167,12 +205,16 @@ async fn respond(
 }
 
 /// Client side for `unifab show`: fetches `path` from a running gateway.
-pub async fn fetch(addr: SocketAddr, path: &str) -> Result<String, String> {
+pub async fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<String, String> {
     let mut s = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("cannot reach the gateway's admin endpoint at {addr}: {e} (is `unifab run` running? see --admin)"))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
     )
     .await
     .map_err(|e| e.to_string())?;

@@ -343,8 +343,11 @@ pub struct TargetConfig {
     pub alias: Option<String>,
     /// LU names: LUN 0, 1, … in order.
     pub luns: Vec<String>,
-    /// Initiator names allowed to log in (absent: everyone).
-    #[serde(default)]
+    /// Initiator names allowed to log in (absent: everyone). Each must be
+    /// an iSCSI name (iqn., eui. or naa., RFC 7143 §4.2.7): a mistyped one
+    /// would lock its host out without a word, so it is refused, with its
+    /// line.
+    #[serde(default, deserialize_with = "iscsi_names")]
     pub allow: Option<Vec<String>>,
     /// CHAP credentials; with them, login requires CHAP.
     #[serde(default)]
@@ -382,15 +385,57 @@ impl fmt::Debug for ChapConfig {
 }
 
 /// Operator endpoint: `unifab show …` and Prometheus metrics.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    /// HTTP listen address (loopback by default).
+    /// HTTP listen address (loopback by default). Any other address needs
+    /// a `token`.
     #[serde(default = "default_admin")]
     pub listen: SocketAddr,
     /// Directory for state (reservations with APTPL).
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
+    /// Whether the gateway refuses to start when the endpoint cannot bind
+    /// (default); `false`: it starts without one, with a warning.
+    #[serde(default = "default_true")]
+    pub required: bool,
+    /// A bearer token every request must carry (`Authorization: Bearer
+    /// …`; `unifab show --token` or `UNIFAB_ADMIN_TOKEN`), at least 16
+    /// bytes. Required off loopback.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("required", &self.required)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl AdminConfig {
+    fn validate(&self) -> Result<(), String> {
+        if let Some(t) = &self.token
+            && t.len() < 16
+        {
+            return Err("admin.token must be at least 16 bytes".into());
+        }
+        if !self.listen.ip().is_loopback() && self.token.is_none() {
+            return Err(format!(
+                "admin.listen {} is not a loopback address: anyone who reaches it could read the gateway's state; set admin.token (clients send it as `Authorization: Bearer …`), or listen on 127.0.0.1",
+                self.listen
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for AdminConfig {
@@ -398,6 +443,8 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: default_admin(),
             data_dir: default_data_dir(),
+            required: true,
+            token: None,
         }
     }
 }
@@ -535,7 +582,45 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
-        Config::parse(&text, &path.display().to_string())
+        let cfg = Config::parse(&text, &path.display().to_string())?;
+        if cfg.holds_secrets() {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(m) = std::fs::metadata(path)
+                && m.permissions().mode() & 0o077 != 0
+            {
+                tracing::warn!(
+                    file = %path.display(),
+                    mode = format!("{:o}", m.permissions().mode() & 0o777),
+                    "the configuration holds secrets (CHAP, TLS pre-shared key) and others may read it: chmod 600"
+                );
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Whether the configuration holds a secret: a CHAP secret (the
+    /// targets', a remote target's mutual one, or one in an `iscsi://`
+    /// URL), the FCIP pre-shared key or the admin token.
+    pub fn holds_secrets(&self) -> bool {
+        let targets = self
+            .iscsi
+            .iter()
+            .flat_map(|i| &i.target)
+            .any(|t| t.chap.is_some());
+        let remotes = self.lu.iter().any(|lu| {
+            lu.iscsi.as_ref().is_some_and(|r| r.mutual_secret.is_some())
+                || lu
+                    .backend
+                    .strip_prefix("iscsi://")
+                    .and_then(|rest| rest.split('/').next())
+                    .is_some_and(|authority| authority.contains('@'))
+        });
+        let psk = self
+            .fcip
+            .as_ref()
+            .and_then(|f| f.tls.as_ref())
+            .is_some_and(|t| t.psk.is_some());
+        targets || remotes || psk || self.admin.token.is_some()
     }
 
     /// Parses and checks TOML text; `origin` names it in errors.
@@ -558,6 +643,7 @@ impl Config {
     /// Cross-checks: unique names, LUN references, sizes, IQN syntax.
     pub fn validate(&self) -> Result<(), String> {
         self.tuning.validate()?;
+        self.admin.validate()?;
         let mut names = HashSet::new();
         for lu in &self.lu {
             if !names.insert(lu.name.as_str()) {
@@ -681,6 +767,20 @@ impl Config {
     }
 }
 
+/// Deserializes a list of iSCSI names, refusing one that is not (the
+/// error carries the value's place in the file).
+fn iscsi_names<'de, D>(d: D) -> Result<Option<Vec<String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let names = Vec::<String>::deserialize(d)?;
+    for n in &names {
+        check_iscsi_name(n)
+            .map_err(|e| serde::de::Error::custom(format!("{n:?} is not an iSCSI name: {e}")))?;
+    }
+    Ok(Some(names))
+}
+
 /// Checks an iSCSI name's form (RFC 7143 §4.2.7): `iqn.YYYY-MM.reversed.domain[:…]`,
 /// `eui.` + 16 hex digits, or `naa.` + 16 or 32 hex digits; at most 223 bytes.
 pub fn check_iscsi_name(name: &str) -> Result<(), String> {
@@ -739,6 +839,36 @@ luns = ["vol0"]                             # LUN 0, 1, … in order
 allow = ["iqn.1994-05.com.example:host1"]   # optional initiator ACL
 chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret = "mutualsecret" }
 "#;
+
+    #[test]
+    fn secrets_are_noticed() {
+        assert!(
+            Config::parse(EXAMPLE, "example.toml")
+                .unwrap()
+                .holds_secrets()
+        );
+        assert!(!Config::embedded_default().holds_secrets());
+    }
+
+    #[test]
+    fn a_mistyped_acl_name_is_refused_with_its_line() {
+        let text = EXAMPLE.replace("iqn.1994-05.com.example:host1", "not an iqn");
+        let e = Config::parse(&text, "example.toml")
+            .unwrap_err()
+            .to_string();
+        let line = EXAMPLE
+            .lines()
+            .position(|l| l.contains("iqn.1994-05.com.example:host1"))
+            .unwrap()
+            + 1;
+        assert!(
+            e.starts_with(&format!("example.toml:{line}:"))
+                && e.contains("\"not an iqn\" is not an iSCSI name"),
+            "{e}"
+        );
+        let text = EXAMPLE.replace("iqn.1994-05.com.example:host1", "eui.02004567A425678D");
+        assert!(Config::parse(&text, "example.toml").is_ok());
+    }
 
     #[test]
     fn the_documented_example_parses() {

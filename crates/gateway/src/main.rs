@@ -1,6 +1,7 @@
 //! `unifab`: the storage gateway's command line.
 //!
 //! - `unifab run [--config FILE]`: serve (the embedded default without a file).
+//! - `unifab check --config FILE`: validate a configuration, start nothing.
 //! - `unifab show sessions|luns|metrics|flogi|fcns|zones|fcip [--admin ADDR]`: the operator's view of a
 //!   running gateway.
 //! - `unifab pcap-check FILE`: re-emit every frame of a capture and report any
@@ -36,13 +37,23 @@ enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Check a configuration file and exit: every error with its file and
+    /// line (status 1), a warning for secrets others can read.
+    Check {
+        /// TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Show the state of a running gateway.
     Show {
         /// sessions | luns | remotes | metrics | flogi | fcns | zones | fcip
         what: String,
         /// The running gateway's admin endpoint.
-        #[arg(long, default_value = config::DEFAULT_ADMIN)]
+        #[arg(long, env = "UNIFAB_ADMIN", default_value = config::DEFAULT_ADMIN)]
         admin: SocketAddr,
+        /// The endpoint's `[admin] token`, when it has one.
+        #[arg(long, env = "UNIFAB_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
@@ -128,12 +139,20 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.command {
-            Command::Run { .. } => match config {
-                Some(cfg) => unifab::run::run(cfg).await,
+            Command::Run { config: path } => match config {
+                Some(cfg) => unifab::run::run_from(cfg, path).await,
                 None => Err(anyhow::anyhow!("no configuration")),
             },
-            Command::Show { what, admin, json } => {
-                unifab::cli::show::show(&what, admin, json).await
+            Command::Show {
+                what,
+                admin,
+                token,
+                json,
+            } => unifab::cli::show::show(&what, admin, token.as_deref(), json).await,
+            Command::Check { config } => {
+                Config::load(&config)?;
+                unifab::outln!("{}: ok", config.display());
+                Ok(ExitCode::SUCCESS)
             }
             Command::PcapCheck { file, verbose } => pcap_check(&file, verbose),
             Command::Iscsi {
@@ -157,11 +176,11 @@ fn pcap_check(file: &std::path::Path, verbose: bool) -> anyhow::Result<ExitCode>
     if verbose {
         for e in &report.entries {
             if e.verdict == Verdict::Ok {
-                println!("frame {}: {:?} {}: ok", e.frame, e.protocol, e.what);
+                unifab::outln!("frame {}: {:?} {}: ok", e.frame, e.protocol, e.what);
             }
         }
     }
-    println!("{report}");
+    unifab::outln!("{report}");
     let failed = [
         Protocol::Iscsi,
         Protocol::Fc,

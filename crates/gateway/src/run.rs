@@ -5,6 +5,7 @@
 //! log out; in-flight tasks finish; backends are flushed).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,14 @@ use crate::plane::remote::GatewayLu;
 
 /// Serves `cfg` until a termination signal.
 pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
+    run_from(cfg, None).await
+}
+
+/// [`run`] for a configuration read from `path`: SIGHUP re-reads and
+/// checks the file. Live reload is not implemented yet: the running
+/// configuration stays as it is, and the log says whether the file is
+/// valid (a restart applies it). The process never dies of SIGHUP.
+pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     // Held until `run` returns: the request lasts as long as the gateway.
     let cpu_latency = cfg.tuning.apply().map_err(anyhow::Error::msg)?;
     if let Some(held) = &cpu_latency {
@@ -163,12 +172,21 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
                 fc_remotes,
             });
             let rx = stop_rx.clone();
-            tasks.push(tokio::spawn(admin::serve(l, view, rx)));
+            let token = cfg.admin.token.clone();
+            tasks.push(tokio::spawn(admin::serve(l, view, token, rx)));
         }
-        Err(e) => warn!(addr = %cfg.admin.listen, error = %e, "admin endpoint not available"),
+        Err(e) if cfg.admin.required => {
+            return Err(anyhow::anyhow!(
+                "admin endpoint {}: {e} (another gateway running? set [admin] listen, or required = false to start without it)",
+                cfg.admin.listen
+            ));
+        }
+        Err(e) => {
+            warn!(addr = %cfg.admin.listen, error = %e, "admin endpoint not available (admin.required = false): running without it")
+        }
     }
 
-    wait_for_signal().await;
+    wait_for_signal(path.as_deref()).await;
     info!("shutting down: asking initiators to log out");
     let _ = stop_tx.send(true);
     if let Some(p) = &fcoe {
@@ -188,20 +206,44 @@ pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() {
+/// SIGHUP: checks the configuration file again and says what it found.
+fn reread(path: Option<&Path>) {
+    let Some(path) = path else {
+        info!("SIGHUP: running the embedded default; there is no file to re-read");
+        return;
+    };
+    match Config::load(path) {
+        Ok(_) => info!(
+            file = %path.display(),
+            "SIGHUP: the configuration file is valid; live reload is not implemented yet, so the running configuration is unchanged (restart to apply it)"
+        ),
+        Err(e) => warn!(
+            error = %e,
+            "SIGHUP: the configuration file is not valid; the running configuration is unchanged"
+        ),
+    }
+}
+
+async fn wait_for_signal(path: Option<&Path>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
+        let (mut term, mut hup) = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(t), Ok(h)) => (t, h),
+            _ => {
                 let _ = tokio::signal::ctrl_c().await;
                 return;
             }
         };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return,
+                _ = term.recv() => return,
+                _ = hup.recv() => reread(path),
+            }
         }
     }
     #[cfg(not(unix))]

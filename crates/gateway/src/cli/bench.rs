@@ -962,7 +962,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         digests,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print_summary(&summary);
     }
@@ -974,7 +974,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_summary(s: &Summary) {
-    println!(
+    crate::outln!(
         "unifab bench {}  {:?} {:?}  bs={} qd={} region={} MiB  {:.2} s",
         s.url,
         s.pattern,
@@ -988,7 +988,7 @@ fn print_summary(s: &Summary) {
         if d.ops == 0 {
             continue;
         }
-        println!(
+        crate::outln!(
             "{name:>5}: {} ops, {:.0} IOPS, {:.1} MB/s; latency µs p50 {:.1} p90 {:.1} p99 {:.1} p99.9 {:.1} max {:.1} mean {:.1}",
             d.ops,
             d.iops,
@@ -1001,7 +1001,7 @@ fn print_summary(s: &Summary) {
             d.lat_us.mean
         );
     }
-    println!(
+    crate::outln!(
         "verified {} bytes: {} miscompares, {} unwritten sectors; {} retries, {} errors, {} logins, digests {}",
         s.verified_bytes,
         s.miscompares,
@@ -1012,10 +1012,10 @@ fn print_summary(s: &Summary) {
         s.digests
     );
     for (r, n) in &s.retry_reasons {
-        println!("  retried {n}x: {r}");
+        crate::outln!("  retried {n}x: {r}");
     }
     for p in &s.problems {
-        println!("  problem: {p}");
+        crate::outln!("  problem: {p}");
     }
 }
 

@@ -234,18 +234,18 @@ pub async fn run(args: DiscoverArgs) -> anyhow::Result<ExitCode> {
         });
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&targets)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&targets)?);
     } else {
         if targets.is_empty() {
-            println!("no targets at {portal}");
+            crate::outln!("no targets at {portal}");
         }
         for t in &targets {
-            println!("{}", t.name);
+            crate::outln!("{}", t.name);
             for a in &t.addresses {
-                println!("  portal {a}");
+                crate::outln!("  portal {a}");
             }
             if let Some(e) = &t.error {
-                println!("  LUNs not listed: {e}");
+                crate::outln!("  LUNs not listed: {e}");
             }
             for l in &t.luns {
                 let size = match (l.block_size, l.blocks) {
@@ -254,7 +254,7 @@ pub async fn run(args: DiscoverArgs) -> anyhow::Result<ExitCode> {
                     }
                     _ => String::new(),
                 };
-                println!(
+                crate::outln!(
                     "  LUN {:<3} {:<10} {:<8} {:<16} {:<4} {:<28} {}",
                     l.lun,
                     device_type_name(l.device_type),

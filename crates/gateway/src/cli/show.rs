@@ -10,19 +10,24 @@ use serde_json::Value;
 use crate::admin;
 
 /// Prints one view.
-pub async fn show(what: &str, admin_addr: SocketAddr, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn show(
+    what: &str,
+    admin_addr: SocketAddr,
+    token: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     if what == "metrics" {
-        let text = admin::fetch(admin_addr, "/metrics")
+        let text = admin::fetch(admin_addr, "/metrics", token)
             .await
             .map_err(|e| anyhow!(e))?;
-        print!("{text}");
+        crate::out!("{text}");
         return Ok(ExitCode::SUCCESS);
     }
-    let body = admin::fetch(admin_addr, &format!("/show/{what}"))
+    let body = admin::fetch(admin_addr, &format!("/show/{what}"), token)
         .await
         .map_err(|e| anyhow!(e))?;
     if json {
-        println!("{body}");
+        crate::outln!("{body}");
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<Value> = serde_json::from_str(&body)
@@ -88,7 +93,7 @@ pub async fn show(what: &str, admin_addr: SocketAddr, json: bool) -> anyhow::Res
         ],
         _ => &[],
     };
-    print!("{}", table(columns, &rows));
+    crate::out!("{}", table(columns, &rows));
     Ok(ExitCode::SUCCESS)
 }
 

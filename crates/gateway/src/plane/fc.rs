@@ -138,7 +138,7 @@ impl FcPlane {
             node.add_port(&iface, cfg, Some(scsi))
                 .map_err(|e| anyhow::anyhow!("fabric.target {wwpn}: {e}"))?;
             names.push((wwpn, iface));
-            println!("FC target {wwpn} with {} LUN(s)", t.luns.len());
+            crate::notice!("FC target {wwpn} with {} LUN(s)", t.luns.len());
         }
         let mut cfg = f.initiator_port_config().map_err(anyhow::Error::msg)?;
         cfg.timeouts = timeouts;

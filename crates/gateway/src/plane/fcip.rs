@@ -70,7 +70,7 @@ impl FcipPlane {
             tc.dead_after = Duration::from_millis(t.dead_ms.unwrap_or(4 * ka));
             tc.tls = tls.clone();
             tunnels.push(Tunnel::start(tc, controller.clone()));
-            println!("FCIP tunnel {} to switch {peer}", t.name);
+            crate::notice!("FCIP tunnel {} to switch {peer}", t.name);
         }
         let listener = match f.listen {
             Some(addr) => {
@@ -78,7 +78,7 @@ impl FcipPlane {
                 let l = Listener::start(addr, local, tunnels.clone(), tls.clone())
                     .await
                     .with_context(|| format!("fcip.listen {addr}"))?;
-                println!("FCIP listening on {}", l.local_addr());
+                crate::notice!("FCIP listening on {}", l.local_addr());
                 Some(l)
             }
             None => None,

@@ -106,7 +106,7 @@ pub fn open(cfg: &Config, initiator_node_name: Wwn) -> anyhow::Result<Opened> {
             ec.vlan_discovery = p.vlan_discovery.unwrap_or(p.vlan.is_none());
             ec.pcp = p.priority.unwrap_or(3);
             let (connect, handle) = spawn_enode(ec, link, &p.interface);
-            println!("FCoE ENode on {} ({mac})", p.interface);
+            crate::notice!("FCoE ENode on {} ({mac})", p.interface);
             out.initiator_via = Some(connect);
             out.enode = Some(handle);
         } else {
@@ -133,7 +133,7 @@ impl Opened {
             {
                 c.fka_adv_period = d;
             }
-            println!(
+            crate::notice!(
                 "FCoE FCF on {} ({mac}, VLAN {})",
                 p.interface,
                 p.vlan.map_or("none".to_string(), |v| v.to_string())

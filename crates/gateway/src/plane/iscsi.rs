@@ -105,9 +105,9 @@ pub async fn bind(
     for addr in server.local_addrs() {
         for t in &iscsi.target {
             // The operator's first line: what to connect to.
-            println!("iSCSI target {} on {addr}", t.iqn);
+            crate::notice!("iSCSI target {} on {addr}", t.iqn);
             for i in 0..t.luns.len() {
-                println!("  iscsi://{addr}/{}/{i}", t.iqn);
+                crate::notice!("  iscsi://{addr}/{}/{i}", t.iqn);
             }
         }
     }

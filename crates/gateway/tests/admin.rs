@@ -1,0 +1,154 @@
+//! The admin surface: a token when one is set, no stranger's endpoint off
+//! loopback, a start that fails when the endpoint cannot bind, and SIGHUP
+//! that never ends the process.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Gateway, file_lu_config};
+
+const TOKEN: &str = "an-admin-token-of-32-characters!";
+
+fn get(admin: SocketAddr, path: &str, token: Option<&str>) -> String {
+    let mut s = TcpStream::connect(admin).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn config_with_admin(dir: &std::path::Path, admin: &str) -> String {
+    file_lu_config(dir, "8MiB").replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"",
+        &format!("[admin]\nlisten = \"{admin}\""),
+    )
+}
+
+fn unifab() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_unifab"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+/// With a token, a request without it (or with another) is refused 401
+/// and one with it answered; `unifab show` sends it from `--token` or
+/// `UNIFAB_ADMIN_TOKEN` and finds the endpoint in `UNIFAB_ADMIN`.
+#[test]
+fn a_token_is_required_when_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let cfg = config_with_admin(dir.path(), &admin.to_string())
+        .replace("data_dir", &format!("token = \"{TOKEN}\"\ndata_dir"));
+    assert!(cfg.contains(TOKEN), "{cfg}");
+    let _gw = Gateway::start(dir.path(), &cfg);
+    assert!(get(admin, "/metrics", None).starts_with("HTTP/1.1 401"));
+    assert!(get(admin, "/metrics", Some("not-the-token-at-all!")).starts_with("HTTP/1.1 401"));
+    assert!(get(admin, "/metrics", Some(TOKEN)).starts_with("HTTP/1.1 200"));
+    let out = unifab()
+        .args(["show", "sessions"])
+        .env("UNIFAB_ADMIN", admin.to_string())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("401"),
+        "{out:?}"
+    );
+    let out = unifab()
+        .args(["show", "sessions"])
+        .env("UNIFAB_ADMIN", admin.to_string())
+        .env("UNIFAB_ADMIN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// Off loopback without a token the configuration is refused, by `check`
+/// and by `run`; with one it is accepted.
+#[test]
+fn an_endpoint_off_loopback_needs_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("open.toml");
+    std::fs::write(&path, config_with_admin(dir.path(), "0.0.0.0:9999")).unwrap();
+    for cmd in ["check", "run"] {
+        let out = unifab()
+            .arg(cmd)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("not a loopback address") && err.contains("admin.token"),
+            "{cmd}: {err}"
+        );
+    }
+    let with = config_with_admin(dir.path(), "0.0.0.0:9999")
+        .replace("data_dir", &format!("token = \"{TOKEN}\"\ndata_dir"));
+    std::fs::write(&path, with).unwrap();
+    let out = unifab()
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A second gateway whose admin address is taken does not start (unless
+/// `required = false`); SIGHUP leaves the first running and answering.
+#[test]
+fn a_taken_admin_address_stops_the_start_and_sighup_does_not_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut gw = Gateway::start(
+        dir.path(),
+        &config_with_admin(dir.path(), &admin.to_string()),
+    );
+
+    let dir2 = tempfile::tempdir().unwrap();
+    let path2 = dir2.path().join("second.toml");
+    std::fs::write(&path2, config_with_admin(dir2.path(), &admin.to_string())).unwrap();
+    let out = unifab()
+        .arg("run")
+        .arg("--config")
+        .arg(&path2)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("admin endpoint {admin}")), "{err}");
+
+    for _ in 0..3 {
+        let r = Command::new("kill")
+            .args(["-HUP", &gw.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(r.success());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        assert!(
+            gw.child.try_wait().unwrap().is_none(),
+            "the gateway ended after SIGHUP"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(get(admin, "/metrics", None).starts_with("HTTP/1.1 200"));
+}

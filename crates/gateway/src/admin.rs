@@ -62,10 +62,25 @@ pub fn render_metrics(stats: PortalStats, sessions: usize) -> String {
     s
 }
 
+/// Why `/show/<what>` has nothing to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unshown {
+    /// No view has that name (404).
+    NoSuchView,
+    /// The view exists, but the part of the gateway it shows is not
+    /// configured: the section to add (409).
+    NotConfigured(&'static str),
+}
+
+/// The views `/show/<what>` knows.
+pub const VIEWS: &[&str] = &[
+    "sessions", "luns", "remotes", "flogi", "fcns", "zones", "fcoe", "fcip",
+];
+
 /// What the admin endpoint can show; implemented by the running gateway.
 pub trait AdminView: Send + Sync + 'static {
-    /// JSON for `/show/<what>`, or `None` if there is no such view.
-    fn show(&self, what: &str) -> Option<String>;
+    /// JSON for `/show/<what>`, or why there is none.
+    fn show(&self, what: &str) -> Result<String, Unshown>;
     /// Prometheus text for `/metrics`.
     fn metrics(&self) -> String;
 }
@@ -144,11 +159,19 @@ async fn handle(
         let _ = respond(&mut stream, 200, "text/plain; version=0.0.4", &body).await;
     } else if let Some(what) = path.strip_prefix("/show/") {
         match view.show(what) {
-            Some(json) => {
+            Ok(json) => {
                 let _ = respond(&mut stream, 200, "application/json", &json).await;
             }
-            None => {
-                let _ = respond(&mut stream, 404, "text/plain", "no such view\n").await;
+            Err(Unshown::NoSuchView) => {
+                let body = format!(
+                    "no such view {what:?}; views: {}, metrics\n",
+                    VIEWS.join(", ")
+                );
+                let _ = respond(&mut stream, 404, "text/plain", &body).await;
+            }
+            Err(Unshown::NotConfigured(section)) => {
+                let body = format!("{what}: this gateway has no {section} configured\n");
+                let _ = respond(&mut stream, 409, "text/plain", &body).await;
             }
         }
     } else {
@@ -192,6 +215,7 @@ async fn respond(
         200 => "OK",
         401 => "Unauthorized",
         404 => "Not Found",
+        409 => "Conflict",
         405 => "Method Not Allowed",
         _ => "Error",
     };

@@ -2,7 +2,7 @@
 //!
 //! - `unifab run [--config FILE]`: serve (the embedded default without a file).
 //! - `unifab check --config FILE`: validate a configuration, start nothing.
-//! - `unifab show sessions|luns|metrics|flogi|fcns|zones|fcip [--admin ADDR]`: the operator's view of a
+//! - `unifab show sessions|luns|remotes|metrics|flogi|fcns|zones|fcoe|fcip [--admin ADDR]`: the operator's view of a
 //!   running gateway.
 //! - `unifab pcap-check FILE`: re-emit every frame of a capture and report any
 //!   that does not round-trip byte for byte.
@@ -46,7 +46,7 @@ enum Command {
     },
     /// Show the state of a running gateway.
     Show {
-        /// sessions | luns | remotes | metrics | flogi | fcns | zones | fcip
+        /// sessions | luns | remotes | metrics | flogi | fcns | zones | fcoe | fcip
         what: String,
         /// The running gateway's admin endpoint.
         #[arg(long, env = "UNIFAB_ADMIN", default_value = config::DEFAULT_ADMIN)]

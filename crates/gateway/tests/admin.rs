@@ -152,3 +152,33 @@ fn a_taken_admin_address_stops_the_start_and_sighup_does_not_kill() {
     }
     assert!(get(admin, "/metrics", None).starts_with("HTTP/1.1 200"));
 }
+
+/// An unknown view and a view of a part the gateway does not run get
+/// different answers: 404 naming the views, 409 naming the section.
+#[test]
+fn unknown_views_and_unconfigured_planes_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _gw = Gateway::start(
+        dir.path(),
+        &config_with_admin(dir.path(), &admin.to_string()),
+    );
+    let r = get(admin, "/show/zonez", None);
+    assert!(
+        r.starts_with("HTTP/1.1 404") && r.contains("views: sessions"),
+        "{r}"
+    );
+    for (view, section) in [
+        ("zones", "[fabric]"),
+        ("fcip", "[fcip]"),
+        ("fcoe", "[fcoe]"),
+    ] {
+        let r = get(admin, &format!("/show/{view}"), None);
+        assert!(
+            r.starts_with("HTTP/1.1 409") && r.contains(section),
+            "{view}: {r}"
+        );
+    }
+    assert!(get(admin, "/show/sessions", None).starts_with("HTTP/1.1 200"));
+}

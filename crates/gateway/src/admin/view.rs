@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use unifab_iscsi::target::server::TargetServer;
 
-use super::AdminView;
+use super::{AdminView, Unshown};
 use crate::plane::remote::GatewayLu;
 
 /// The running gateway's state as the admin endpoint shows it.
@@ -32,7 +32,8 @@ pub struct View {
 }
 
 impl AdminView for View {
-    fn show(&self, what: &str) -> Option<String> {
+    fn show(&self, what: &str) -> Result<String, Unshown> {
+        let fabric = || Err(Unshown::NotConfigured("[fabric]"));
         match what {
             "sessions" => {
                 let v: Vec<serde_json::Value> = self
@@ -47,7 +48,7 @@ impl AdminView for View {
                         })
                     })
                     .collect();
-                Some(serde_json::Value::Array(v).to_string())
+                Ok(serde_json::Value::Array(v).to_string())
             }
             "luns" => {
                 let v: Vec<serde_json::Value> = self
@@ -63,24 +64,31 @@ impl AdminView for View {
                         })
                     })
                     .collect();
-                Some(serde_json::Value::Array(v).to_string())
+                Ok(serde_json::Value::Array(v).to_string())
             }
             "remotes" => {
                 let mut rows = crate::plane::remote::iscsi_remote_rows(&self.remotes);
                 if let Some(fc) = &self.fc {
                     rows.extend(fc.remote_rows(&self.fc_remotes));
                 }
-                Some(serde_json::Value::Array(rows).to_string())
+                Ok(serde_json::Value::Array(rows).to_string())
+            }
+            "flogi" | "fcoe" if self.fc.is_none() && self.fcoe.is_none() => {
+                Err(Unshown::NotConfigured("[fabric] or [fcoe]"))
             }
             "flogi" | "fcoe" => {
                 crate::plane::fcoe::show(self.fc.as_deref(), self.fcoe.as_ref(), what)
+                    .ok_or(Unshown::NoSuchView)
             }
-            "fcip" => Some(
-                self.fcip
-                    .as_ref()
-                    .map_or_else(|| "[]".to_string(), |f| f.show()),
-            ),
-            other => self.fc.as_ref().and_then(|f| f.show(other)),
+            "fcip" => match &self.fcip {
+                Some(f) => Ok(f.show()),
+                None => Err(Unshown::NotConfigured("[fcip]")),
+            },
+            "fcns" | "zones" => match &self.fc {
+                Some(f) => f.show(what).ok_or(Unshown::NoSuchView),
+                None => fabric(),
+            },
+            _ => Err(Unshown::NoSuchView),
         }
     }
 

@@ -182,3 +182,57 @@ fn unknown_views_and_unconfigured_planes_are_told_apart() {
     }
     assert!(get(admin, "/show/sessions", None).starts_with("HTTP/1.1 200"));
 }
+
+/// A circuit whose peer does not answer says so: `show fcip` names the
+/// configured peer, counts the failed attempts and gives the last error
+/// and how long ago it came.
+#[test]
+fn a_circuit_to_a_dead_peer_says_why_it_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // Nobody listens there.
+    let dead = unifab_testkit::peers::free_tcp_port().unwrap();
+    let cfg = format!(
+        r#"{base}
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:01"
+
+[[fcip.tunnel]]
+name = "fcip0"
+peer = "10:00:00:00:c9:00:00:02"
+mode = "enhanced"
+
+[[fcip.tunnel.circuit]]
+peer = "127.0.0.1:{dead}"
+"#,
+        base = config_with_admin(dir.path(), &admin.to_string())
+    );
+    let _gw = Gateway::start(dir.path(), &cfg);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let out = unifab()
+            .args(["show", "fcip", "--json", "--admin", &admin.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let row = rows
+            .into_iter()
+            .find(|r| r["circuit"] == "1")
+            .expect("circuit 1 listed");
+        if row["connect failures"].as_u64().unwrap_or(0) >= 2 || Instant::now() > deadline {
+            break row;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(row["state"], "down", "{row}");
+    assert_eq!(row["peer"], format!("127.0.0.1:{dead}"), "{row}");
+    assert!(row["connect failures"].as_u64().unwrap() >= 2, "{row}");
+    let last = row["last error"].as_str().unwrap();
+    assert!(
+        last.starts_with("connect: ") && last.contains("refused") && last.ends_with("s ago)"),
+        "{row}"
+    );
+}

@@ -104,6 +104,14 @@ pub struct CircuitStats {
     pub rtt_us: u32,
     /// Times the circuit went down.
     pub failures: u64,
+    /// Connection attempts that failed (refused, unreachable, timed out,
+    /// a handshake the peer broke off).
+    pub connect_failures: u64,
+    /// Why the circuit last failed (to connect, or went down); empty if
+    /// it never has.
+    pub last_error: String,
+    /// When `last_error` happened.
+    pub last_error_at: Option<Instant>,
     /// Weight.
     pub weight: u32,
 }
@@ -152,6 +160,8 @@ enum Ev {
     Up(usize, Conn, Option<oneshot::Sender<()>>),
     Rx(usize, u64, Item),
     Closed(usize, u64, String),
+    /// A connection attempt for a circuit failed, and why.
+    ConnectFailed(usize, String),
     /// `Tunnel::stop`: answered once the tunnel is down and closed.
     Stop(oneshot::Sender<()>),
 }

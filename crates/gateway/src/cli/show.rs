@@ -90,6 +90,8 @@ pub async fn show(
             "rtt us",
             "fastwrite",
             "tunnel state",
+            "failures",
+            "last error",
         ],
         _ => &[],
     };

@@ -117,6 +117,11 @@ impl FcipPlane {
                     "rtt us": c.rtt_us,
                     "fastwrite": if s.fastwrite { format!("on ({})", s.fastwrite_writes) } else { "off".into() },
                     "failures": c.failures,
+                    "connect failures": c.connect_failures,
+                    "last error": match c.last_error_at {
+                        Some(at) => format!("{} ({:.0}s ago)", c.last_error, at.elapsed().as_secs_f64()),
+                        None => "-".into(),
+                    },
                 }));
             }
         }

@@ -75,6 +75,15 @@ impl Actor {
                 CircuitStats {
                     slot: s,
                     state: "down".into(),
+                    // The configured address until a connection names
+                    // the real one (class F, slot 0, goes to the first
+                    // circuit's peer).
+                    peer: cfg
+                        .circuits
+                        .get(s.saturating_sub(1))
+                        .and_then(|c| c.peer)
+                        .map(|a| a.to_string())
+                        .unwrap_or_default(),
                     weight: cfg
                         .circuits
                         .get(s.saturating_sub(1))
@@ -256,6 +265,14 @@ impl Actor {
                     self.circuit_down(slot, &why);
                 }
             }
+            Ev::ConnectFailed(slot, why) => {
+                if let Some(s) = self.counters.get_mut(&slot) {
+                    s.connect_failures += 1;
+                    s.last_error = format!("connect: {why}");
+                    s.last_error_at = Some(Instant::now());
+                }
+                self.publish();
+            }
             Ev::Stop(done) => {
                 self.shut_down();
                 let _ = done.send(());
@@ -394,6 +411,8 @@ impl Actor {
         if let Some(s) = self.counters.get_mut(&slot) {
             s.state = "down".into();
             s.failures += 1;
+            s.last_error = why.to_string();
+            s.last_error_at = Some(Instant::now());
         }
         warn!(tunnel = %self.cfg.name, slot, peer = %c.peer, reason = why, "circuit down");
         self.publish();

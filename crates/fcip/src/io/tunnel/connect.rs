@@ -211,6 +211,9 @@ pub(super) async fn connect_loop(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
+    // A peer that stays unreachable is logged when it first fails and
+    // then once a minute, with the count; its coming back, once.
+    let mut failing: Option<(Instant, u64)> = None;
     loop {
         // A stopped tunnel (or one whose task has ended: the sender is
         // gone) makes no more connections.
@@ -221,6 +224,9 @@ pub(super) async fn connect_loop(
         match attempt {
             Ok(conn) => {
                 backoff = Duration::from_millis(100);
+                if let Some((_, n)) = failing.take() {
+                    info!(tunnel = %cfg.name, slot, failed_attempts = n, "circuit connects again");
+                }
                 let (done_tx, done_rx) = oneshot::channel();
                 if ev.send(Ev::Up(slot, conn, Some(done_tx))).await.is_err() {
                     return;
@@ -231,7 +237,18 @@ pub(super) async fn connect_loop(
                 }
             }
             Err(e) => {
-                debug!(tunnel = %cfg.name, slot, error = %e, "circuit connect failed");
+                let n = failing.map_or(0, |(_, n)| n) + 1;
+                match failing {
+                    Some((since, _)) if since.elapsed() < Duration::from_secs(60) => {
+                        debug!(tunnel = %cfg.name, slot, error = %e, "circuit connect failed");
+                        failing = Some((since, n));
+                    }
+                    _ => {
+                        warn!(tunnel = %cfg.name, slot, error = %e, failed_attempts = n, "circuit cannot connect; retrying");
+                        failing = Some((Instant::now(), n));
+                    }
+                }
+                let _ = ev.try_send(Ev::ConnectFailed(slot, e.clone()));
                 if e.contains("configure mode") {
                     warn!(tunnel = %cfg.name, slot, error = %e, "tunnel refused");
                     if let Ok(mut s) = stats.lock() {

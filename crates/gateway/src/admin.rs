@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, info, warn};
@@ -109,7 +109,7 @@ pub async fn serve(
                 let token = token.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), handle(stream, peer, view, token)).await {
+                    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), handle(stream, peer, view, token, None)).await {
                         debug!(%peer, error = %e, "admin request timed out");
                     }
                 });
@@ -119,11 +119,15 @@ pub async fn serve(
     }
 }
 
-async fn handle(
-    mut stream: TcpStream,
-    peer: SocketAddr,
+/// The reload a request on the admin socket may ask for.
+pub type Reloader = Arc<tokio::sync::Mutex<crate::reload::Live>>;
+
+async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    peer: impl std::fmt::Display,
     view: Arc<dyn AdminView>,
     token: Option<Arc<str>>,
+    reloader: Option<Reloader>,
 ) {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -150,8 +154,59 @@ async fn handle(
         let _ = respond(&mut stream, 401, "text/plain", "a token is required (Authorization: Bearer …; unifab show --token or UNIFAB_ADMIN_TOKEN)\n").await;
         return;
     }
+    if method == "POST" {
+        let Some(reloader) = reloader else {
+            let _ = respond(
+                &mut stream,
+                405,
+                "text/plain",
+                "only GET here: changes go through the admin socket (unifab reload)\n",
+            )
+            .await;
+            return;
+        };
+        let dry_run = match path {
+            "/reload" => false,
+            "/reload?dry_run=1" => true,
+            _ => {
+                let _ = respond(
+                    &mut stream,
+                    404,
+                    "text/plain",
+                    "POST /reload or /reload?dry_run=1\n",
+                )
+                .await;
+                return;
+            }
+        };
+        let mut live = reloader.lock().await;
+        let result = if dry_run {
+            live.plan().map(|(p, _)| p)
+        } else {
+            live.reload()
+        };
+        drop(live);
+        match result {
+            Ok(plan) => {
+                crate::reload::log_plan(&plan, !dry_run);
+                info!(%peer, dry_run, "reload requested on the admin socket");
+                let head = if dry_run {
+                    "plan (dry run, nothing changed):"
+                } else {
+                    "applied:"
+                };
+                let _ = respond(&mut stream, 200, "text/plain", &format!("{head}\n{plan}")).await;
+            }
+            Err(e) => {
+                warn!(%peer, error = %e, "reload refused; the running configuration is unchanged");
+                let body = format!("nothing changed: {e}\n");
+                let _ = respond(&mut stream, 422, "text/plain", &body).await;
+            }
+        }
+        return;
+    }
     if method != "GET" {
-        let _ = respond(&mut stream, 405, "text/plain", "only GET\n").await;
+        let _ = respond(&mut stream, 405, "text/plain", "only GET and POST\n").await;
         return;
     }
     if path == "/metrics" {
@@ -185,6 +240,125 @@ async fn handle(
     }
 }
 
+/// The admin socket: `data_dir/admin.sock`, mode 0600, for changes
+/// (`POST /reload`, `unifab reload`) and the same views as the TCP
+/// endpoint. A peer whose user is neither root nor the gateway's own is
+/// refused (403) even if the file's mode let it connect.
+pub async fn serve_unix(
+    listener: tokio::net::UnixListener,
+    view: Arc<dyn AdminView>,
+    reloader: Reloader,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let me = nix::unistd::geteuid().as_raw();
+    let limit = Arc::new(Semaphore::new(16));
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let Ok((mut stream, _)) = r else { continue };
+                let uid = stream.peer_cred().map(|c| c.uid()).ok();
+                if !uid.is_some_and(|u| u == 0 || u == me) {
+                    warn!(?uid, "admin socket: a peer of another user refused");
+                    tokio::spawn(async move {
+                        // The request is read (bounded) before the answer,
+                        // so that the client gets it rather than a reset.
+                        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                            let mut buf = [0u8; 1024];
+                            let mut seen = Vec::new();
+                            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                                seen.extend_from_slice(&buf[..n]);
+                                if seen.len() > 8192 || seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                                    break;
+                                }
+                            }
+                        })
+                        .await;
+                        let _ = respond(&mut stream, 403, "text/plain", "only root or the gateway's user may use the admin socket\n").await;
+                    });
+                    continue;
+                }
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    continue;
+                };
+                let (view, reloader) = (view.clone(), reloader.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let peer = format!("uid {}", uid.unwrap_or(u32::MAX));
+                    // A reload builds LUs (files, their locks): it gets
+                    // longer than a view.
+                    let _ = tokio::time::timeout(Duration::from_secs(60), handle(stream, peer, view, None, Some(reloader))).await;
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+/// Binds the admin socket at `path`: a stale socket file is replaced, the
+/// new one made mode 0600 before anyone is served.
+pub fn bind_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if m.file_type().is_socket() {
+            // Bound only if no gateway answers on it.
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!(
+                        "{} is in use (another gateway with this data_dir?)",
+                        path.display()
+                    ),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        } else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+    }
+    let l = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Client side for `unifab reload`: sends `POST path` on the admin socket
+/// and returns the body, or the error the gateway gave.
+pub async fn post_unix(socket: &std::path::Path, path: &str) -> Result<String, String> {
+    let mut s = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
+        format!(
+            "cannot reach the gateway's admin socket {}: {e} (is `unifab run` running with this data_dir? see --socket)",
+            socket.display()
+        )
+    })?;
+    s.write_all(
+        format!("POST {path} HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(90), s.read_to_end(&mut out))
+        .await
+        .map_err(|_| "the admin socket did not answer in 90 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| "malformed HTTP answer".to_string())?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "{}: {}",
+            head.lines().next().unwrap_or(""),
+            body.trim()
+        ));
+    }
+    Ok(body.to_string())
+}
+
 /// The bearer token of a request's `Authorization` header.
 fn bearer(request: &str) -> Option<&str> {
     request.lines().skip(1).find_map(|l| {
@@ -205,8 +379,8 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn respond(
-    stream: &mut TcpStream,
+async fn respond<S: AsyncWrite + Unpin>(
+    stream: &mut S,
     code: u16,
     ctype: &str,
     body: &str,
@@ -214,8 +388,10 @@ async fn respond(
     let reason = match code {
         200 => "OK",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         409 => "Conflict",
+        422 => "Unprocessable Content",
         405 => "Method Not Allowed",
         _ => "Error",
     };

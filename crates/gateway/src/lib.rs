@@ -8,6 +8,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod plane;
+pub mod reload;
 pub mod run;
 pub mod tuning;
 

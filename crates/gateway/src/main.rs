@@ -2,6 +2,7 @@
 //!
 //! - `unifab run [--config FILE]`: serve (the embedded default without a file).
 //! - `unifab check --config FILE`: validate a configuration, start nothing.
+//! - `unifab reload [--dry-run]`: apply a running gateway's changed file.
 //! - `unifab show sessions|luns|remotes|metrics|flogi|fcns|zones|fcoe|fcip [--admin ADDR]`: the operator's view of a
 //!   running gateway.
 //! - `unifab pcap-check FILE`: re-emit every frame of a capture and report any
@@ -43,6 +44,20 @@ enum Command {
         /// TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Reload a running gateway's configuration file: apply what can
+    /// change live, name what needs a restart (SIGHUP does the same).
+    Reload {
+        /// Print the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The gateway's admin socket (default: `admin.sock` in the
+        /// `[admin] data_dir` of --config, else ./unifab-data/admin.sock).
+        #[arg(long, env = "UNIFAB_ADMIN_SOCKET")]
+        socket: Option<PathBuf>,
+        /// The gateway's configuration file, to find its admin socket.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
     },
     /// Show the state of a running gateway.
     Show {
@@ -149,6 +164,32 @@ fn main() -> ExitCode {
                 token,
                 json,
             } => unifab::cli::show::show(&what, admin, token.as_deref(), json).await,
+            Command::Reload {
+                dry_run,
+                socket,
+                config,
+            } => {
+                let socket = match (socket, config) {
+                    (Some(s), _) => s,
+                    (None, Some(c)) => Config::load(&c)?
+                        .admin
+                        .data_dir
+                        .join(unifab::run::ADMIN_SOCKET),
+                    (None, None) => {
+                        PathBuf::from(config::DEFAULT_DATA_DIR).join(unifab::run::ADMIN_SOCKET)
+                    }
+                };
+                let path = if dry_run {
+                    "/reload?dry_run=1"
+                } else {
+                    "/reload"
+                };
+                let body = unifab::admin::post_unix(&socket, path)
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                unifab::out!("{body}");
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Check { config } => {
                 Config::load(&config)?;
                 unifab::outln!("{}: ok", config.display());

@@ -5,7 +5,7 @@
 //! log out; in-flight tasks finish; backends are flushed).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,16 +18,20 @@ use unifab_scsi_core::LogicalUnit;
 use crate::admin;
 use crate::config::{Backend, Config};
 use crate::plane::remote::GatewayLu;
+use crate::reload::{Live, LiveParts};
+
+/// The admin socket's file name under `[admin] data_dir`.
+pub const ADMIN_SOCKET: &str = "admin.sock";
 
 /// Serves `cfg` until a termination signal.
 pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     run_from(cfg, None).await
 }
 
-/// [`run`] for a configuration read from `path`: SIGHUP re-reads and
-/// checks the file. Live reload is not implemented yet: the running
-/// configuration stays as it is, and the log says whether the file is
-/// valid (a restart applies it). The process never dies of SIGHUP.
+/// [`run`] for a configuration read from `path`: SIGHUP reloads it
+/// ([`crate::reload`]): what can change live does, what cannot is logged
+/// as needing a restart, an invalid file changes nothing. The process
+/// never dies of SIGHUP.
 pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     // Held until `run` returns: the request lasts as long as the gateway.
     let cpu_latency = cfg.tuning.apply().map_err(anyhow::Error::msg)?;
@@ -83,7 +87,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
             continue;
         }
         let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir)?;
-        backends.push(backend);
+        backends.push((lu.name.clone(), backend));
         let d = built.describe();
         info!(
             lu = %lu.name,
@@ -149,28 +153,63 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
     // operator, a script, a test) can run `unifab show` at once (the
     // connection waits in the backlog until the endpoint serves).
     let admin_listener = tokio::net::TcpListener::bind(cfg.admin.listen).await;
+    let socket = cfg.admin.data_dir.join(ADMIN_SOCKET);
+    let admin_socket = admin::bind_unix(&socket);
     let mut tasks = Vec::new();
 
+    let mut maps = crate::plane::iscsi::LunMaps::new();
     if let Some(iscsi) = &cfg.iscsi {
-        let (server, listeners) =
+        let (server, listeners, m) =
             crate::plane::iscsi::bind(iscsi, |name| lus.get(name).map(GatewayLu::lu)).await?;
+        maps = m;
         let s2 = server.clone();
         let rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move { s2.run(listeners, rx).await }));
         server_handle = Some(server);
     }
+    let lu_list = Arc::new(std::sync::RwLock::new(lu_list));
+    let backends = Arc::new(std::sync::RwLock::new(backends));
+    let live = Arc::new(tokio::sync::Mutex::new(Live::new(LiveParts {
+        running: cfg.clone(),
+        path: path.clone(),
+        lus: lus.clone(),
+        lu_list: lu_list.clone(),
+        backends: backends.clone(),
+        maps,
+        server: server_handle.clone(),
+    })));
 
+    let view = Arc::new(crate::admin::view::View {
+        server: server_handle.clone(),
+        fc: fc.clone(),
+        fcoe: fcoe.clone(),
+        fcip: fcip.clone(),
+        luns: lu_list,
+        remotes,
+        fc_remotes,
+    });
+    match admin_socket {
+        Ok(u) => {
+            info!(socket = %socket.display(), "admin socket listening (unifab reload)");
+            tasks.push(tokio::spawn(admin::serve_unix(
+                u,
+                view.clone(),
+                live.clone(),
+                stop_rx.clone(),
+            )));
+        }
+        Err(e) if cfg.admin.required => {
+            return Err(anyhow::anyhow!(
+                "admin socket {}: {e} (set [admin] data_dir, or required = false to start without it)",
+                socket.display()
+            ));
+        }
+        Err(e) => {
+            warn!(socket = %socket.display(), error = %e, "admin socket not available (admin.required = false): no reload but by SIGHUP")
+        }
+    }
     match admin_listener {
         Ok(l) => {
-            let view = Arc::new(crate::admin::view::View {
-                server: server_handle.clone(),
-                fc: fc.clone(),
-                fcoe: fcoe.clone(),
-                fcip: fcip.clone(),
-                luns: lu_list,
-                remotes,
-                fc_remotes,
-            });
             let rx = stop_rx.clone();
             let token = cfg.admin.token.clone();
             tasks.push(tokio::spawn(admin::serve(l, view, token, rx)));
@@ -186,7 +225,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         }
     }
 
-    wait_for_signal(path.as_deref()).await;
+    wait_for_signal(&live).await;
     info!("shutting down: asking initiators to log out");
     let _ = stop_tx.send(true);
     if let Some(p) = &fcoe {
@@ -197,34 +236,32 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
     }
     // Everything acknowledged is already on stable storage where the
     // protocol asked for it; flush the rest of the page cache too.
+    let backends: Vec<_> = backends
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(_, b)| b.clone())
+        .collect();
     for b in &backends {
         if let Err(e) = b.flush() {
             warn!(error = %e, "final flush failed");
         }
     }
+    let _ = std::fs::remove_file(&socket);
     info!("stopped");
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGHUP: checks the configuration file again and says what it found.
-fn reread(path: Option<&Path>) {
-    let Some(path) = path else {
-        info!("SIGHUP: running the embedded default; there is no file to re-read");
-        return;
-    };
-    match Config::load(path) {
-        Ok(_) => info!(
-            file = %path.display(),
-            "SIGHUP: the configuration file is valid; live reload is not implemented yet, so the running configuration is unchanged (restart to apply it)"
-        ),
-        Err(e) => warn!(
-            error = %e,
-            "SIGHUP: the configuration file is not valid; the running configuration is unchanged"
-        ),
+/// SIGHUP: reloads ([`crate::reload`]).
+async fn reread(live: &tokio::sync::Mutex<Live>) {
+    let mut live = live.lock().await;
+    match live.reload() {
+        Ok(plan) => crate::reload::log_plan(&plan, true),
+        Err(e) => warn!(error = %e, "reload refused; the running configuration is unchanged"),
     }
 }
 
-async fn wait_for_signal(path: Option<&Path>) {
+async fn wait_for_signal(live: &tokio::sync::Mutex<Live>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -242,7 +279,7 @@ async fn wait_for_signal(path: Option<&Path>) {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return,
                 _ = term.recv() => return,
-                _ = hup.recv() => reread(path),
+                _ = hup.recv() => reread(live).await,
             }
         }
     }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use unifab_iscsi::target::server::TargetServer;
 
 use super::{AdminView, Unshown};
-use crate::plane::remote::GatewayLu;
 
 /// The running gateway's state as the admin endpoint shows it.
 #[derive(Debug)]
@@ -20,7 +19,7 @@ pub struct View {
     /// The FCIP tunnels, when configured.
     pub fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
     /// Every LU by name, in configuration order.
-    pub luns: Vec<(String, GatewayLu)>,
+    pub luns: crate::reload::LuList,
     /// Each `iscsi://` LU: name, redacted backend, its sessions' factory.
     pub remotes: Vec<(
         String,
@@ -53,6 +52,8 @@ impl AdminView for View {
             "luns" => {
                 let v: Vec<serde_json::Value> = self
                     .luns
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
                     .iter()
                     .map(|(name, lu)| {
                         let d = lu.lu().describe();

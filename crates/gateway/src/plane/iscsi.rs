@@ -12,7 +12,7 @@ use unifab_iscsi::target::server::{ChapSettings, ServerConfig, TargetNode, Targe
 use unifab_scsi_core::target::ScsiTarget;
 use unifab_scsi_core::{LogicalUnit, Lun};
 
-use crate::config::IscsiConfig;
+use crate::config::{IscsiConfig, TargetConfig};
 
 /// The portal's settings from `[iscsi]`.
 pub fn server_config(iscsi: &IscsiConfig) -> ServerConfig {
@@ -59,47 +59,85 @@ pub fn server_config(iscsi: &IscsiConfig) -> ServerConfig {
 }
 
 /// One target node per `[[iscsi.target]]`, its LUN map built from the LUs
-/// `lus` finds by name (LUN 0, 1, … in the order listed).
+/// `lus` finds by name (LUN 0, 1, … in the order listed), with the map
+/// itself (a reload changes LUNs in it).
 pub fn target_nodes(
     iscsi: &IscsiConfig,
     lus: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
-) -> anyhow::Result<Vec<TargetNode>> {
+) -> anyhow::Result<Vec<(TargetNode, Arc<ScsiTarget>)>> {
     let mut nodes = Vec::new();
     for t in &iscsi.target {
         let scsi = Arc::new(ScsiTarget::new());
-        for (i, name) in t.luns.iter().enumerate() {
-            let lu = lus(name).with_context(|| format!("lun {name:?} is not defined"))?;
-            let index = u16::try_from(i).ok().and_then(Lun::from_index);
-            let Some(lun) = index else {
-                bail!("target {}: too many LUNs", t.iqn);
-            };
-            scsi.insert(lun, lu);
-        }
-        nodes.push(TargetNode {
-            name: t.iqn.clone(),
-            alias: t.alias.clone(),
-            scsi,
-            allow: t.allow.clone(),
-            chap: t.chap.as_ref().map(|c| ChapSettings {
-                user: c.user.clone(),
-                secret: c.secret.clone().into_bytes(),
-                mutual: match (&c.mutual_user, &c.mutual_secret) {
-                    (Some(u), Some(s)) => Some((u.clone(), s.clone().into_bytes())),
-                    _ => None,
-                },
-            }),
-        });
+        map_luns(t, &scsi, &lus)?;
+        nodes.push((target_node(t, scsi.clone()), scsi));
     }
     Ok(nodes)
 }
+
+/// Makes `scsi`'s LUN map what `t.luns` lists: LUN i is the i-th LU
+/// (as `lus` finds it), nothing past them. LUNs that already hold the
+/// right LU are left alone; every change raises REPORTED LUNS DATA HAS
+/// CHANGED for the target's hosts.
+pub fn map_luns(
+    t: &TargetConfig,
+    scsi: &ScsiTarget,
+    lus: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
+) -> anyhow::Result<()> {
+    let mut wanted = Vec::new();
+    for (i, name) in t.luns.iter().enumerate() {
+        let lu = lus(name).with_context(|| format!("lun {name:?} is not defined"))?;
+        let index = u16::try_from(i).ok().and_then(Lun::from_index);
+        let Some(lun) = index else {
+            bail!("target {}: too many LUNs", t.iqn);
+        };
+        wanted.push((lun, lu));
+    }
+    for (lun, lu) in &wanted {
+        if !scsi.get(*lun).is_some_and(|have| Arc::ptr_eq(&have, lu)) {
+            scsi.insert(*lun, lu.clone());
+        }
+    }
+    for lun in scsi.luns() {
+        if !wanted.iter().any(|(l, _)| *l == lun) {
+            scsi.remove(lun);
+        }
+    }
+    Ok(())
+}
+
+/// The target node `t` describes, dispatching into `scsi`.
+pub fn target_node(t: &TargetConfig, scsi: Arc<ScsiTarget>) -> TargetNode {
+    TargetNode {
+        name: t.iqn.clone(),
+        alias: t.alias.clone(),
+        scsi,
+        allow: t.allow.clone(),
+        chap: t.chap.as_ref().map(|c| ChapSettings {
+            user: c.user.clone(),
+            secret: c.secret.clone().into_bytes(),
+            mutual: match (&c.mutual_user, &c.mutual_secret) {
+                (Some(u), Some(s)) => Some((u.clone(), s.clone().into_bytes())),
+                _ => None,
+            },
+        }),
+    }
+}
+
+/// The LUN map of each target, by IQN in lower case.
+pub type LunMaps = std::collections::HashMap<String, Arc<ScsiTarget>>;
 
 /// Binds the portal and prints what to connect to (the operator's first
 /// lines); serve it with [`TargetServer::run`].
 pub async fn bind(
     iscsi: &IscsiConfig,
     lus: impl Fn(&str) -> Option<Arc<dyn LogicalUnit>>,
-) -> anyhow::Result<(TargetServer, Listeners)> {
-    let nodes = target_nodes(iscsi, lus)?;
+) -> anyhow::Result<(TargetServer, Listeners, LunMaps)> {
+    let mut maps = LunMaps::new();
+    let mut nodes = Vec::new();
+    for (node, scsi) in target_nodes(iscsi, lus)? {
+        maps.insert(node.name.to_ascii_lowercase(), scsi);
+        nodes.push(node);
+    }
     let sc = server_config(iscsi);
     let (server, listeners) = TargetServer::bind(&iscsi.listen, sc, nodes).await?;
     for addr in server.local_addrs() {
@@ -111,5 +149,5 @@ pub async fn bind(
             }
         }
     }
-    Ok((server, listeners))
+    Ok((server, listeners, maps))
 }

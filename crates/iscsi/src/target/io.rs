@@ -59,6 +59,9 @@ pub(crate) struct SessionHandle {
     pub(crate) info: Arc<Mutex<SessionInfo>>,
     /// Resolves when the session task has ended.
     pub(crate) done: watch::Receiver<bool>,
+    /// Flipped to ask the initiator to log out (Async Message, logout
+    /// requested): its target was removed or its ACL entry withdrawn.
+    pub(crate) logout: watch::Sender<bool>,
     /// A second descriptor of the session's socket, to look for an end of
     /// stream its task has not read yet ([`Shared::end_dead_sessions`]).
     /// Made by the accept loop, which refuses a connection it cannot make
@@ -195,6 +198,9 @@ pub(crate) struct FfpSetup {
     pub(crate) scsi: Arc<dyn Dispatch>,
     pub(crate) kill: watch::Receiver<bool>,
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// This session alone is asked to log out (as at shutdown); a closed
+    /// channel never asks.
+    pub(crate) logout: watch::Receiver<bool>,
     pub(crate) info: Arc<Mutex<SessionInfo>>,
     /// Answers Text Requests in full-feature phase (SendTargets, key
     /// renegotiation).
@@ -628,6 +634,10 @@ pub(crate) async fn run_ffp(
                 session.request_logout(2);
                 shutting_down = Some(Instant::now() + Duration::from_secs(5));
             }
+            Ok(()) = setup.logout.changed(), if shutting_down.is_none() => {
+                session.request_logout(2);
+                shutting_down = Some(Instant::now() + Duration::from_secs(5));
+            }
         }
     }
 
@@ -984,6 +994,7 @@ mod session_table_tests {
                         commands: 0,
                     })),
                     done,
+                    logout: watch::channel(false).0,
                     probe: socket2::Socket::from(std::os::fd::OwnedFd::from(server)),
                 },
             );

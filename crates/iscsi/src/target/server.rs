@@ -402,6 +402,8 @@ impl TargetServer {
             scsi: Arc::new(DiscoverySessionTarget),
             kill,
             shutdown: sd,
+            // Discovery sessions are not asked to leave alone.
+            logout: watch::channel(false).1,
             info,
             text,
             cold_reset: Box::new(|| {}),
@@ -452,6 +454,7 @@ impl TargetServer {
             commands: 0,
         }));
         let (kill_tx, kill) = watch::channel(false);
+        let (logout_tx, logout) = watch::channel(false);
         let (done_tx, done_rx) = watch::channel(false);
         {
             let mut sessions = self
@@ -466,6 +469,7 @@ impl TargetServer {
                     kill: kill_tx,
                     info: info.clone(),
                     done: done_rx,
+                    logout: logout_tx,
                     probe,
                 },
             );
@@ -494,6 +498,7 @@ impl TargetServer {
             scsi: node.scsi.clone(),
             kill,
             shutdown,
+            logout,
             info: info.clone(),
             text,
             cold_reset: Box::new(move || me2.kill_target_sessions(&cold_target)),
@@ -541,6 +546,66 @@ impl TargetServer {
             .unwrap_or_else(|e| e.into_inner())
             .get(&name.to_ascii_lowercase())
             .cloned()
+    }
+
+    /// Adds target node `node`, or replaces the one of the same name: new
+    /// logins see the new ACL and CHAP at once; sessions whose initiator
+    /// the new ACL no longer admits are asked to log out (Async Message).
+    /// A session keeps the LUN map it logged in to (`node.scsi`): change
+    /// a target's LUNs in that map, not by a new one.
+    pub fn set_target(&self, node: TargetNode) {
+        let key = node.name.to_ascii_lowercase();
+        let node = Arc::new(node);
+        let replaced = self
+            .nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), node.clone());
+        if replaced.is_none() {
+            info!(target = %node.name, "target added");
+            return;
+        }
+        let Some(allow) = &node.allow else {
+            return;
+        };
+        let sessions = self
+            .shared
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for (k, h) in sessions.iter().filter(|(k, _)| k.0 == key) {
+            if !allow.iter().any(|a| a.eq_ignore_ascii_case(&k.1)) {
+                info!(target = %node.name, initiator = %k.1, "initiator no longer allowed: asking it to log out");
+                let _ = h.logout.send(true);
+            }
+        }
+    }
+
+    /// Removes target node `name` (false if there was none): no new login
+    /// finds it, and its sessions are asked to log out (Async Message) and
+    /// closed 5 s later if they have not.
+    pub fn remove_target(&self, name: &str) -> bool {
+        let key = name.to_ascii_lowercase();
+        let removed = self
+            .nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .is_some();
+        if removed {
+            let sessions = self
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let mut n = 0;
+            for (_, h) in sessions.iter().filter(|(k, _)| k.0 == key) {
+                let _ = h.logout.send(true);
+                n += 1;
+            }
+            info!(target = %name, sessions = n, "target removed; its sessions are asked to log out");
+        }
+        removed
     }
 
     fn kill_target_sessions(&self, target: &str) {

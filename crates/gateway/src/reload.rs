@@ -1,0 +1,548 @@
+//! Reload: the configuration file stays the one source of truth. A reload
+//! reads it again, checks all of it, computes one plan by diffing the
+//! running configuration with the new one, applies what can change live
+//! and names what needs a restart, never applying half of one change.
+//!
+//! Live today: logical units on memory and file backends (added, or
+//! removed when no FC target serves them), iSCSI targets (added, removed,
+//! their LUN maps, ACLs, CHAP and aliases). Hosts see the protocol's
+//! notices: a changed LUN map raises REPORTED LUNS DATA HAS CHANGED; a
+//! removed target's sessions, and sessions whose initiator an ACL no
+//! longer admits, are asked to log out (Async Message); a LUN removed
+//! under a host answers LOGICAL UNIT NOT SUPPORTED. Sessions and LUs the
+//! change does not touch see nothing.
+//!
+//! Needs a restart: a changed LU definition (backend, size, block size,
+//! …), remote LUs (`iscsi://`, `fc://`) added or removed, `[iscsi]`
+//! settings other than its targets (listen addresses included),
+//! `[fabric]`, `[fcoe]`, `[fcip]`, `[admin]` and `[tuning]`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use tracing::{info, warn};
+use unifab_iscsi::target::server::TargetServer;
+use unifab_scsi_core::backend::BlockBackend;
+use unifab_scsi_core::target::ScsiTarget;
+
+use crate::config::{Backend, Config, IscsiConfig, LuConfig, TargetConfig};
+use crate::plane::iscsi::LunMaps;
+use crate::plane::remote::GatewayLu;
+
+/// The local LUs' backends by LU name (flushed at shutdown).
+pub type Backends = Arc<RwLock<Vec<(String, Arc<dyn BlockBackend>)>>>;
+
+/// The LUs `unifab show luns` lists, by name, in configuration order.
+pub type LuList = Arc<RwLock<Vec<(String, GatewayLu)>>>;
+
+/// What a change does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Something new.
+    Add,
+    /// Something gone.
+    Remove,
+    /// Something different.
+    Change,
+}
+
+/// One line of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Added, removed or changed.
+    pub action: Action,
+    /// What: `lu "b"`, `iscsi.target "iqn…"`, `[fabric]`.
+    pub what: String,
+    /// Details (which keys of a target changed).
+    pub detail: String,
+    /// Applied live; otherwise it waits for a restart.
+    pub live: bool,
+}
+
+/// What a reload does: every difference between the running
+/// configuration and the file, each live or needing a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The changes, LUs first, then targets, then the other sections.
+    pub changes: Vec<Change>,
+}
+
+impl Plan {
+    /// The plan that takes `old` to `new`.
+    pub fn diff(old: &Config, new: &Config) -> Plan {
+        let mut changes = Vec::new();
+        let mut push = |action, what: String, detail: String, live| {
+            changes.push(Change {
+                action,
+                what,
+                detail,
+                live,
+            });
+        };
+        let local =
+            |lu: &LuConfig| matches!(lu.parsed_backend(), Ok(Backend::Memory | Backend::File(_)));
+        let fc_uses = |name: &str| {
+            old.fabric
+                .as_ref()
+                .is_some_and(|f| f.target.iter().any(|t| t.luns.iter().any(|l| l == name)))
+        };
+        // LUs that will be there, by name, and whether they are usable by
+        // an iSCSI target after the live part is applied.
+        let mut usable: HashMap<&str, bool> = HashMap::new();
+        for lu in &new.lu {
+            match old.lu.iter().find(|o| o.name == lu.name) {
+                None if local(lu) => {
+                    usable.insert(&lu.name, true);
+                    push(
+                        Action::Add,
+                        format!("lu {:?}", lu.name),
+                        String::new(),
+                        true,
+                    );
+                }
+                None => {
+                    usable.insert(&lu.name, false);
+                    push(
+                        Action::Add,
+                        format!("lu {:?}", lu.name),
+                        "a remote LU".into(),
+                        false,
+                    );
+                }
+                Some(o) if o != lu => {
+                    let _ = o;
+                    usable.insert(&lu.name, true);
+                    push(
+                        Action::Change,
+                        format!("lu {:?}", lu.name),
+                        "its definition changed (the running LU stays as it is)".into(),
+                        false,
+                    );
+                }
+                Some(_) => {
+                    usable.insert(&lu.name, true);
+                }
+            }
+        }
+        for o in &old.lu {
+            if !new.lu.iter().any(|lu| lu.name == o.name) {
+                let (live, detail) = if !local(o) {
+                    (false, "a remote LU".to_string())
+                } else if fc_uses(&o.name) {
+                    (false, "an FC target serves it".to_string())
+                } else {
+                    (true, String::new())
+                };
+                if !live {
+                    usable.insert(&o.name, true);
+                }
+                push(Action::Remove, format!("lu {:?}", o.name), detail, live);
+            }
+        }
+        let targets = |c: &Option<IscsiConfig>| -> Vec<TargetConfig> {
+            c.as_ref().map_or_else(Vec::new, |i| i.target.clone())
+        };
+        let (old_t, new_t) = (targets(&old.iscsi), targets(&new.iscsi));
+        let iscsi_live = old.iscsi.is_some() && new.iscsi.is_some();
+        for t in &new_t {
+            let what = format!("iscsi.target {:?}", t.iqn);
+            let missing: Vec<&String> = t
+                .luns
+                .iter()
+                .filter(|l| !usable.get(l.as_str()).copied().unwrap_or(false))
+                .collect();
+            let blocked = if missing.is_empty() {
+                None
+            } else {
+                Some(format!("LUs not available live: {missing:?}"))
+            };
+            match old_t.iter().find(|o| o.iqn.eq_ignore_ascii_case(&t.iqn)) {
+                None => push(
+                    Action::Add,
+                    what,
+                    blocked.clone().unwrap_or_default(),
+                    iscsi_live && blocked.is_none(),
+                ),
+                Some(o) if o != t => {
+                    let detail = target_diff(o, t);
+                    let detail = match &blocked {
+                        Some(b) => format!("{detail}; {b}"),
+                        None => detail,
+                    };
+                    push(Action::Change, what, detail, blocked.is_none());
+                }
+                Some(_) => {}
+            }
+        }
+        for o in &old_t {
+            if !new_t.iter().any(|t| t.iqn.eq_ignore_ascii_case(&o.iqn)) {
+                push(
+                    Action::Remove,
+                    format!("iscsi.target {:?}", o.iqn),
+                    String::new(),
+                    iscsi_live,
+                );
+            }
+        }
+        let iscsi_rest = |c: &Option<IscsiConfig>| {
+            c.as_ref().map(|i| IscsiConfig {
+                target: Vec::new(),
+                ..i.clone()
+            })
+        };
+        if iscsi_rest(&old.iscsi) != iscsi_rest(&new.iscsi) {
+            let action = match (&old.iscsi, &new.iscsi) {
+                (None, _) => Action::Add,
+                (_, None) => Action::Remove,
+                _ => Action::Change,
+            };
+            push(action, "[iscsi]".into(), "portal settings".into(), false);
+        }
+        let mut section = |name: &str, same: bool| {
+            if !same {
+                push(Action::Change, name.to_string(), String::new(), false);
+            }
+        };
+        section("[fabric]", old.fabric == new.fabric);
+        section("[fcoe]", old.fcoe == new.fcoe);
+        section("[fcip]", old.fcip == new.fcip);
+        section("[admin]", old.admin == new.admin);
+        section("[tuning]", old.tuning == new.tuning);
+        Plan { changes }
+    }
+
+    /// Whether some change waits for a restart.
+    pub fn needs_restart(&self) -> bool {
+        self.changes.iter().any(|c| !c.live)
+    }
+
+    /// Whether the plan changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.changes.is_empty() {
+            return writeln!(f, "nothing to change");
+        }
+        for c in &self.changes {
+            let sign = match c.action {
+                Action::Add => "+",
+                Action::Remove => "-",
+                Action::Change => "~",
+            };
+            let when = if c.live { "live" } else { "needs restart" };
+            write!(f, "{sign} {} [{when}]", c.what)?;
+            if !c.detail.is_empty() {
+                write!(f, ": {}", c.detail)?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+/// Which keys of a target differ.
+fn target_diff(a: &TargetConfig, b: &TargetConfig) -> String {
+    let mut keys = Vec::new();
+    if a.luns != b.luns {
+        keys.push(format!("luns {:?} -> {:?}", a.luns, b.luns));
+    }
+    if a.allow != b.allow {
+        keys.push("allow".to_string());
+    }
+    if a.chap != b.chap {
+        keys.push("chap".to_string());
+    }
+    if a.alias != b.alias {
+        keys.push("alias".to_string());
+    }
+    if a.iqn != b.iqn {
+        keys.push("iqn (case)".to_string());
+    }
+    keys.join(", ")
+}
+
+/// The running gateway's reloadable state.
+pub struct Live {
+    /// What is running: the configuration as started, with every live
+    /// change applied since (a change that needs a restart is not in it).
+    running: Config,
+    /// The file reloads read; `None`: the embedded default.
+    path: Option<PathBuf>,
+    lus: HashMap<String, GatewayLu>,
+    /// What `unifab show luns` lists, in configuration order.
+    lu_list: LuList,
+    /// The local LUs' backends (flushed at shutdown).
+    backends: Backends,
+    maps: LunMaps,
+    server: Option<TargetServer>,
+}
+
+impl fmt::Debug for Live {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Live")
+            .field("path", &self.path)
+            .field("lus", &self.lus.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parts of [`Live`] that `unifab run` builds.
+pub struct LiveParts {
+    /// The configuration it started with.
+    pub running: Config,
+    /// Its file.
+    pub path: Option<PathBuf>,
+    /// Every LU by name.
+    pub lus: HashMap<String, GatewayLu>,
+    /// The list the admin view shows.
+    pub lu_list: LuList,
+    /// The local LUs' backends.
+    pub backends: Backends,
+    /// The iSCSI targets' LUN maps.
+    pub maps: LunMaps,
+    /// The portal.
+    pub server: Option<TargetServer>,
+}
+
+impl fmt::Debug for LiveParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LiveParts")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Live {
+    /// The reloadable state of a gateway `unifab run` started.
+    pub fn new(p: LiveParts) -> Live {
+        Live {
+            running: p.running,
+            path: p.path,
+            lus: p.lus,
+            lu_list: p.lu_list,
+            backends: p.backends,
+            maps: p.maps,
+            server: p.server,
+        }
+    }
+
+    /// Reads the file again and returns the plan, with the new
+    /// configuration; an invalid file is an error and changes nothing.
+    pub fn plan(&self) -> Result<(Plan, Config), String> {
+        let Some(path) = &self.path else {
+            return Err("running the embedded default: there is no file to re-read".into());
+        };
+        let new = Config::load(path).map_err(|e| e.to_string())?;
+        Ok((Plan::diff(&self.running, &new), new))
+    }
+
+    /// Reloads: reads the file, applies what can change live, and returns
+    /// the plan (what was applied, what waits for a restart).
+    pub fn reload(&mut self) -> Result<Plan, String> {
+        let (plan, new) = self.plan()?;
+        self.apply(&plan, &new)?;
+        Ok(plan)
+    }
+
+    fn data_dir(&self) -> &Path {
+        &self.running.admin.data_dir
+    }
+
+    fn apply(&mut self, plan: &Plan, new: &Config) -> Result<(), String> {
+        let live = |what: &str, action: Action| {
+            plan.changes
+                .iter()
+                .any(|c| c.live && c.action == action && c.what == what)
+        };
+        // New LUs first: targets may map them.
+        for lu in &new.lu {
+            if live(&format!("lu {:?}", lu.name), Action::Add) {
+                let data_dir = self.data_dir().to_path_buf();
+                let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir)
+                    .map_err(|e| format!("lu {:?}: {e:#}", lu.name))?;
+                info!(lu = %lu.name, "reload: logical unit added");
+                self.lus
+                    .insert(lu.name.clone(), GatewayLu::Emulated(built.clone()));
+                self.backends
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((lu.name.clone(), backend));
+                self.running.lu.push(lu.clone());
+            }
+        }
+        // Targets.
+        let new_targets = new.iscsi.as_ref().map_or(&[][..], |i| &i.target[..]);
+        if let (Some(server), Some(running_iscsi)) = (&self.server, self.running.iscsi.as_mut()) {
+            let old_targets = running_iscsi.target.clone();
+            for o in &old_targets {
+                if live(&format!("iscsi.target {:?}", o.iqn), Action::Remove) {
+                    server.remove_target(&o.iqn);
+                    self.maps.remove(&o.iqn.to_ascii_lowercase());
+                    running_iscsi
+                        .target
+                        .retain(|t| !t.iqn.eq_ignore_ascii_case(&o.iqn));
+                }
+            }
+            for t in new_targets {
+                let what = format!("iscsi.target {:?}", t.iqn);
+                let add = live(&what, Action::Add);
+                let change = live(&what, Action::Change);
+                if !add && !change {
+                    continue;
+                }
+                let key = t.iqn.to_ascii_lowercase();
+                let scsi = self
+                    .maps
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(ScsiTarget::new()))
+                    .clone();
+                let lus = &self.lus;
+                crate::plane::iscsi::map_luns(t, &scsi, |name| lus.get(name).map(GatewayLu::lu))
+                    .map_err(|e| format!("{what}: {e:#}"))?;
+                server.set_target(crate::plane::iscsi::target_node(t, scsi));
+                info!(target = %t.iqn, "reload: target {}", if add { "added" } else { "changed" });
+                match running_iscsi
+                    .target
+                    .iter_mut()
+                    .find(|r| r.iqn.eq_ignore_ascii_case(&t.iqn))
+                {
+                    Some(r) => *r = t.clone(),
+                    None => running_iscsi.target.push(t.clone()),
+                }
+            }
+        }
+        // LUs no target maps any more.
+        for o in self.running.lu.clone() {
+            if live(&format!("lu {:?}", o.name), Action::Remove) {
+                self.lus.remove(&o.name);
+                self.backends
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|(n, _)| *n != o.name);
+                self.running.lu.retain(|l| l.name != o.name);
+                info!(lu = %o.name, "reload: logical unit removed");
+            }
+        }
+        // What `show luns` lists, in the running order.
+        let list: Vec<(String, GatewayLu)> = self
+            .running
+            .lu
+            .iter()
+            .filter_map(|l| self.lus.get(&l.name).map(|g| (l.name.clone(), g.clone())))
+            .collect();
+        *self.lu_list.write().unwrap_or_else(|e| e.into_inner()) = list;
+        Ok(())
+    }
+}
+
+/// Logs a plan, one line per change.
+pub fn log_plan(plan: &Plan, applied: bool) {
+    if plan.is_empty() {
+        info!("reload: the configuration file is unchanged");
+        return;
+    }
+    for c in &plan.changes {
+        let line = format!("{} {}", c.what, c.detail);
+        match (c.live, applied) {
+            (true, true) => info!(change = ?c.action, "reload: applied: {line}"),
+            (true, false) => info!(change = ?c.action, "reload (dry run): would apply: {line}"),
+            (false, _) => warn!(change = ?c.action, "reload: needs a restart, not applied: {line}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn cfg(text: &str) -> Config {
+        Config::parse(text, "test.toml").unwrap()
+    }
+
+    const BASE: &str = r#"
+[[lu]]
+name = "a"
+backend = "memory"
+size = "8MiB"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:t"
+luns = ["a"]
+"#;
+
+    fn live_of(p: &Plan) -> Vec<(String, bool)> {
+        p.changes.iter().map(|c| (c.what.clone(), c.live)).collect()
+    }
+
+    #[test]
+    fn the_same_file_changes_nothing() {
+        let p = Plan::diff(&cfg(BASE), &cfg(BASE));
+        assert!(p.is_empty());
+        assert_eq!(p.to_string(), "nothing to change\n");
+    }
+
+    #[test]
+    fn a_changed_lu_needs_a_restart_and_a_target_mapping_it_still_changes_live() {
+        let new = BASE
+            .replace("size = \"8MiB\"", "size = \"16MiB\"")
+            .replace("luns = [\"a\"]", "luns = [\"a\"]\nalias = \"renamed\"");
+        let p = Plan::diff(&cfg(BASE), &cfg(&new));
+        assert_eq!(
+            live_of(&p),
+            vec![
+                ("lu \"a\"".to_string(), false),
+                ("iscsi.target \"iqn.2026-11.io.unifab:t\"".to_string(), true),
+            ]
+        );
+        assert!(p.needs_restart());
+    }
+
+    #[test]
+    fn a_remote_lu_is_not_added_live_nor_is_a_target_that_maps_it() {
+        let new = BASE.replace(
+            "[iscsi]",
+            "[[lu]]\nname = \"r\"\nbackend = \"iscsi://127.0.0.1:3261/iqn.2026-11.io.example:x/0\"\n\n[iscsi]",
+        ) + "\n[[iscsi.target]]\niqn = \"iqn.2026-11.io.unifab:r\"\nluns = [\"r\"]\n";
+        let p = Plan::diff(&cfg(BASE), &cfg(&new));
+        assert_eq!(
+            live_of(&p),
+            vec![
+                ("lu \"r\"".to_string(), false),
+                (
+                    "iscsi.target \"iqn.2026-11.io.unifab:r\"".to_string(),
+                    false
+                ),
+            ]
+        );
+        assert!(
+            p.to_string().contains("LUs not available live: [\"r\"]"),
+            "{p}"
+        );
+    }
+
+    #[test]
+    fn other_sections_need_a_restart() {
+        let new = BASE.replace(
+            "listen = [\"127.0.0.1:0\"]",
+            "listen = [\"127.0.0.1:3999\"]",
+        ) + "\n[tuning]\nworker_threads = 2\n";
+        let p = Plan::diff(&cfg(BASE), &cfg(&new));
+        assert_eq!(
+            live_of(&p),
+            vec![
+                ("[iscsi]".to_string(), false),
+                ("[tuning]".to_string(), false)
+            ]
+        );
+    }
+}

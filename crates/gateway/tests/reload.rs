@@ -1,0 +1,315 @@
+//! Reload under load: a host does verified I/O on LU A throughout a
+//! sequence of reloads that add and remove LUs and a target, change the
+//! target's LUN map and ACL, try an invalid file and a change that needs
+//! a restart; the host on A sees no failed command, the hosts on the
+//! changed target get the notices, and `--dry-run` changes nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::Gateway;
+use unifab_iscsi::wire::pdu::{AsyncEvent, Pdu};
+use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
+
+const IQN_A: &str = "iqn.2026-11.io.unifab:reload-a";
+const IQN_B: &str = "iqn.2026-11.io.unifab:reload-b";
+const HOST_B: &str = "iqn.2026-11.io.example:host-b";
+const HOST_C: &str = "iqn.2026-11.io.example:host-c";
+
+/// The configuration: LU "a" and target A always; `extra_lus` (memory,
+/// 8 MiB each); target B with `b_luns` and `b_allow` when given; and
+/// `nop` as the portal's NOP-In interval.
+fn config(dir: &Path, extra_lus: &[&str], b: Option<(&[&str], &str)>, nop: u32) -> String {
+    let mut s = format!(
+        r#"
+[[lu]]
+name = "a"
+backend = "file:{dir}/a.img"
+size = "8MiB"
+"#,
+        dir = dir.display()
+    );
+    for lu in extra_lus {
+        s.push_str(&format!(
+            "\n[[lu]]\nname = \"{lu}\"\nbackend = \"memory\"\nsize = \"8MiB\"\n"
+        ));
+    }
+    s.push_str(&format!(
+        r#"
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = {nop}
+
+[[iscsi.target]]
+iqn = "{IQN_A}"
+luns = ["a"]
+"#
+    ));
+    if let Some((luns, allow)) = b {
+        let luns: Vec<String> = luns.iter().map(|l| format!("\"{l}\"")).collect();
+        s.push_str(&format!(
+            "\n[[iscsi.target]]\niqn = \"{IQN_B}\"\nluns = [{}]\nallow = [\"{allow}\"]\n",
+            luns.join(", ")
+        ));
+    }
+    s.push_str(&format!(
+        "\n[admin]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}/state\"\n",
+        dir.display()
+    ));
+    s
+}
+
+fn reload(cfg: &Path, dry_run: bool) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_unifab"));
+    c.arg("reload").arg("--config").arg(cfg);
+    if dry_run {
+        c.arg("--dry-run");
+    }
+    c.output().unwrap()
+}
+
+fn host(name: &str) -> RawOptions {
+    RawOptions {
+        initiator: name.into(),
+        ..RawOptions::default()
+    }
+}
+
+/// LUNs REPORT LUNS lists.
+fn report_luns(s: &mut RawSession) -> usize {
+    let r = s
+        .command(&[0xa0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0], &[], 4096)
+        .unwrap();
+    assert_eq!(r.status, 0, "REPORT LUNS: {r:?}");
+    u32::from_be_bytes(r.data[0..4].try_into().unwrap()) as usize / 8
+}
+
+/// Waits for an Async Message asking this session to log out.
+fn logout_requested(s: &mut RawSession) -> bool {
+    for _ in 0..10 {
+        match s.recv().map(|f| f.parse()) {
+            Ok(Ok(Pdu::AsyncMessage(m))) => return m.event == AsyncEvent::LOGOUT_REQUEST,
+            Ok(_) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+fn show_luns(dir: &Path) -> Vec<String> {
+    use std::io::{Read, Write};
+    // The admin socket answers GET like the TCP endpoint.
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
+    s.write_all(b"GET /show/luns HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let v: Vec<serde_json::Value> = serde_json::from_str(body).unwrap();
+    v.iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn reloads_under_load_lose_no_command_and_tell_the_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gw = Gateway::start(d, &config(d, &[], None, 0));
+    let cfg = gw.config.clone();
+
+    // The host on A: verified writes and reads until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut a = RawSession::login(gw.addr, IQN_A, &host("iqn.2026-11.io.example:host-a")).unwrap();
+    let io = {
+        let (stop, done, failed) = (stop.clone(), done.clone(), failed.clone());
+        std::thread::spawn(move || {
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let lba = round % 1024 * 8;
+                let data: Vec<u8> = (0..4096).map(|i| (i as u64 ^ round) as u8).collect();
+                let w = a.write16(lba, &data, 512, false);
+                let r = a.read16(lba, 8, 512);
+                match (w, r) {
+                    (Ok(w), Ok(r)) if w.status == 0 && r.status == 0 && r.data == data => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => {
+                        eprintln!("host A, round {round}: {other:?}");
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                round += 1;
+            }
+        })
+    };
+    let progress = |n: u64| {
+        let start = done.load(Ordering::Relaxed);
+        while done.load(Ordering::Relaxed) < start + n {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    progress(50);
+
+    // 1. A dry run prints the plan and changes nothing.
+    std::fs::write(&cfg, config(d, &["b"], Some((&["b"], HOST_B)), 0)).unwrap();
+    let out = reload(&cfg, true);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        plan.contains("+ lu \"b\" [live]")
+            && plan.contains(&format!("+ iscsi.target \"{IQN_B}\" [live]")),
+        "{plan}"
+    );
+    assert!(
+        RawSession::login(gw.addr, IQN_B, &host(HOST_B)).is_err(),
+        "a dry run added the target"
+    );
+    assert_eq!(show_luns(d), vec!["a"]);
+    progress(20);
+
+    // 2. Applied: B serves LU b to host B.
+    let out = reload(&cfg, false);
+    assert!(out.status.success(), "{out:?}");
+    let mut b = RawSession::login(gw.addr, IQN_B, &host(HOST_B)).unwrap();
+    assert_eq!(report_luns(&mut b), 1);
+    assert_eq!(show_luns(d), vec!["a", "b"]);
+    progress(20);
+
+    // 3. B's LUN map grows: host B hears REPORTED LUNS DATA HAS CHANGED.
+    std::fs::write(&cfg, config(d, &["b", "c"], Some((&["b", "c"], HOST_B)), 0)).unwrap();
+    assert!(reload(&cfg, false).status.success());
+    let r = b.read16(0, 1, 512).unwrap();
+    assert_eq!(r.status, 2, "CHECK CONDITION after the map changed: {r:?}");
+    assert_eq!(
+        (r.sense[2] & 0x0f, r.sense[12], r.sense[13]),
+        (6, 0x3f, 0x0e),
+        "{r:?}"
+    );
+    assert_eq!(report_luns(&mut b), 2);
+    assert_eq!(b.read16(0, 1, 512).unwrap().status, 0);
+    progress(20);
+
+    // 4. An invalid file changes nothing, and says why.
+    std::fs::write(&cfg, config(d, &["b"], Some((&["b", "nope"], HOST_B)), 0)).unwrap();
+    let out = reload(&cfg, false);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nope"),
+        "{out:?}"
+    );
+    assert_eq!(show_luns(d), vec!["a", "b", "c"]);
+    assert_eq!(report_luns(&mut b), 2);
+
+    // 5. A portal setting needs a restart: named, not applied; the rest
+    // of the same file is.
+    std::fs::write(&cfg, config(d, &["b", "c"], Some((&["b", "c"], HOST_C)), 7)).unwrap();
+    let out = reload(&cfg, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{plan}");
+    assert!(out.status.success(), "{out:?}");
+    assert!(plan.contains("~ [iscsi] [needs restart]"), "{plan}");
+    assert!(
+        plan.contains(&format!("~ iscsi.target \"{IQN_B}\" [live]: allow")),
+        "{plan}"
+    );
+    // Host B is no longer allowed: asked to log out; host C gets in.
+    assert!(logout_requested(&mut b), "host B was not asked to log out");
+    drop(b);
+    assert!(RawSession::login(gw.addr, IQN_B, &host(HOST_B)).is_err());
+    let mut c = RawSession::login(gw.addr, IQN_B, &host(HOST_C)).unwrap();
+    assert_eq!(report_luns(&mut c), 2);
+    progress(20);
+
+    // 6. SIGHUP reloads too: target B and LUs b and c go; host C is asked
+    // to log out.
+    std::fs::write(&cfg, config(d, &[], None, 7)).unwrap();
+    let r = Command::new("kill")
+        .args(["-HUP", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(r.success());
+    assert!(logout_requested(&mut c), "host C was not asked to log out");
+    drop(c);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while show_luns(d) != vec!["a"] && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(show_luns(d), vec!["a"]);
+    assert!(RawSession::login(gw.addr, IQN_B, &host(HOST_C)).is_err());
+    progress(50);
+
+    stop.store(true, Ordering::Relaxed);
+    io.join().unwrap();
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "host A saw failed commands"
+    );
+    assert!(done.load(Ordering::Relaxed) >= 230);
+}
+
+/// The admin socket is the gateway user's alone: mode 0600, and a peer of
+/// another user is refused even where the mode would let it in. Needs
+/// root (to run the client as another user); CI runs as root.
+#[test]
+fn the_admin_socket_refuses_other_users() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        nix_euid_is_root(),
+        "this test needs root: it runs `unifab reload` as user nobody"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gw = Gateway::start(d, &config(d, &[], None, 0));
+    let sock = d.join("state/admin.sock");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let as_nobody = || {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_unifab"))
+            .args(["reload", "--dry-run", "--socket"])
+            .arg(&sock)
+            .output()
+            .expect("setpriv (util-linux) runs")
+    };
+    // Refused by the file's mode.
+    for p in [d, &d.join("state")] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = as_nobody();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{out:?}"
+    );
+    // Refused by the gateway itself when the mode lets it connect.
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = as_nobody();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("403"),
+        "{out:?}"
+    );
+    // Its own user gets the plan.
+    let out = reload(&gw.config, true);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to change"));
+}
+
+fn nix_euid_is_root() -> bool {
+    // /proc/self is owned by the effective user.
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}

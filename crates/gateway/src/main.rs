@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use unifab::config::{self, Config};
 
@@ -90,6 +90,14 @@ enum Command {
     /// A verifying load generator: random or sequential reads and writes
     /// through unifab's iSCSI initiator, every read checked.
     Bench(unifab::cli::bench::BenchArgs),
+    /// Print a shell completion script (e.g. `unifab completions bash >
+    /// /etc/bash_completion.d/unifab`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, unifab(1), in roff (`unifab manpage | man -l -`).
+    Manpage,
 }
 
 #[derive(Subcommand, Debug)]
@@ -188,6 +196,18 @@ fn main() -> ExitCode {
                     .await
                     .map_err(anyhow::Error::msg)?;
                 unifab::out!("{body}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Completions { shell } => {
+                let mut out = Vec::new();
+                clap_complete::generate(shell, &mut Cli::command(), "unifab", &mut out);
+                unifab::out!("{}", String::from_utf8_lossy(&out));
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Manpage => {
+                let mut out = Vec::new();
+                clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+                unifab::out!("{}", String::from_utf8_lossy(&out));
                 Ok(ExitCode::SUCCESS)
             }
             Command::Check { config } => {

@@ -225,7 +225,11 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         }
     }
 
+    // systemd (Type=notify): started. Nothing happens without
+    // NOTIFY_SOCKET.
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
     wait_for_signal(&live).await;
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     info!("shutting down: asking initiators to log out");
     let _ = stop_tx.send(true);
     if let Some(p) = &fcoe {
@@ -254,11 +258,24 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
 
 /// SIGHUP: reloads ([`crate::reload`]).
 async fn reread(live: &tokio::sync::Mutex<Live>) {
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Reloading]);
+    let _ready = scopeguard_ready();
     let mut live = live.lock().await;
     match live.reload() {
         Ok(plan) => crate::reload::log_plan(&plan, true),
         Err(e) => warn!(error = %e, "reload refused; the running configuration is unchanged"),
     }
+}
+
+/// Tells systemd the reload is over when dropped.
+fn scopeguard_ready() -> impl Drop {
+    struct Ready;
+    impl Drop for Ready {
+        fn drop(&mut self) {
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+        }
+    }
+    Ready
 }
 
 async fn wait_for_signal(live: &tokio::sync::Mutex<Live>) {

@@ -37,13 +37,12 @@ fn notified(sock: &UnixDatagram, what: &str, within: Duration) -> bool {
     while Instant::now() < deadline {
         sock.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
-        if let Ok(n) = sock.recv(&mut buf) {
-            if String::from_utf8_lossy(&buf[..n])
+        if let Ok(n) = sock.recv(&mut buf)
+            && String::from_utf8_lossy(&buf[..n])
                 .lines()
                 .any(|l| l == what)
-            {
-                return true;
-            }
+        {
+            return true;
         }
     }
     false

@@ -19,7 +19,7 @@
 //!   port: at fabric login and logout, when a port registers or changes
 //!   its FC-4 types or features, and when zoning changes what a port sees.
 //!   A port has one RSCN outstanding at a time; the changes that come
-//!   before it answers are merged into the next ([`rscn`]).
+//!   before it answers are merged into the next (the `rscn` module).
 
 pub mod isl;
 pub mod name_server;
@@ -169,7 +169,7 @@ pub struct Fabric {
     out: VecDeque<(PortIndex, Frame)>,
     rscns_sent: u64,
     /// Per port, the RSCN it has not answered and what waits behind it
-    /// ([`rscn`]).
+    /// (the `rscn` module).
     rscn_out: IdMap<FcId, rscn::Outstanding>,
     /// When the oldest unanswered RSCN stops holding the next.
     rscn_due: Option<Instant>,

@@ -77,6 +77,72 @@ pub const VIEWS: &[&str] = &[
     "sessions", "luns", "remotes", "flogi", "fcns", "zones", "fcoe", "fcip",
 ];
 
+/// A label value in the Prometheus text format: backslash, double quote
+/// and line feed escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The per-LU families (`unifab_lu_*`, label `lu`): commands, bytes read
+/// and written, commands not ended GOOD, and the latency histogram.
+pub fn render_lu_metrics(lus: &[(String, unifab_scsi_core::stats::LuStatsSnapshot)]) -> String {
+    use unifab_scsi_core::stats::LATENCY_BOUNDS_US;
+    let mut s = String::new();
+    type Get = fn(&unifab_scsi_core::stats::LuStatsSnapshot) -> u64;
+    let counters: [(&str, &str, Get); 4] = [
+        ("unifab_lu_commands_total", "Commands the LU ended.", |t| {
+            t.commands
+        }),
+        (
+            "unifab_lu_read_bytes_total",
+            "Data-in bytes the LU returned.",
+            |t| t.read_bytes,
+        ),
+        (
+            "unifab_lu_written_bytes_total",
+            "Data-out bytes of commands that ended GOOD.",
+            |t| t.written_bytes,
+        ),
+        (
+            "unifab_lu_errors_total",
+            "Commands that ended with a status other than GOOD, or aborted.",
+            |t| t.errors,
+        ),
+    ];
+    for (name, help, get) in counters {
+        s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+        for (lu, t) in lus {
+            s.push_str(&format!("{name}{{lu=\"{}\"}} {}\n", label(lu), get(t)));
+        }
+    }
+    let name = "unifab_lu_latency_seconds";
+    s.push_str(&format!(
+        "# HELP {name} Time from a command's arrival at the LU to its end.\n# TYPE {name} histogram\n"
+    ));
+    for (lu, t) in lus {
+        let lu = label(lu);
+        let mut cumulative = 0;
+        for (i, n) in t.buckets.iter().enumerate() {
+            cumulative += n;
+            let le = match LATENCY_BOUNDS_US.get(i) {
+                Some(us) => format!("{}", *us as f64 / 1e6),
+                None => "+Inf".to_string(),
+            };
+            s.push_str(&format!(
+                "{name}_bucket{{lu=\"{lu}\",le=\"{le}\"}} {cumulative}\n"
+            ));
+        }
+        s.push_str(&format!(
+            "{name}_sum{{lu=\"{lu}\"}} {}\n",
+            t.latency_ns as f64 / 1e9
+        ));
+        s.push_str(&format!("{name}_count{{lu=\"{lu}\"}} {}\n", t.commands));
+    }
+    s
+}
+
 /// What the admin endpoint can show; implemented by the running gateway.
 pub trait AdminView: Send + Sync + 'static {
     /// JSON for `/show/<what>`, or why there is none.

@@ -85,12 +85,26 @@ data_dir = "{dir}/state"
     let refused = RawSession::login(gw.addr, &gw.iqn, &opts(9, "wrong-secret-456"));
     assert!(refused.is_err(), "a wrong CHAP secret logged in");
     let block = vec![0x5a; 4096];
+    // Statuses other than GOOD the LU gave (a first command may meet a
+    // unit attention).
+    let mut not_good = 0;
+    let (mut written, mut read) = (0, 0);
     for s in &mut sessions {
         for lba in 0..2 {
-            s.write16(lba * 8, &block, 512, false).unwrap();
+            let r = s.write16(lba * 8, &block, 512, false).unwrap();
+            if r.status == 0 {
+                written += 4096;
+            } else {
+                not_good += 1;
+            }
         }
         for lba in 0..3 {
-            s.read16(lba * 8, 8, 512).unwrap();
+            let r = s.read16(lba * 8, 8, 512).unwrap();
+            if r.status == 0 {
+                read += r.data.len();
+            } else {
+                not_good += 1;
+            }
         }
     }
     let after = metrics(admin);
@@ -100,6 +114,19 @@ data_dir = "{dir}/state"
     assert_eq!(moved("unifab_iscsi_login_failures_total"), 1.0);
     assert_eq!(moved("unifab_scsi_commands_total"), 15.0);
     assert_eq!(at(&after, "unifab_iscsi_sessions"), 3.0);
+    // The LU's own families.
+    let lu = |k: &str| format!("{k}{{lu=\"disk\"}}");
+    assert_eq!(moved(&lu("unifab_lu_commands_total")), 15.0);
+    assert_eq!(moved(&lu("unifab_lu_written_bytes_total")), written as f64);
+    assert_eq!(moved(&lu("unifab_lu_read_bytes_total")), read as f64);
+    assert!(read >= 6 * 4096, "{read}");
+    assert_eq!(moved(&lu("unifab_lu_errors_total")), not_good as f64);
+    assert_eq!(moved(&lu("unifab_lu_latency_seconds_count")), 15.0);
+    assert_eq!(
+        moved("unifab_lu_latency_seconds_bucket{lu=\"disk\",le=\"+Inf\"}"),
+        15.0
+    );
+    assert!(moved(&lu("unifab_lu_latency_seconds_sum")) > 0.0);
 
     // A session that ends keeps its commands in the total.
     sessions.pop().unwrap().logout().unwrap();

@@ -63,7 +63,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_utils::CachePadded;
@@ -242,6 +242,8 @@ struct LuState {
 #[derive(Debug)]
 #[repr(align(128))]
 struct Inner {
+    /// Operators' counters (`unifab_lu_*` at `/metrics`).
+    stats: crate::stats::LuStats,
     cfg: EmulatedLuConfig,
     backend: Arc<dyn BlockBackend>,
     bs: u64,
@@ -307,13 +309,10 @@ pub struct EmulatedLu {
 /// Thread shards of [`EmulatedLu::refs`].
 const REF_SHARDS: usize = 16;
 
-/// This thread's shard: threads are numbered as they first ask.
+/// This thread's shard (the counters' numbering, folded onto
+/// [`REF_SHARDS`]).
 fn thread_shard() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % REF_SHARDS;
-    }
-    SHARD.with(|s| *s)
+    crate::stats::thread_shard() % REF_SHARDS
 }
 
 /// FNV-1a, for the stable NAA designator.
@@ -549,6 +548,7 @@ impl EmulatedLu {
         let ro = config.read_only || caps.read_only;
         let wce = config.write_cache;
         let inner = Arc::new(Inner {
+            stats: crate::stats::LuStats::new(),
             bs: u64::from(bs),
             shift: bs.trailing_zeros(),
             lbppbe,
@@ -814,6 +814,10 @@ impl LogicalUnit for EmulatedLu {
             blocks: self.inner.blocks(),
             write_protected: self.inner.write_protected.load(Ordering::Acquire),
         }
+    }
+
+    fn stats(&self) -> Option<&crate::stats::LuStats> {
+        Some(&self.inner.stats)
     }
 }
 

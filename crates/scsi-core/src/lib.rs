@@ -30,6 +30,7 @@ pub mod lu;
 pub mod pr;
 pub mod remote;
 pub mod sense;
+pub mod stats;
 pub mod target;
 pub mod task;
 pub mod task_set;

@@ -73,6 +73,12 @@ pub trait LogicalUnit: Send + Sync + fmt::Debug {
     /// Identity and size, for `unifab show luns` and transports that need
     /// the block size (FCP/iSCSI never do; they pass CDBs through).
     fn describe(&self) -> LuDescription;
+
+    /// The LU's counters, which [`ScsiTarget`](crate::target::ScsiTarget)
+    /// records every command in; `None` (the default): not counted.
+    fn stats(&self) -> Option<&crate::stats::LuStats> {
+        None
+    }
 }
 
 /// What `unifab show luns` prints of a LU.

@@ -124,6 +124,8 @@ pub struct RemoteLu {
 
 #[derive(Debug)]
 struct Inner {
+    /// Operators' counters (`unifab_lu_*` at `/metrics`).
+    stats: crate::stats::LuStats,
     cfg: RemoteLuConfig,
     factory: Arc<dyn InitiatorFactory>,
     tasks: TaskSet,
@@ -244,6 +246,7 @@ impl RemoteLu {
         let hash = fnv1a(&seed);
         RemoteLu {
             inner: Arc::new(Inner {
+                stats: crate::stats::LuStats::new(),
                 tasks: TaskSet::new(cfg.task_set_depth),
                 cfg,
                 factory,
@@ -853,6 +856,10 @@ impl LogicalUnit for RemoteLu {
             blocks: self.inner.blocks.load(Ordering::Relaxed),
             write_protected: self.inner.cfg.read_only,
         }
+    }
+
+    fn stats(&self) -> Option<&crate::stats::LuStats> {
+        Some(&self.inner.stats)
     }
 }
 

@@ -97,6 +97,14 @@ impl AdminView for View {
         let sessions = self.server.as_ref().map_or(0, |s| s.sessions().len());
         let stats = self.server.as_ref().map(|s| s.stats()).unwrap_or_default();
         let mut text = super::render_metrics(stats, sessions);
+        let lus: Vec<(String, unifab_scsi_core::stats::LuStatsSnapshot)> = self
+            .luns
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(name, lu)| lu.lu().stats().map(|s| (name.clone(), s.snapshot())))
+            .collect();
+        text.push_str(&super::render_lu_metrics(&lus));
         if let Some(fc) = &self.fc {
             text.push_str(&fc.metrics());
         }

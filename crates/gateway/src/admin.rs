@@ -7,6 +7,7 @@
 //! (`Authorization: Bearer …`), or is answered 401; off loopback the
 //! configuration requires one.
 
+pub mod rates;
 pub mod view;
 
 use std::net::SocketAddr;
@@ -74,7 +75,15 @@ pub enum Unshown {
 
 /// The views `/show/<what>` knows.
 pub const VIEWS: &[&str] = &[
-    "sessions", "luns", "remotes", "flogi", "fcns", "zones", "fcoe", "fcip",
+    "sessions",
+    "luns",
+    "remotes",
+    "flogi",
+    "fcns",
+    "zones",
+    "fcoe",
+    "fcip",
+    "interface",
 ];
 
 /// A label value in the Prometheus text format: backslash, double quote

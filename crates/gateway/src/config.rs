@@ -399,6 +399,10 @@ pub struct AdminConfig {
     /// (default); `false`: it starts without one, with a warning.
     #[serde(default = "default_true")]
     pub required: bool,
+    /// The windows of `show interface`'s load rates, in seconds (1 to 3
+    /// of them, each 1 to 600; default 60 and 300, as NX-OS).
+    #[serde(default = "default_load_interval")]
+    pub load_interval: Vec<u64>,
     /// A bearer token every request must carry (`Authorization: Bearer
     /// …`; `unifab show --token` or `UNIFAB_ADMIN_TOKEN`), at least 16
     /// bytes. Required off loopback.
@@ -412,13 +416,27 @@ impl fmt::Debug for AdminConfig {
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
             .field("required", &self.required)
+            .field("load_interval", &self.load_interval)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
 
+fn default_load_interval() -> Vec<u64> {
+    vec![60, 300]
+}
+
 impl AdminConfig {
     fn validate(&self) -> Result<(), String> {
+        if self.load_interval.is_empty()
+            || self.load_interval.len() > 3
+            || self.load_interval.iter().any(|s| !(1..=600).contains(s))
+        {
+            return Err(format!(
+                "admin.load_interval {:?}: 1 to 3 windows of 1 to 600 seconds",
+                self.load_interval
+            ));
+        }
         if let Some(t) = &self.token
             && t.len() < 16
         {
@@ -444,6 +462,7 @@ impl Default for AdminConfig {
             listen: default_admin(),
             data_dir: default_data_dir(),
             required: true,
+            load_interval: default_load_interval(),
             token: None,
         }
     }

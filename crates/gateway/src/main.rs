@@ -61,8 +61,10 @@ enum Command {
     },
     /// Show the state of a running gateway.
     Show {
-        /// sessions | luns | remotes | metrics | flogi | fcns | zones | fcoe | fcip
+        /// sessions | luns | remotes | metrics | flogi | fcns | zones | fcoe | fcip | interface
         what: String,
+        /// With `interface`: one interface (`iscsi`, `fc1`, `fcip0/1`, …).
+        name: Option<String>,
         /// The running gateway's admin endpoint.
         #[arg(long, env = "UNIFAB_ADMIN", default_value = config::DEFAULT_ADMIN)]
         admin: SocketAddr,
@@ -168,10 +170,13 @@ fn main() -> ExitCode {
             },
             Command::Show {
                 what,
+                name,
                 admin,
                 token,
                 json,
-            } => unifab::cli::show::show(&what, admin, token.as_deref(), json).await,
+            } => {
+                unifab::cli::show::show(&what, name.as_deref(), admin, token.as_deref(), json).await
+            }
             Command::Reload {
                 dry_run,
                 socket,

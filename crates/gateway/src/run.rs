@@ -187,7 +187,36 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         luns: lu_list,
         remotes,
         fc_remotes,
+        load: crate::admin::view::Load {
+            started: std::time::Instant::now(),
+            rates: std::sync::Mutex::new(crate::admin::rates::Rates::new(
+                cfg.admin
+                    .load_interval
+                    .iter()
+                    .map(|s| Duration::from_secs(*s))
+                    .collect(),
+            )),
+        },
     });
+    // Load rates: every interface sampled six times in the shortest
+    // window (at most every 10 s, at least every 100 ms).
+    {
+        let shortest = cfg.admin.load_interval.iter().min().copied().unwrap_or(60);
+        let every = (Duration::from_secs(shortest) / 6)
+            .clamp(Duration::from_millis(100), Duration::from_secs(10));
+        let v = view.clone();
+        let mut rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => v.sample(),
+                    _ = rx.changed() => break,
+                }
+            }
+        }));
+    }
     match admin_socket {
         Ok(u) => {
             info!(socket = %socket.display(), "admin socket listening (unifab reload)");

@@ -7,6 +7,29 @@ use unifab_iscsi::target::server::TargetServer;
 
 use super::{AdminView, Unshown};
 
+/// One interface's counters, as `show interface` lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// `iscsi`, a fabric port's name (`fc1`, `vfc2`), an FCoE port's
+    /// interface, `TUNNEL/N` for an FCIP circuit.
+    pub name: String,
+    /// What kind of port.
+    pub kind: &'static str,
+    /// Its state, where it has one.
+    pub state: String,
+    /// Counters since start, by name.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+/// Load rates of the interfaces, sampled by [`View::sample`].
+#[derive(Debug)]
+pub struct Load {
+    /// When the gateway started (samples are timed from it).
+    pub started: std::time::Instant,
+    /// The sampled counters.
+    pub rates: std::sync::Mutex<super::rates::Rates>,
+}
+
 /// The running gateway's state as the admin endpoint shows it.
 #[derive(Debug)]
 pub struct View {
@@ -28,6 +51,110 @@ pub struct View {
     )>,
     /// Each `fc://` LU: name and remote.
     pub fc_remotes: Vec<(String, crate::config::fabric::FcUrl)>,
+    /// Interface load rates (`[admin] load_interval`).
+    pub load: Load,
+}
+
+impl View {
+    /// Every interface's counters now.
+    pub fn interfaces(&self) -> Vec<Interface> {
+        let mut v = Vec::new();
+        if let Some(s) = &self.server {
+            let st = s.stats();
+            let addrs: Vec<String> = s.local_addrs().iter().map(|a| a.to_string()).collect();
+            v.push(Interface {
+                name: "iscsi".into(),
+                kind: "iscsi portal",
+                state: format!("up ({})", addrs.join(", ")),
+                counters: vec![
+                    ("commands", st.commands),
+                    ("connections", st.connections),
+                    ("logins", st.logins),
+                    ("login_failures", st.login_failures),
+                ],
+            });
+        }
+        if let Some(fc) = &self.fc {
+            for p in fc.switch().with_fabric(|f| f.ports()) {
+                let c = p.counters;
+                v.push(Interface {
+                    name: p.name.clone(),
+                    kind: "fabric port",
+                    state: format!("{} login(s)", p.fc_ids.len()),
+                    counters: vec![
+                        ("rx_frames", c.rx_frames),
+                        ("tx_frames", c.tx_frames),
+                        ("rx_bytes", c.rx_bytes),
+                        ("tx_bytes", c.tx_bytes),
+                        (
+                            "discards",
+                            c.zone_drops + c.unroutable_drops + c.source_drops,
+                        ),
+                    ],
+                });
+            }
+        }
+        if let Some(f) = &self.fcoe {
+            v.extend(f.interfaces());
+        }
+        if let Some(f) = &self.fcip {
+            v.extend(f.interfaces());
+        }
+        v
+    }
+
+    /// Samples every interface's counters for the load rates (the
+    /// gateway calls it at a steady interval).
+    pub fn sample(&self) {
+        let now = self.load.started.elapsed();
+        let ifs = self.interfaces();
+        let mut r = self.load.rates.lock().unwrap_or_else(|e| e.into_inner());
+        for i in &ifs {
+            for (c, v) in &i.counters {
+                r.observe(now, &i.name, c, *v);
+            }
+        }
+        let names: Vec<String> = ifs.into_iter().map(|i| i.name).collect();
+        r.retain(&names);
+    }
+
+    /// `show interface [NAME]`: counters, and their rates over each load
+    /// interval (`rx_frames_1m` in per second).
+    fn show_interfaces(&self, name: Option<&str>) -> Result<String, Unshown> {
+        let ifs: Vec<Interface> = self
+            .interfaces()
+            .into_iter()
+            .filter(|i| name.is_none_or(|n| n == i.name))
+            .collect();
+        if ifs.is_empty() && name.is_some() {
+            return Err(Unshown::NoSuchView);
+        }
+        let r = self.load.rates.lock().unwrap_or_else(|e| e.into_inner());
+        let rows: Vec<serde_json::Value> = ifs
+            .iter()
+            .map(|i| {
+                let mut m = serde_json::Map::new();
+                m.insert("interface".into(), i.name.clone().into());
+                m.insert("kind".into(), i.kind.into());
+                m.insert("state".into(), i.state.clone().into());
+                for (c, v) in &i.counters {
+                    m.insert((*c).into(), (*v).into());
+                }
+                for w in r.windows() {
+                    let wn = super::rates::window_name(*w);
+                    for (c, _) in &i.counters {
+                        let rate = r.rate(&i.name, c, *w).map(|x| (x * 100.0).round() / 100.0);
+                        m.insert(
+                            format!("{c}_{wn}"),
+                            rate.map_or(serde_json::Value::Null, Into::into),
+                        );
+                    }
+                }
+                serde_json::Value::Object(m)
+            })
+            .collect();
+        Ok(serde_json::Value::Array(rows).to_string())
+    }
 }
 
 impl AdminView for View {
@@ -89,7 +216,11 @@ impl AdminView for View {
                 Some(f) => f.show(what).ok_or(Unshown::NoSuchView),
                 None => fabric(),
             },
-            _ => Err(Unshown::NoSuchView),
+            "interface" => self.show_interfaces(None),
+            other => match other.strip_prefix("interface/") {
+                Some(name) => self.show_interfaces(Some(name)),
+                None => Err(Unshown::NoSuchView),
+            },
         }
     }
 

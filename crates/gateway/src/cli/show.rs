@@ -9,9 +9,10 @@ use serde_json::Value;
 
 use crate::admin;
 
-/// Prints one view.
+/// Prints one view (`name`: one interface of `show interface`).
 pub async fn show(
     what: &str,
+    name: Option<&str>,
     admin_addr: SocketAddr,
     token: Option<&str>,
     json: bool,
@@ -23,7 +24,11 @@ pub async fn show(
         crate::out!("{text}");
         return Ok(ExitCode::SUCCESS);
     }
-    let body = admin::fetch(admin_addr, &format!("/show/{what}"), token)
+    let path = match name {
+        Some(n) => format!("/show/{what}/{n}"),
+        None => format!("/show/{what}"),
+    };
+    let body = admin::fetch(admin_addr, &path, token)
         .await
         .map_err(|e| anyhow!(e))?;
     if json {
@@ -32,6 +37,10 @@ pub async fn show(
     }
     let rows: Vec<Value> = serde_json::from_str(&body)
         .map_err(|e| anyhow!("the gateway answered something that is not JSON: {e}"))?;
+    if what == "interface" {
+        crate::out!("{}", interfaces(&rows));
+        return Ok(ExitCode::SUCCESS);
+    }
     let columns: &[&str] = match what {
         "sessions" => &[
             "target",
@@ -97,6 +106,54 @@ pub async fn show(
     };
     crate::out!("{}", table(columns, &rows));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `show interface` as NX-OS prints it: a block per interface, its
+/// state, the rates over each load interval, then the counters.
+pub fn interfaces(rows: &[Value]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+        out.push_str(&format!(
+            "{} is {}, {}\n",
+            s("interface"),
+            s("state"),
+            s("kind")
+        ));
+        let Some(m) = r.as_object() else { continue };
+        let counters: Vec<&String> = m
+            .keys()
+            // Counters are integers; rates are not.
+            .filter(|k| m.get(*k).is_some_and(Value::is_u64))
+            .collect();
+        let mut windows: Vec<&str> = m
+            .keys()
+            .filter_map(|k| k.rsplit_once('_').map(|(_, w)| w))
+            .filter(|w| w.ends_with('m') || w.ends_with('s'))
+            .filter(|w| w[..w.len() - 1].chars().all(|c| c.is_ascii_digit()) && w.len() > 1)
+            .collect();
+        windows.sort_by_key(|w| {
+            let n: u64 = w[..w.len() - 1].parse().unwrap_or(0);
+            if w.ends_with('m') { n * 60 } else { n }
+        });
+        windows.dedup();
+        for w in windows {
+            let rates: Vec<String> = counters
+                .iter()
+                .map(|c| {
+                    let v = m.get(&format!("{c}_{w}")).and_then(Value::as_f64);
+                    format!("{c} {}", v.map_or("-".into(), |x| format!("{x:.2}/s")))
+                })
+                .collect();
+            out.push_str(&format!("  {w} rate: {}\n", rates.join(", ")));
+        }
+        let totals: Vec<String> = counters
+            .iter()
+            .map(|c| format!("{c} {}", m.get(*c).map_or("-".into(), Value::to_string)))
+            .collect();
+        out.push_str(&format!("  {}\n", totals.join(", ")));
+    }
+    out
 }
 
 /// Renders rows as an aligned text table with the given columns.

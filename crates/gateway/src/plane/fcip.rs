@@ -90,6 +90,34 @@ impl FcipPlane {
         })
     }
 
+    /// Each circuit's counters for `show interface` (`TUNNEL/N`, class F
+    /// `TUNNEL/F`).
+    pub fn interfaces(&self) -> Vec<crate::admin::view::Interface> {
+        let mut v = Vec::new();
+        for t in &self.tunnels {
+            let s = t.stats();
+            for c in &s.circuits {
+                let slot = if c.slot == 0 {
+                    "F".to_string()
+                } else {
+                    c.slot.to_string()
+                };
+                v.push(crate::admin::view::Interface {
+                    name: format!("{}/{slot}", s.name),
+                    kind: "fcip circuit",
+                    state: c.state.clone(),
+                    counters: vec![
+                        ("rx_bytes", c.rx_bytes),
+                        ("tx_bytes", c.tx_bytes),
+                        ("retransmits", c.retransmits),
+                        ("failures", c.failures),
+                    ],
+                });
+            }
+        }
+        v
+    }
+
     /// JSON for `unifab show fcip`: one row per circuit.
     pub fn show(&self) -> String {
         let mut rows = Vec::new();

@@ -202,6 +202,39 @@ impl FcoePorts {
         }
     }
 
+    /// Each port's counters for `show interface`: name, kind, counters.
+    pub fn interfaces(&self) -> Vec<crate::admin::view::Interface> {
+        let mut v = Vec::new();
+        for f in &self.fcfs {
+            let c = f.counters();
+            v.push(crate::admin::view::Interface {
+                name: f.interface.clone(),
+                kind: "fcoe (fcf)",
+                state: f.link.clone(),
+                counters: vec![
+                    ("rx_frames", c.rx_fcoe),
+                    ("tx_frames", c.tx_fcoe),
+                    ("spoofed", c.spoofed),
+                    ("keep_alive_misses", c.keep_alive_timeouts),
+                ],
+            });
+        }
+        if let Some(e) = &self.enode {
+            let c = e.counters();
+            v.push(crate::admin::view::Interface {
+                name: e.interface.clone(),
+                kind: "fcoe (enode)",
+                state: e.link.clone(),
+                counters: vec![
+                    ("rx_frames", c.rx_fcoe),
+                    ("tx_frames", c.tx_fcoe),
+                    ("discards", c.dropped),
+                ],
+            });
+        }
+        v
+    }
+
     /// `show fcoe`: every port, its link and counters.
     pub fn show(&self) -> Value {
         let mut v = Vec::new();

@@ -78,6 +78,7 @@ pub const VIEWS: &[&str] = &[
     "sessions",
     "luns",
     "remotes",
+    "targets",
     "flogi",
     "fcns",
     "zones",

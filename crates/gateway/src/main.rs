@@ -61,7 +61,7 @@ enum Command {
     },
     /// Show the state of a running gateway.
     Show {
-        /// sessions | luns | remotes | metrics | flogi | fcns | zones | fcoe | fcip | interface
+        /// sessions | luns | remotes | targets | metrics | flogi | fcns | zones | fcoe | fcip | interface
         what: String,
         /// With `interface`: one interface (`iscsi`, `fc1`, `fcip0/1`, …).
         name: Option<String>,

@@ -281,7 +281,12 @@ pub struct Live {
     backends: Backends,
     maps: LunMaps,
     server: Option<TargetServer>,
+    /// `running`, as `show targets` reads it.
+    published: Running,
 }
+
+/// The running configuration, for views.
+pub type Running = Arc<RwLock<Config>>;
 
 impl fmt::Debug for Live {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -308,6 +313,8 @@ pub struct LiveParts {
     pub maps: LunMaps,
     /// The portal.
     pub server: Option<TargetServer>,
+    /// Where the running configuration is published for views.
+    pub published: Running,
 }
 
 impl fmt::Debug for LiveParts {
@@ -329,6 +336,7 @@ impl Live {
             backends: p.backends,
             maps: p.maps,
             server: p.server,
+            published: p.published,
         }
     }
 
@@ -437,6 +445,7 @@ impl Live {
             .filter_map(|l| self.lus.get(&l.name).map(|g| (l.name.clone(), g.clone())))
             .collect();
         *self.lu_list.write().unwrap_or_else(|e| e.into_inner()) = list;
+        *self.published.write().unwrap_or_else(|e| e.into_inner()) = self.running.clone();
         Ok(())
     }
 }

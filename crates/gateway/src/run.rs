@@ -168,6 +168,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         server_handle = Some(server);
     }
     let lu_list = Arc::new(std::sync::RwLock::new(lu_list));
+    let running: crate::reload::Running = Arc::new(std::sync::RwLock::new(cfg.clone()));
     let backends = Arc::new(std::sync::RwLock::new(backends));
     let live = Arc::new(tokio::sync::Mutex::new(Live::new(LiveParts {
         running: cfg.clone(),
@@ -177,6 +178,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         backends: backends.clone(),
         maps,
         server: server_handle.clone(),
+        published: running.clone(),
     })));
 
     let view = Arc::new(crate::admin::view::View {
@@ -187,6 +189,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         luns: lu_list,
         remotes,
         fc_remotes,
+        running,
         load: crate::admin::view::Load {
             started: std::time::Instant::now(),
             rates: std::sync::Mutex::new(crate::admin::rates::Rates::new(

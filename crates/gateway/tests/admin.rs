@@ -236,3 +236,42 @@ peer = "127.0.0.1:{dead}"
         "{row}"
     );
 }
+
+/// `show targets`: target, portal, LUN, LU, ACL and CHAP user, never the
+/// secret.
+#[test]
+fn show_targets_lists_the_tree_without_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let secret = "a-secret-nobody-sees";
+    let cfg = config_with_admin(dir.path(), &admin.to_string()).replace(
+        "luns = [\"disk\"]",
+        &format!(
+            "luns = [\"disk\"]\nallow = [\"iqn.1994-05.com.example:h1\"]\nchap = {{ user = \"u1\", secret = \"{secret}\" }}"
+        ),
+    );
+    assert!(cfg.contains(secret));
+    let gw = Gateway::start(dir.path(), &cfg);
+    let out = unifab()
+        .args(["show", "targets", "--json", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains(secret), "{text}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(rows.len(), 1, "{text}");
+    let r = &rows[0];
+    assert_eq!(r["target"], gw.iqn.as_str());
+    assert_eq!(r["lun"], 0);
+    assert_eq!(r["lu"], "disk");
+    assert_eq!(r["acl"], "iqn.1994-05.com.example:h1");
+    assert_eq!(r["chap"], "user u1");
+    assert_eq!(r["portals"], gw.addr.to_string());
+    let table = unifab()
+        .args(["show", "targets", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&table.stdout).contains("user u1"));
+}

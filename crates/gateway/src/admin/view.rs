@@ -51,6 +51,8 @@ pub struct View {
     )>,
     /// Each `fc://` LU: name and remote.
     pub fc_remotes: Vec<(String, crate::config::fabric::FcUrl)>,
+    /// The running configuration (as reloads leave it).
+    pub running: crate::reload::Running,
     /// Interface load rates (`[admin] load_interval`).
     pub load: Load,
 }
@@ -116,6 +118,43 @@ impl View {
         }
         let names: Vec<String> = ifs.into_iter().map(|i| i.name).collect();
         r.retain(&names);
+    }
+
+    /// `show targets`: target → portal → LUN → LU, with its ACL and CHAP
+    /// (the user names, never a secret), one row per LUN.
+    fn show_targets(&self) -> Result<String, Unshown> {
+        let Some(server) = &self.server else {
+            return Err(Unshown::NotConfigured("[iscsi]"));
+        };
+        let cfg = self.running.read().unwrap_or_else(|e| e.into_inner());
+        let portals: Vec<String> = server.local_addrs().iter().map(|a| a.to_string()).collect();
+        let lus = self.luns.read().unwrap_or_else(|e| e.into_inner());
+        let mut rows = Vec::new();
+        for t in cfg.iscsi.iter().flat_map(|i| &i.target) {
+            let acl = t
+                .allow
+                .as_ref()
+                .map_or_else(|| "any".to_string(), |a| a.join(" "));
+            let chap = match &t.chap {
+                None => "none".to_string(),
+                Some(c) => match &c.mutual_user {
+                    Some(m) => format!("user {} (mutual: {m})", c.user),
+                    None => format!("user {}", c.user),
+                },
+            };
+            for (i, lu) in t.luns.iter().enumerate() {
+                let backend = lus
+                    .iter()
+                    .find(|(n, _)| n == lu)
+                    .map(|(_, g)| g.lu().describe().backend);
+                rows.push(serde_json::json!({
+                    "target": t.iqn, "alias": t.alias, "portals": portals.join(" "),
+                    "lun": i, "lu": lu, "backend": backend,
+                    "acl": acl, "chap": chap,
+                }));
+            }
+        }
+        Ok(serde_json::Value::Array(rows).to_string())
     }
 
     /// `show interface [NAME]`: counters, and their rates over each load
@@ -217,6 +256,7 @@ impl AdminView for View {
                 None => fabric(),
             },
             "interface" => self.show_interfaces(None),
+            "targets" => self.show_targets(),
             other => match other.strip_prefix("interface/") {
                 Some(name) => self.show_interfaces(Some(name)),
                 None => Err(Unshown::NoSuchView),

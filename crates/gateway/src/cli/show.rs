@@ -85,6 +85,7 @@ pub async fn show(
             "symbolic name",
         ],
         "zones" => &["zoneset", "zone", "member", "active"],
+        "targets" => &["target", "portals", "lun", "lu", "backend", "acl", "chap"],
         "fcip" => &[
             "tunnel",
             "circuit",

@@ -36,6 +36,38 @@ pub fn virtual_port_name(parent: Wwn, front: &TransportId) -> Wwn {
     Wwn((3 << 60) | (h & 0x0fff_ffff_ffff_ffff))
 }
 
+/// How the NPIV port of a front-end initiator port is named.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NpivNames {
+    /// Name it from the host alone (an iSCSI initiator's name, not its
+    /// ISID): every session of a host shares one NPIV port, whose WWPN
+    /// is known before the host logs in, so it can be zoned in advance.
+    /// Otherwise ([`virtual_port_name`]) each front-end port (iSCSI: name
+    /// and ISID) gets a port of its own.
+    pub per_host: bool,
+    /// WWPNs set per host (iSCSI name in lower case), over either rule.
+    pub fixed: std::collections::HashMap<String, Wwn>,
+}
+
+impl NpivNames {
+    /// The WWPN of the NPIV port under `parent` for front-end port `front`.
+    pub fn name(&self, parent: Wwn, front: &TransportId) -> Wwn {
+        let host = match front {
+            TransportId::Iscsi { name, .. } => Some(name.to_ascii_lowercase()),
+            TransportId::Fcp { .. } => None,
+        };
+        if let Some(w) = host.as_ref().and_then(|h| self.fixed.get(h)) {
+            return *w;
+        }
+        match host {
+            Some(name) if self.per_host => {
+                virtual_port_name(parent, &TransportId::Iscsi { name, isid: None })
+            }
+            _ => virtual_port_name(parent, front),
+        }
+    }
+}
+
 /// The WWPN of physical initiator port `k` (1…) that carries NPIV ports
 /// beside `primary` ([`super::node::FcNode::add_npiv_carrier`]): NAA 3
 /// with 60 bits of an FNV-1a hash of the primary's WWPN and `k`, stable
@@ -197,6 +229,7 @@ pub struct FcpInitiatorFactory {
     parent: Wwn,
     target: Wwn,
     per_nexus: bool,
+    names: NpivNames,
     shared: Mutex<Option<Arc<FcpInitiator>>>,
 }
 
@@ -209,8 +242,15 @@ impl FcpInitiatorFactory {
             parent,
             target,
             per_nexus,
+            names: NpivNames::default(),
             shared: Mutex::new(None),
         }
+    }
+
+    /// Names the NPIV ports by `names` instead of one per front-end port.
+    pub fn with_names(mut self, names: NpivNames) -> FcpInitiatorFactory {
+        self.names = names;
+        self
     }
 }
 
@@ -218,7 +258,7 @@ impl InitiatorFactory for FcpInitiatorFactory {
     fn open(&self, nexus: Option<&ItNexus>) -> Result<Arc<dyn Initiator>, InitiatorError> {
         match nexus {
             Some(n) if self.per_nexus => {
-                let wwpn = virtual_port_name(self.parent, n.initiator());
+                let wwpn = self.names.name(self.parent, n.initiator());
                 self.node.run(Control::AcquireVirtual {
                     parent: self.parent,
                     wwpn,

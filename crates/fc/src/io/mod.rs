@@ -9,7 +9,7 @@ pub mod memory;
 pub mod node;
 pub mod switch;
 
-pub use initiator::{FcpInitiator, FcpInitiatorFactory, virtual_port_name};
+pub use initiator::{FcpInitiator, FcpInitiatorFactory, NpivNames, virtual_port_name};
 pub use memory::MemoryLink;
 pub use node::{
     Connect, FcNode, NodePortView, SESSION_RECORDS, STATS_REFRESH, SessionRecord, Uplink,

@@ -428,6 +428,10 @@ impl NPort {
                 // Not logged in to the fabric, and no login under way.
                 self.fail(id, &work, InitiatorError::Disconnected);
             }
+            None if self.target_invisible(target) => {
+                let e = self.invisible(target);
+                self.fail(id, &work, e);
+            }
             None => {
                 let wait_until = match self.initiator.fast_io_fail {
                     None => deadline,
@@ -481,6 +485,33 @@ impl NPort {
 
     /// Why a command stopped waiting for `target`: `fast_io_fail` ended
     /// the wait, or else the command's own timeout did.
+    fn invisible(&self, target: Wwn) -> InitiatorError {
+        InitiatorError::Unreachable {
+            reason: format!(
+                "FC target port {target} is not in the name server for initiator port {} ({}): zoned out, or not logged in to the fabric",
+                self.config().port_name,
+                self.fc_id()
+            ),
+        }
+    }
+
+    /// Fails the commands waiting for a target port that discovery has
+    /// settled without ([`NPort::target_invisible`]).
+    pub(super) fn fail_invisible(&mut self, _now: Instant) {
+        if !self.config().restrict_login {
+            return;
+        }
+        let queued = std::mem::take(&mut self.initiator.queued);
+        let (gone, keep): (Vec<Queued>, Vec<Queued>) = queued
+            .into_iter()
+            .partition(|q| !q.for_window && self.target_invisible(q.target));
+        self.initiator.queued = keep.into_iter().collect();
+        for q in gone {
+            let e = self.invisible(q.target);
+            self.fail(q.id, &q.work, e);
+        }
+    }
+
     fn not_logged_in(&self, now: Instant, target: Wwn, fast_fail: bool) -> InitiatorError {
         let ff = self.initiator.fast_io_fail.filter(|_| fast_fail);
         let reason = match (ff, self.initiator.lost.get(&target)) {

@@ -367,6 +367,8 @@ pub struct NPort {
     pub(crate) remotes: IdMap<FcId, Remote>,
     /// With `restrict_login`: ports GFF_ID showed not to be FCP targets.
     not_targets: std::collections::HashSet<FcId>,
+    /// A GID_FT has been answered since the last fabric login.
+    discovered: bool,
     pub(crate) target: TargetEngine,
     pub(crate) initiator: InitiatorEngine,
     tx: VecDeque<Frame>,
@@ -402,6 +404,7 @@ impl NPort {
             step_busy: false,
             remotes: IdMap::default(),
             not_targets: std::collections::HashSet::new(),
+            discovered: false,
             tx: VecDeque::new(),
             events: VecDeque::new(),
             seq_id: 0,
@@ -1258,6 +1261,7 @@ impl NPort {
                         self.fc_id = h.d_id;
                         self.fabric_params = Some(params);
                         self.login = LoginState::Online;
+                        self.discovered = false;
                         self.event(NPortEvent::Online { fc_id: h.d_id });
                         let mut steps = vec![
                             Step::PlogiNs,
@@ -1343,12 +1347,32 @@ impl NPort {
                 }
             }
         }
+        self.fail_invisible(now);
+    }
+
+    /// With `restrict_login` (a host's NPIV port): discovery has settled
+    /// (a GID_FT answered, no name server query or login under way) and
+    /// no logged-in port has the name `target`. The name server shows a
+    /// port only what zoning lets it see, so the target is zoned out (or
+    /// not logged in to the fabric): a command for it fails now rather
+    /// than at its timeout.
+    pub(crate) fn target_invisible(&self, target: Wwn) -> bool {
+        self.cfg.restrict_login
+            && self.cfg.discover
+            && self.login == LoginState::Online
+            && self.discovered
+            && self.steps.is_empty()
+            && !self.step_busy
+            && self.remotes.values().all(|r| {
+                matches!(r.state, RState::Ready | RState::LoggedIn) && r.port_name != target
+            })
     }
 
     fn step_reply(&mut self, now: Instant, step: Step, frame: &Frame) {
         let ct = |cmd| CtIu::parse(&frame.payload, Some(cmd)).ok();
         match step {
             Step::GidFt => {
+                self.discovered = true;
                 let found: Vec<FcId> = match ct(CtCommand::GID_FT) {
                     Some(CtIu {
                         body: CtBody::Accept(NsAccept::PortIds(ids)),

@@ -58,6 +58,7 @@ pub async fn show(
             "initiator",
             "isid",
             "state",
+            "zoning",
             "for",
             "logins",
             "digests",

@@ -25,12 +25,17 @@
 //! [fabric.initiator]                          # for fc:// backends
 //! wwpn = "21:00:00:00:c9:00:00:0b"
 //! nexus = "per-initiator"                     # or "shared"
+//! npiv_name = "per-host"                      # or "per-port" (default)
 //! command_timeout = 30                        # seconds; every command ends within it
 //! fast_io_fail = 5                            # seconds a command waits for a lost
 //!                                             # target port (default: command_timeout)
 //! max_frames_in = 4104                        # frames its open commands may bring
 //!                                             # back at once (default: 4104 over an
 //!                                             # FCoE ENode, else no bound)
+//!
+//! [[fabric.initiator.host]]                   # optional: a host's NPIV WWPN,
+//! initiator = "iqn.1994-05.com.example:h1"    # set, over npiv_name
+//! wwpn = "30:00:00:00:00:00:00:0a"
 //!
 //! [[lu]]
 //! name = "via-fc"
@@ -291,6 +296,26 @@ pub struct FcInitiatorSection {
     /// the fabric with a port name derived from the initiator's.
     #[serde(default)]
     pub physical_ports: Option<u32>,
+    /// How a host's NPIV port is named (`"per-initiator"` nexus):
+    /// `"per-port"` (default) from the front-end initiator port (iSCSI:
+    /// name and ISID: a port per session), `"per-host"` from the
+    /// initiator's name alone (one port per host, known in advance, so
+    /// it can be zoned before the host logs in).
+    #[serde(default)]
+    pub npiv_name: Option<String>,
+    /// WWPNs set per host, over `npiv_name`.
+    #[serde(default)]
+    pub host: Vec<FcHostSection>,
+}
+
+/// `[[fabric.initiator.host]]`: the NPIV port name of one host.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FcHostSection {
+    /// The host's iSCSI initiator name.
+    pub initiator: String,
+    /// The WWPN its NPIV port logs in with.
+    pub wwpn: String,
 }
 
 /// Default `[fabric.initiator] physical_ports`.
@@ -392,6 +417,25 @@ impl FabricSection {
         match self.initiator.as_ref().and_then(|i| i.wwnn.as_ref()) {
             Some(n) => wwn("fabric.initiator.wwnn", n),
             None => Ok(node_name_for(self.initiator_wwpn()?)),
+        }
+    }
+
+    /// How the hosts' NPIV ports are named ([`FcInitiatorSection::npiv_name`],
+    /// [`FcInitiatorSection::host`]).
+    pub fn npiv_names(&self) -> unifab_fc::io::NpivNames {
+        let Some(i) = &self.initiator else {
+            return unifab_fc::io::NpivNames::default();
+        };
+        unifab_fc::io::NpivNames {
+            per_host: i.npiv_name.as_deref() == Some("per-host"),
+            fixed: i
+                .host
+                .iter()
+                .filter_map(|h| {
+                    let w = wwn("fabric.initiator.host.wwpn", &h.wwpn).ok()?;
+                    Some((h.initiator.to_ascii_lowercase(), w))
+                })
+                .collect(),
         }
     }
 
@@ -540,6 +584,32 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             return Err(format!(
                 "fabric.initiator.physical_ports {n} must be 1 to 16"
             ));
+        }
+        match i.npiv_name.as_deref() {
+            None | Some("per-port" | "per-host") => {}
+            Some(o) => {
+                return Err(format!(
+                    "fabric.initiator.npiv_name {o:?}: \"per-port\" or \"per-host\""
+                ));
+            }
+        }
+        let mut hosts = std::collections::HashSet::new();
+        for h in &i.host {
+            crate::config::check_iscsi_name(&h.initiator)
+                .map_err(|e| format!("fabric.initiator.host {:?}: {e}", h.initiator))?;
+            let w = wwn("fabric.initiator.host.wwpn", &h.wwpn)?;
+            if ports.contains(&w) || w == iw {
+                return Err(format!(
+                    "fabric.initiator.host {:?}: wwpn {w} is also a target's or the initiator's",
+                    h.initiator
+                ));
+            }
+            if !hosts.insert(h.initiator.to_ascii_lowercase()) {
+                return Err(format!(
+                    "fabric.initiator.host {:?} is listed twice",
+                    h.initiator
+                ));
+            }
         }
     }
     // What an fc:// LU may not have (size, serial, …) was checked with

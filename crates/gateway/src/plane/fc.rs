@@ -45,6 +45,7 @@ pub struct FcPlane {
     node: FcNode,
     initiator: Wwn,
     per_nexus: bool,
+    npiv_names: unifab_fc::io::NpivNames,
     names: Vec<(Wwn, String)>,
 }
 
@@ -176,18 +177,17 @@ impl FcPlane {
             node,
             initiator,
             per_nexus: f.per_nexus(),
+            npiv_names: f.npiv_names(),
             names,
         })
     }
 
     /// The remote LU of an `fc://` backend.
     pub fn remote_lu(&self, lu: &LuConfig, url: FcUrl) -> Arc<RemoteLu> {
-        let factory = Arc::new(FcpInitiatorFactory::new(
-            self.node.clone(),
-            self.initiator,
-            url.wwpn,
-            self.per_nexus,
-        ));
+        let factory = Arc::new(
+            FcpInitiatorFactory::new(self.node.clone(), self.initiator, url.wwpn, self.per_nexus)
+                .with_names(self.npiv_names.clone()),
+        );
         let remote = Arc::new(RemoteLu::new(
             RemoteLuConfig {
                 name: lu.name.clone(),
@@ -230,8 +230,26 @@ impl FcPlane {
             .into_iter()
             .filter(|p| p.initiator && (p.port_name == self.initiator || p.virtual_port))
             .collect();
+        let logins = self.switch.with_fabric(|f| f.logins());
         let mut rows = Vec::new();
         for (name, url) in lus {
+            // What the gateway's own switch says of this path: zoning, or
+            // a target that is not logged in (a path through a remote
+            // FCF's fabric: unknown here).
+            let target = logins
+                .iter()
+                .find(|l| l.port_name == url.wwpn)
+                .map(|l| l.fc_id);
+            let path = |fc_id: unifab_fc::wire::FcId| -> &'static str {
+                if !logins.iter().any(|l| l.fc_id == fc_id) {
+                    return "-";
+                }
+                match target {
+                    None => "target not logged in to the fabric",
+                    Some(t) if !self.switch.with_fabric(|f| f.zoned(fc_id, t)) => "zoned out",
+                    Some(_) => "zoned in",
+                }
+            };
             for p in &ports {
                 let record = p.sessions.iter().find(|r| r.port_name == url.wwpn);
                 let up = p.online && record.is_some_and(|r| r.up);
@@ -261,7 +279,12 @@ impl FcPlane {
                     logins: record.map_or(0, |r| r.logins),
                     last_error: last.map(|(e, at)| (e.as_str(), at.elapsed())),
                 };
-                rows.push(row.to_json(serde_json::json!({ "fcid": p.fc_id.to_string() })));
+                let zoning = path(p.fc_id);
+                rows.push(
+                    row.to_json(
+                        serde_json::json!({ "fcid": p.fc_id.to_string(), "zoning": zoning }),
+                    ),
+                );
             }
         }
         rows

@@ -153,6 +153,87 @@ pub fn render_lu_metrics(lus: &[(String, unifab_scsi_core::stats::LuStatsSnapsho
     s
 }
 
+/// The interface families (`show interface`'s counters, all counters):
+/// fabric ports (`unifab_fabric_port_*`, label `port`), FCoE ports
+/// (`unifab_fcoe_port_*`, labels `interface` and `mode`) and FCIP circuits
+/// (`unifab_fcip_circuit_*`, label `circuit`). Every family's HELP and TYPE
+/// lines are there even when no such port is.
+pub fn render_interface_metrics(ifs: &[view::Interface]) -> String {
+    // (kind prefix, family prefix, label, counters and their help)
+    let families: [(&str, &str, &str, &[(&str, &str)]); 3] = [
+        (
+            "fabric port",
+            "unifab_fabric_port",
+            "port",
+            &[
+                ("rx_frames", "Frames the switch received on the port."),
+                ("tx_frames", "Frames the switch sent on the port."),
+                ("rx_bytes", "Payload bytes received on the port."),
+                ("tx_bytes", "Payload bytes sent on the port."),
+                (
+                    "discards",
+                    "Frames dropped: zoning, no such address, spoofed S_ID.",
+                ),
+            ],
+        ),
+        (
+            "fcoe",
+            "unifab_fcoe_port",
+            "interface",
+            &[
+                ("rx_frames", "FCoE frames received."),
+                ("tx_frames", "FCoE frames sent."),
+                (
+                    "spoofed",
+                    "FCoE frames from a MAC address that did not log in (FCF).",
+                ),
+                (
+                    "keep_alive_misses",
+                    "VN_Ports whose keep-alives stopped (FCF).",
+                ),
+                ("discards", "FCoE frames dropped (ENode)."),
+            ],
+        ),
+        (
+            "fcip circuit",
+            "unifab_fcip_circuit",
+            "circuit",
+            &[
+                ("rx_bytes", "Bytes received on the circuit."),
+                ("tx_bytes", "Bytes sent on the circuit."),
+                (
+                    "retransmits",
+                    "Batches resent from the circuit after it died.",
+                ),
+                ("failures", "Times the circuit went down."),
+            ],
+        ),
+    ];
+    let mut s = String::new();
+    for (kind, prefix, label_name, counters) in families {
+        for (counter, help) in counters {
+            let name = format!("{prefix}_{counter}_total");
+            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+            for i in ifs.iter().filter(|i| i.kind.starts_with(kind)) {
+                let Some((_, v)) = i.counters.iter().find(|(c, _)| c == counter) else {
+                    continue;
+                };
+                let mode = i
+                    .kind
+                    .strip_prefix("fcoe (")
+                    .and_then(|m| m.strip_suffix(')'))
+                    .map(|m| format!(",mode=\"{m}\""))
+                    .unwrap_or_default();
+                s.push_str(&format!(
+                    "{name}{{{label_name}=\"{}\"{mode}}} {v}\n",
+                    label(&i.name)
+                ));
+            }
+        }
+    }
+    s
+}
+
 /// What the admin endpoint can show; implemented by the running gateway.
 pub trait AdminView: Send + Sync + 'static {
     /// JSON for `/show/<what>`, or why there is none.

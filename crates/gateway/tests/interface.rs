@@ -119,6 +119,31 @@ load_interval = [1, 3]
         assert_eq!(r["rx_frames_1s"].as_f64(), Some(0.0), "{r}");
     }
 
+    // The same counters at /metrics, once nothing moves.
+    let text = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(admin).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut t = String::new();
+        c.read_to_string(&mut t).unwrap();
+        t
+    };
+    let now = rows(admin);
+    let mut ports = 0;
+    for r in now.iter().filter(|r| r["kind"] == "fabric port") {
+        for counter in ["rx_frames", "tx_frames", "rx_bytes", "tx_bytes"] {
+            let series = format!(
+                "unifab_fabric_port_{counter}_total{{port=\"{}\"}} {}",
+                r["interface"].as_str().unwrap(),
+                r[counter]
+            );
+            assert!(text.contains(&series), "{series} not in:\n{text}");
+        }
+        ports += 1;
+    }
+    assert!(ports >= 2, "{now:?}");
+
     // One interface, as text.
     let text = show(admin, &["interface", "iscsi"]);
     assert!(

@@ -276,6 +276,7 @@ impl AdminView for View {
             .filter_map(|(name, lu)| lu.lu().stats().map(|s| (name.clone(), s.snapshot())))
             .collect();
         text.push_str(&super::render_lu_metrics(&lus));
+        text.push_str(&super::render_interface_metrics(&self.interfaces()));
         if let Some(fc) = &self.fc {
             text.push_str(&fc.metrics());
         }

@@ -159,8 +159,9 @@ pub fn render_lu_metrics(lus: &[(String, unifab_scsi_core::stats::LuStatsSnapsho
 /// (`unifab_fcip_circuit_*`, label `circuit`). Every family's HELP and TYPE
 /// lines are there even when no such port is.
 pub fn render_interface_metrics(ifs: &[view::Interface]) -> String {
-    // (kind prefix, family prefix, label, counters and their help)
-    let families: [(&str, &str, &str, &[(&str, &str)]); 3] = [
+    /// (kind prefix, family prefix, label, counters with their help)
+    type Family<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let families: [Family; 3] = [
         (
             "fabric port",
             "unifab_fabric_port",

@@ -161,7 +161,7 @@ pub fn render_lu_metrics(lus: &[(String, unifab_scsi_core::stats::LuStatsSnapsho
 pub fn render_interface_metrics(ifs: &[view::Interface]) -> String {
     /// (kind prefix, family prefix, label, counters with their help)
     type Family<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
-    let families: [Family; 3] = [
+    let families: [Family<'_>; 3] = [
         (
             "fabric port",
             "unifab_fabric_port",

@@ -5,7 +5,9 @@
 //!
 //! Live today: logical units on memory and file backends (added, or
 //! removed when no FC target serves them), iSCSI targets (added, removed,
-//! their LUN maps, ACLs, CHAP and aliases). Hosts see the protocol's
+//! their LUN maps, ACLs, CHAP and aliases), and the fabric's zoning
+//! (zones, zone sets, the default zone, the active zone set: one change,
+//! an RSCN to each port whose view changed). Hosts see the protocol's
 //! notices: a changed LUN map raises REPORTED LUNS DATA HAS CHANGED; a
 //! removed target's sessions, and sessions whose initiator an ACL no
 //! longer admits, are asked to log out (Async Message); a LUN removed
@@ -14,8 +16,8 @@
 //!
 //! Needs a restart: a changed LU definition (backend, size, block size,
 //! …), remote LUs (`iscsi://`, `fc://`) added or removed, `[iscsi]`
-//! settings other than its targets (listen addresses included),
-//! `[fabric]`, `[fcoe]`, `[fcip]`, `[admin]` and `[tuning]`.
+//! settings other than its targets (listen addresses included), the rest
+//! of `[fabric]`, `[fcoe]`, `[fcip]`, `[admin]` and `[tuning]`.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -200,12 +202,32 @@ impl Plan {
             };
             push(action, "[iscsi]".into(), "portal settings".into(), false);
         }
+        // Zoning changes live (an RSCN to each port whose view changes);
+        // the rest of [fabric] needs a restart.
+        let (zoning_same, rest_same) = match (&old.fabric, &new.fabric) {
+            (Some(a), Some(b)) => (
+                a.zone == b.zone
+                    && a.zoneset == b.zoneset
+                    && a.default_zone == b.default_zone
+                    && a.active_zoneset == b.active_zoneset,
+                without_zoning(a) == without_zoning(b),
+            ),
+            (a, b) => (true, a == b),
+        };
+        if !zoning_same {
+            push(
+                Action::Change,
+                "[fabric] zoning".into(),
+                "zones, zone sets, default zone or active zone set".into(),
+                true,
+            );
+        }
         let mut section = |name: &str, same: bool| {
             if !same {
                 push(Action::Change, name.to_string(), String::new(), false);
             }
         };
-        section("[fabric]", old.fabric == new.fabric);
+        section("[fabric]", rest_same);
         section("[fcoe]", old.fcoe == new.fcoe);
         section("[fcip]", old.fcip == new.fcip);
         section("[admin]", old.admin == new.admin);
@@ -246,6 +268,19 @@ impl fmt::Display for Plan {
     }
 }
 
+/// `[fabric]` without its zoning.
+fn without_zoning(
+    f: &crate::config::fabric::FabricSection,
+) -> crate::config::fabric::FabricSection {
+    crate::config::fabric::FabricSection {
+        zone: Vec::new(),
+        zoneset: Vec::new(),
+        default_zone: None,
+        active_zoneset: None,
+        ..f.clone()
+    }
+}
+
 /// Which keys of a target differ.
 fn target_diff(a: &TargetConfig, b: &TargetConfig) -> String {
     let mut keys = Vec::new();
@@ -283,6 +318,7 @@ pub struct Live {
     server: Option<TargetServer>,
     /// `running`, as `show targets` reads it.
     published: Running,
+    fc: Option<Arc<crate::plane::fc::FcPlane>>,
 }
 
 /// The running configuration, for views.
@@ -315,6 +351,8 @@ pub struct LiveParts {
     pub server: Option<TargetServer>,
     /// Where the running configuration is published for views.
     pub published: Running,
+    /// The FC plane (zoning).
+    pub fc: Option<Arc<crate::plane::fc::FcPlane>>,
 }
 
 impl fmt::Debug for LiveParts {
@@ -337,6 +375,7 @@ impl Live {
             maps: p.maps,
             server: p.server,
             published: p.published,
+            fc: p.fc,
         }
     }
 
@@ -424,6 +463,22 @@ impl Live {
                     None => running_iscsi.target.push(t.clone()),
                 }
             }
+        }
+        // Zoning.
+        if let (Some(fc), Some(old_f), Some(new_f)) =
+            (&self.fc, self.running.fabric.as_mut(), &new.fabric)
+            && plan
+                .changes
+                .iter()
+                .any(|c| c.live && c.what == "[fabric] zoning")
+        {
+            fc.reconfigure_zoning(old_f, new_f)
+                .map_err(|e| format!("[fabric] zoning: {e:#}"))?;
+            old_f.zone = new_f.zone.clone();
+            old_f.zoneset = new_f.zoneset.clone();
+            old_f.default_zone = new_f.default_zone.clone();
+            old_f.active_zoneset = new_f.active_zoneset.clone();
+            info!(active = ?new_f.active_zoneset, "reload: zoning changed");
         }
         // LUs no target maps any more.
         for o in self.running.lu.clone() {
@@ -536,6 +591,29 @@ luns = ["a"]
         assert!(
             p.to_string().contains("LUs not available live: [\"r\"]"),
             "{p}"
+        );
+    }
+
+    #[test]
+    fn zoning_changes_live_and_the_rest_of_the_fabric_does_not() {
+        let fabric = |members: &str, domain: u8| {
+            format!(
+                "{BASE}\n[fabric]\ndomain = {domain}\nactive_zoneset = \"cfg\"\n\n[[fabric.zone]]\nname = \"z\"\nmembers = [{members}]\n\n[[fabric.zoneset]]\nname = \"cfg\"\nzones = [\"z\"]\n"
+            )
+        };
+        let old = cfg(&fabric("\"pwwn:21:00:00:00:c9:00:00:0a\"", 1));
+        let zoned = cfg(&fabric("\"pwwn:21:00:00:00:c9:00:00:0b\"", 1));
+        assert_eq!(
+            live_of(&Plan::diff(&old, &zoned)),
+            vec![("[fabric] zoning".to_string(), true)]
+        );
+        let both = cfg(&fabric("\"pwwn:21:00:00:00:c9:00:00:0b\"", 2));
+        assert_eq!(
+            live_of(&Plan::diff(&old, &both)),
+            vec![
+                ("[fabric] zoning".to_string(), true),
+                ("[fabric]".to_string(), false)
+            ]
         );
     }
 

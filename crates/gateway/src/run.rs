@@ -179,6 +179,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         maps,
         server: server_handle.clone(),
         published: running.clone(),
+        fc: fc.clone(),
     })));
 
     let view = Arc::new(crate::admin::view::View {

@@ -149,5 +149,40 @@ data_dir = "{dir}/state"
         },
     );
     assert_eq!(zoning(&b_wwpn.to_string()), "zoned out", "{rows:?}");
+
+    // A reload moves the zone from host A to host B, live: B's commands
+    // go through once its port has heard the RSCN and logged in; A's
+    // fail at once once its port has heard it lost the target.
+    let cfg = std::fs::read_to_string(&gw.config)
+        .unwrap()
+        .replace(&format!("\"pwwn:{A_WWPN}\""), &format!("\"pwwn:{b_wwpn}\""));
+    std::fs::write(&gw.config, cfg).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args(["reload", "--config"])
+        .arg(&gw.config)
+        .output()
+        .unwrap();
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(plan.contains("~ [fabric] zoning [live]"), "{plan}");
+    let until = |s: &mut RawSession, good: bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = s.read16(64, 8, 512).expect("an answer");
+            if (r.status == 0) == good || std::time::Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let r = until(&mut b, true);
+    assert_eq!(r.status, 0, "host B after the reload: {r:?}");
+    let a = &mut held[0];
+    let r = until(a, false);
+    assert_eq!(
+        (r.status, r.sense[2] & 0x0f, r.sense[12], r.sense[13]),
+        (2, 0x0b, 0x08, 0x00),
+        "host A after the reload: {r:?}"
+    );
     drop(held);
 }

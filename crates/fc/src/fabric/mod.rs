@@ -687,6 +687,44 @@ impl Fabric {
         self.zoning.define_zone_set(set);
     }
 
+    /// Replaces the zone and zone set definitions named in `remove`,
+    /// `zones` and `sets` (definitions named nowhere, as those an FCIP
+    /// merge brought, stay), then makes `default_permit` and `active` the
+    /// enforced configuration at once: one membership change, one RSCN
+    /// per registered port whose view changed. Nothing changes if `active`
+    /// cannot be activated.
+    pub fn reconfigure_zoning(
+        &mut self,
+        remove: (&[String], &[String]),
+        zones: Vec<Zone>,
+        sets: Vec<ZoneSet>,
+        default_permit: bool,
+        active: Option<&str>,
+    ) -> Result<(), ZoningError> {
+        let mut next = self.zoning.clone();
+        for z in remove.0 {
+            next.remove_zone(z);
+        }
+        for s in remove.1 {
+            next.remove_zone_set(s);
+        }
+        for z in zones {
+            next.define_zone(z);
+        }
+        for s in sets {
+            next.define_zone_set(s);
+        }
+        next.set_default_permit(default_permit);
+        match active {
+            Some(a) => next.activate(a)?,
+            None => next.deactivate(),
+        }
+        let before = self.membership.clone();
+        self.zoning = next;
+        self.apply_zoning(before);
+        Ok(())
+    }
+
     /// Sets the default zone policy and applies it.
     pub fn set_default_zone_permit(&mut self, permit: bool) {
         let before = self.membership.clone();

@@ -152,6 +152,17 @@ impl Zoning {
         self.sets.insert(set.name.clone(), set);
     }
 
+    /// Forgets a zone definition (the active configuration keeps its copy
+    /// until the next activation).
+    pub fn remove_zone(&mut self, name: &str) {
+        self.zones.remove(name);
+    }
+
+    /// Forgets a zone set definition.
+    pub fn remove_zone_set(&mut self, name: &str) {
+        self.sets.remove(name);
+    }
+
     /// Activates a zone set: its zones become the enforced ones.
     pub fn activate(&mut self, name: &str) -> Result<(), ZoningError> {
         let set = self

@@ -182,6 +182,58 @@ impl FcPlane {
         })
     }
 
+    /// Makes the switch's zoning what `new` says (zones and zone sets
+    /// `old` had and `new` has not are forgotten): one change, an RSCN to
+    /// each port whose view changed.
+    pub fn reconfigure_zoning(
+        &self,
+        old: &crate::config::fabric::FabricSection,
+        new: &crate::config::fabric::FabricSection,
+    ) -> anyhow::Result<()> {
+        let gone_zones: Vec<String> = old
+            .zone
+            .iter()
+            .filter(|z| !new.zone.iter().any(|n| n.name == z.name))
+            .map(|z| z.name.clone())
+            .collect();
+        let gone_sets: Vec<String> = old
+            .zoneset
+            .iter()
+            .filter(|z| !new.zoneset.iter().any(|n| n.name == z.name))
+            .map(|z| z.name.clone())
+            .collect();
+        let mut zones = Vec::new();
+        for z in &new.zone {
+            let members = z
+                .members
+                .iter()
+                .map(|m| m.parse::<ZoneMember>())
+                .collect::<Result<Vec<_>, _>>()?;
+            zones.push(Zone {
+                name: z.name.clone(),
+                members,
+            });
+        }
+        let sets = new
+            .zoneset
+            .iter()
+            .map(|s| ZoneSet {
+                name: s.name.clone(),
+                zones: s.zones.clone(),
+            })
+            .collect();
+        self.switch.with_fabric(|f| {
+            f.reconfigure_zoning(
+                (&gone_zones, &gone_sets),
+                zones,
+                sets,
+                new.default_zone.as_deref() != Some("deny"),
+                new.active_zoneset.as_deref(),
+            )
+        })?;
+        Ok(())
+    }
+
     /// The remote LU of an `fc://` backend.
     pub fn remote_lu(&self, lu: &LuConfig, url: FcUrl) -> Arc<RemoteLu> {
         let factory = Arc::new(

@@ -1,0 +1,347 @@
+//! The admin endpoint's HTTP/1.1 (hyper): the server on loopback TCP and
+//! on the admin socket, and the CLI's client.
+//!
+//! Requests are bounded: a 16 KiB head, 5 s to send it, a connection
+//! served for at most 10 s (60 s on the admin socket, where a reload may
+//! build LUs), 64 connections at once (16 on the socket). With `[admin]
+//! token`, every request must carry it (`Authorization: Bearer …`) or is
+//! answered 401; off loopback the configuration requires one. Only the
+//! admin socket takes `POST /reload`; the TCP endpoint answers GET alone.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{Semaphore, watch};
+use tracing::{debug, info, warn};
+
+use super::{AdminView, Unshown, VIEWS};
+
+/// The reload a request on the admin socket may ask for.
+pub type Reloader = Arc<tokio::sync::Mutex<crate::reload::Live>>;
+
+/// What a connection may do.
+#[derive(Clone)]
+struct Rights {
+    view: Arc<dyn AdminView>,
+    token: Option<Arc<str>>,
+    /// Changes: on the admin socket only.
+    reloader: Option<Reloader>,
+    peer: Arc<str>,
+}
+
+fn reply(code: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = code;
+    if let Ok(v) = ctype.parse() {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn text(code: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
+    reply(code, "text/plain", body.into())
+}
+
+/// Compares two secrets in time that depends on their lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn route(req: Request<Incoming>, r: Rights) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
+    if let Some(t) = &r.token {
+        let given = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, tok)| tok.trim());
+        if !given.is_some_and(|g| same(g.as_bytes(), t.as_bytes())) {
+            warn!(peer = %r.peer, %path, "admin request without the right token refused");
+            return text(
+                StatusCode::UNAUTHORIZED,
+                "a token is required (Authorization: Bearer …; unifab show --token or UNIFAB_ADMIN_TOKEN)\n",
+            );
+        }
+    }
+    match *req.method() {
+        Method::POST => post(&path, query.as_deref(), &r).await,
+        Method::GET => get(&path, &r),
+        _ => text(StatusCode::METHOD_NOT_ALLOWED, "only GET and POST\n"),
+    }
+}
+
+fn get(path: &str, r: &Rights) -> Response<Full<Bytes>> {
+    if path == "/metrics" {
+        return reply(StatusCode::OK, "text/plain; version=0.0.4", r.view.metrics());
+    }
+    let Some(what) = path.strip_prefix("/show/") else {
+        return text(StatusCode::NOT_FOUND, "try /show/sessions, /show/luns, /metrics\n");
+    };
+    match r.view.show(what) {
+        Ok(json) => reply(StatusCode::OK, "application/json", json),
+        Err(Unshown::NoSuchView) => text(
+            StatusCode::NOT_FOUND,
+            format!("no such view {what:?}; views: {}, metrics\n", VIEWS.join(", ")),
+        ),
+        Err(Unshown::NotConfigured(section)) => text(
+            StatusCode::CONFLICT,
+            format!("{what}: this gateway has no {section} configured\n"),
+        ),
+    }
+}
+
+async fn post(path: &str, query: Option<&str>, r: &Rights) -> Response<Full<Bytes>> {
+    let Some(reloader) = &r.reloader else {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only GET here: changes go through the admin socket (unifab reload)\n",
+        );
+    };
+    let dry_run = match (path, query) {
+        ("/reload", None) => false,
+        ("/reload", Some("dry_run=1")) => true,
+        _ => return text(StatusCode::NOT_FOUND, "POST /reload or /reload?dry_run=1\n"),
+    };
+    let mut live = reloader.lock().await;
+    let result = if dry_run {
+        live.plan().map(|(p, _)| p)
+    } else {
+        live.reload()
+    };
+    drop(live);
+    match result {
+        Ok(plan) => {
+            crate::reload::log_plan(&plan, !dry_run);
+            info!(peer = %r.peer, dry_run, "reload requested on the admin socket");
+            let head = if dry_run {
+                "plan (dry run, nothing changed):"
+            } else {
+                "applied:"
+            };
+            text(StatusCode::OK, format!("{head}\n{plan}"))
+        }
+        Err(e) => {
+            warn!(peer = %r.peer, error = %e, "reload refused; the running configuration is unchanged");
+            text(StatusCode::UNPROCESSABLE_ENTITY, format!("nothing changed: {e}\n"))
+        }
+    }
+}
+
+/// Serves one connection with `rights` for at most `limit`.
+async fn serve_conn<S>(io: S, rights: Rights, limit: Duration)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = rights.peer.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let rights = rights.clone();
+        async move { Ok::<_, Infallible>(route(req, rights).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(5))
+        .max_buf_size(16 * 1024)
+        .serve_connection(TokioIo::new(io), svc);
+    match tokio::time::timeout(limit, conn).await {
+        Ok(Err(e)) => debug!(%peer, error = %e, "admin connection ended with an error"),
+        Err(_) => debug!(%peer, "admin connection timed out"),
+        Ok(Ok(())) => {}
+    }
+}
+
+/// Serves the admin endpoint until `shutdown` flips.
+pub async fn serve(
+    listener: TcpListener,
+    view: Arc<dyn AdminView>,
+    token: Option<String>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let token: Option<Arc<str>> = token.map(Arc::from);
+    let limit = Arc::new(Semaphore::new(64));
+    if let Ok(a) = listener.local_addr() {
+        info!(addr = %a, "admin endpoint listening");
+    }
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let Ok((stream, peer)) = r else { continue };
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    warn!(%peer, "admin endpoint busy");
+                    continue;
+                };
+                let rights = Rights {
+                    view: view.clone(),
+                    token: token.clone(),
+                    reloader: None,
+                    peer: Arc::from(peer.to_string()),
+                };
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    serve_conn(stream, rights, Duration::from_secs(10)).await;
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+/// The admin socket: `data_dir/admin.sock`, mode 0600, for changes
+/// (`POST /reload`, `unifab reload`) and the same views as the TCP
+/// endpoint. A peer whose user is neither root nor the gateway's own is
+/// refused (403) even if the file's mode let it connect.
+pub async fn serve_unix(
+    listener: UnixListener,
+    view: Arc<dyn AdminView>,
+    reloader: Reloader,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let me = nix::unistd::geteuid().as_raw();
+    let limit = Arc::new(Semaphore::new(16));
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let Ok((stream, _)) = r else { continue };
+                let uid = stream.peer_cred().map(|c| c.uid()).ok();
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    continue;
+                };
+                if !uid.is_some_and(|u| u == 0 || u == me) {
+                    warn!(?uid, "admin socket: a peer of another user refused");
+                    tokio::spawn(async move {
+                        let _permit = permit;
+                        let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
+                            Ok::<_, Infallible>(text(
+                                StatusCode::FORBIDDEN,
+                                "only root or the gateway's user may use the admin socket\n",
+                            ))
+                        });
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc);
+                        let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+                    });
+                    continue;
+                }
+                let rights = Rights {
+                    view: view.clone(),
+                    token: None,
+                    reloader: Some(reloader.clone()),
+                    peer: Arc::from(format!("uid {}", uid.unwrap_or(u32::MAX))),
+                };
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    // A reload builds LUs (files, their locks): it gets
+                    // longer than a view.
+                    serve_conn(stream, rights, Duration::from_secs(60)).await;
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+/// Binds the admin socket at `path`: a stale socket file is replaced, the
+/// new one made mode 0600 before anyone is served.
+pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        // Replaced only if no gateway answers on it.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "{} is in use (another gateway with this data_dir?)",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let l = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Sends one request over `io` and returns the body of a 200, or
+/// `STATUS: body`.
+async fn request<S>(io: S, method: Method, path: &str, host: &str, token: Option<&str>) -> Result<String, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut req = Request::builder().method(method).uri(path).header(HOST, host);
+    if let Some(t) = token {
+        req = req.header(AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = res.status();
+    let body = res
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
+    if status != StatusCode::OK {
+        return Err(format!("HTTP/1.1 {status}: {}", body.trim()));
+    }
+    Ok(body)
+}
+
+/// Client side for `unifab show`: fetches `path` from a running gateway.
+pub async fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<String, String> {
+    let s = TcpStream::connect(addr).await.map_err(|e| {
+        format!("cannot reach the gateway's admin endpoint at {addr}: {e} (is `unifab run` running? see --admin)")
+    })?;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        request(s, Method::GET, path, &addr.to_string(), token),
+    )
+    .await
+    .map_err(|_| "the admin endpoint did not answer in 10 s".to_string())?
+}
+
+/// Client side for `unifab reload`: sends `POST path` on the admin socket
+/// and returns the body, or the error the gateway gave.
+pub async fn post_unix(socket: &Path, path: &str) -> Result<String, String> {
+    let s = UnixStream::connect(socket).await.map_err(|e| {
+        format!(
+            "cannot reach the gateway's admin socket {}: {e} (is `unifab run` running with this data_dir? see --socket)",
+            socket.display()
+        )
+    })?;
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        request(s, Method::POST, path, "unifab", None),
+    )
+    .await
+    .map_err(|_| "the admin socket did not answer in 90 s".to_string())?
+}

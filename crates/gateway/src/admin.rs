@@ -1,58 +1,67 @@
 //! The operator endpoint: `GET /show/<what>` with JSON (what `unifab
-//! show …` prints) and `GET /metrics` in the Prometheus text format, on
+//! show …` prints) and `GET /metrics` in the OpenMetrics text format, on
 //! loopback TCP and on the admin socket, which alone takes changes
-//! (`POST /reload`). The HTTP is hyper's ([`http`]); this module holds
+//! (`POST /reload`). The HTTP is hyper's (the `http` module); this module holds
 //! what the views and metrics say.
 
 mod http;
+pub mod metrics;
 pub mod rates;
 pub mod view;
 
 pub use http::{Reloader, bind_unix, fetch, post_unix, serve, serve_unix};
 
+use prometheus_client::metrics::MetricType;
 use unifab_iscsi::target::server::PortalStats;
 
-/// The gateway-wide part of `/metrics` in the Prometheus text format: the
-/// iSCSI portals' counters (`stats`, zero without a portal), the live
-/// sessions, the runtime's workers.
-pub fn render_metrics(stats: PortalStats, sessions: usize) -> String {
-    let mut s = String::new();
-    let mut counter = |name: &str, help: &str, v: u64| {
-        s.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
-        ));
+use metrics::{Family, Value};
+
+/// The gateway-wide families: the iSCSI portals' counters (`stats`, zero
+/// without a portal), the live sessions, the runtime's workers.
+pub fn gateway_families(stats: PortalStats, sessions: usize) -> Vec<(Family, MetricType)> {
+    let c = |name: &'static str, help: &'static str, v: u64| {
+        metrics::counter(Family::new(name, help).with(vec![], Value::Counter(v)))
     };
-    counter(
-        "unifab_iscsi_connections_total",
-        "TCP connections accepted on iSCSI portals.",
-        stats.connections,
-    );
-    counter(
-        "unifab_iscsi_logins_total",
-        "iSCSI logins that reached full-feature phase.",
-        stats.logins,
-    );
-    counter(
-        "unifab_iscsi_login_failures_total",
-        "iSCSI logins refused (authentication, authorization, protocol, time-out, resources).",
-        stats.login_failures,
-    );
-    counter(
-        "unifab_scsi_commands_total",
-        "SCSI commands run by iSCSI sessions.",
-        stats.commands,
-    );
-    s.push_str(&format!(
-        "# HELP unifab_iscsi_sessions iSCSI sessions in full-feature phase.\n# TYPE unifab_iscsi_sessions gauge\nunifab_iscsi_sessions {sessions}\n"
-    ));
+    let mut v = vec![
+        c(
+            "unifab_iscsi_connections",
+            "TCP connections accepted on iSCSI portals.",
+            stats.connections,
+        ),
+        c(
+            "unifab_iscsi_logins",
+            "iSCSI logins that reached full-feature phase.",
+            stats.logins,
+        ),
+        c(
+            "unifab_iscsi_login_failures",
+            "iSCSI logins refused (authentication, authorization, protocol, time-out, resources).",
+            stats.login_failures,
+        ),
+        c(
+            "unifab_scsi_commands",
+            "SCSI commands run by iSCSI sessions.",
+            stats.commands,
+        ),
+        metrics::gauge(
+            Family::new(
+                "unifab_iscsi_sessions",
+                "iSCSI sessions in full-feature phase.",
+            )
+            .with(vec![], Value::Gauge(sessions as i64)),
+        ),
+    ];
     // `[tuning] worker_threads`, or one per core.
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        s.push_str(&format!(
-            "# HELP unifab_runtime_workers Threads running the gateway's tasks.\n# TYPE unifab_runtime_workers gauge\nunifab_runtime_workers {}\n",
-            rt.metrics().num_workers()
+        v.push(metrics::gauge(
+            Family::new(
+                "unifab_runtime_workers",
+                "Threads running the gateway's tasks.",
+            )
+            .with(vec![], Value::Gauge(rt.metrics().num_workers() as i64)),
         ));
     }
-    s
+    v
 }
 
 /// Why `/show/<what>` has nothing to show.
@@ -79,70 +88,68 @@ pub const VIEWS: &[&str] = &[
     "interface",
 ];
 
-/// A label value in the Prometheus text format: backslash, double quote
-/// and line feed escaped.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 /// The per-LU families (`unifab_lu_*`, label `lu`): commands, bytes read
 /// and written, commands not ended GOOD, and the latency histogram.
-pub fn render_lu_metrics(lus: &[(String, unifab_scsi_core::stats::LuStatsSnapshot)]) -> String {
+pub fn lu_families(
+    lus: &[(String, unifab_scsi_core::stats::LuStatsSnapshot)],
+) -> Vec<(Family, MetricType)> {
     use unifab_scsi_core::stats::LATENCY_BOUNDS_US;
-    let mut s = String::new();
     type Get = fn(&unifab_scsi_core::stats::LuStatsSnapshot) -> u64;
-    let counters: [(&str, &str, Get); 4] = [
-        ("unifab_lu_commands_total", "Commands the LU ended.", |t| {
+    let counters: [(&str, &'static str, Get); 4] = [
+        ("unifab_lu_commands", "Commands the LU ended.", |t| {
             t.commands
         }),
         (
-            "unifab_lu_read_bytes_total",
+            "unifab_lu_read_bytes",
             "Data-in bytes the LU returned.",
             |t| t.read_bytes,
         ),
         (
-            "unifab_lu_written_bytes_total",
+            "unifab_lu_written_bytes",
             "Data-out bytes of commands that ended GOOD.",
             |t| t.written_bytes,
         ),
         (
-            "unifab_lu_errors_total",
+            "unifab_lu_errors",
             "Commands that ended with a status other than GOOD, or aborted.",
             |t| t.errors,
         ),
     ];
+    let mut v = Vec::new();
     for (name, help, get) in counters {
-        s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+        let mut f = Family::new(name, help);
         for (lu, t) in lus {
-            s.push_str(&format!("{name}{{lu=\"{}\"}} {}\n", label(lu), get(t)));
+            f = f.with(vec![("lu", lu.clone())], Value::Counter(get(t)));
         }
+        v.push(metrics::counter(f));
     }
-    let name = "unifab_lu_latency_seconds";
-    s.push_str(&format!(
-        "# HELP {name} Time from a command's arrival at the LU to its end.\n# TYPE {name} histogram\n"
-    ));
+    let mut f = Family::new(
+        "unifab_lu_latency_seconds",
+        "Time from a command's arrival at the LU to its end.",
+    );
     for (lu, t) in lus {
-        let lu = label(lu);
-        let mut cumulative = 0;
-        for (i, n) in t.buckets.iter().enumerate() {
-            cumulative += n;
-            let le = match LATENCY_BOUNDS_US.get(i) {
-                Some(us) => format!("{}", *us as f64 / 1e6),
-                None => "+Inf".to_string(),
-            };
-            s.push_str(&format!(
-                "{name}_bucket{{lu=\"{lu}\",le=\"{le}\"}} {cumulative}\n"
-            ));
-        }
-        s.push_str(&format!(
-            "{name}_sum{{lu=\"{lu}\"}} {}\n",
-            t.latency_ns as f64 / 1e9
-        ));
-        s.push_str(&format!("{name}_count{{lu=\"{lu}\"}} {}\n", t.commands));
+        let buckets = t
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let le = LATENCY_BOUNDS_US
+                    .get(i)
+                    .map_or(f64::MAX, |us| *us as f64 / 1e6);
+                (le, *n)
+            })
+            .collect();
+        f = f.with(
+            vec![("lu", lu.clone())],
+            Value::Histogram {
+                sum: t.latency_ns as f64 / 1e9,
+                count: t.commands,
+                buckets,
+            },
+        );
     }
-    s
+    v.push(metrics::histogram(f));
+    v
 }
 
 /// The interface families (`show interface`'s counters, all counters):
@@ -150,10 +157,15 @@ pub fn render_lu_metrics(lus: &[(String, unifab_scsi_core::stats::LuStatsSnapsho
 /// (`unifab_fcoe_port_*`, labels `interface` and `mode`) and FCIP circuits
 /// (`unifab_fcip_circuit_*`, label `circuit`). Every family's HELP and TYPE
 /// lines are there even when no such port is.
-pub fn render_interface_metrics(ifs: &[view::Interface]) -> String {
+pub fn interface_families(ifs: &[view::Interface]) -> Vec<(Family, MetricType)> {
     /// (kind prefix, family prefix, label, counters with their help)
-    type Family<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
-    let families: [Family<'_>; 3] = [
+    type Kind = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    let kinds: [Kind; 3] = [
         (
             "fabric port",
             "unifab_fabric_port",
@@ -202,35 +214,34 @@ pub fn render_interface_metrics(ifs: &[view::Interface]) -> String {
             ],
         ),
     ];
-    let mut s = String::new();
-    for (kind, prefix, label_name, counters) in families {
+    let mut v = Vec::new();
+    for (kind, prefix, label_name, counters) in kinds {
         for (counter, help) in counters {
-            let name = format!("{prefix}_{counter}_total");
-            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+            let mut f = Family::new(format!("{prefix}_{counter}"), help);
             for i in ifs.iter().filter(|i| i.kind.starts_with(kind)) {
-                let Some((_, v)) = i.counters.iter().find(|(c, _)| c == counter) else {
+                let Some((_, n)) = i.counters.iter().find(|(c, _)| c == counter) else {
                     continue;
                 };
-                let mode = i
+                let mut labels = vec![(label_name, i.name.clone())];
+                if let Some(mode) = i
                     .kind
                     .strip_prefix("fcoe (")
                     .and_then(|m| m.strip_suffix(')'))
-                    .map(|m| format!(",mode=\"{m}\""))
-                    .unwrap_or_default();
-                s.push_str(&format!(
-                    "{name}{{{label_name}=\"{}\"{mode}}} {v}\n",
-                    label(&i.name)
-                ));
+                {
+                    labels.push(("mode", mode.to_string()));
+                }
+                f = f.with(labels, Value::Counter(*n));
             }
+            v.push(metrics::counter(f));
         }
     }
-    s
+    v
 }
 
 /// What the admin endpoint can show; implemented by the running gateway.
 pub trait AdminView: Send + Sync + 'static {
     /// JSON for `/show/<what>`, or why there is none.
     fn show(&self, what: &str) -> Result<String, Unshown>;
-    /// Prometheus text for `/metrics`.
+    /// `/metrics` in the OpenMetrics text format ([`metrics::encode`]).
     fn metrics(&self) -> String;
 }

@@ -123,7 +123,7 @@ data_dir = "{dir}/state"
     assert_eq!(moved(&lu("unifab_lu_errors_total")), not_good as f64);
     assert_eq!(moved(&lu("unifab_lu_latency_seconds_count")), 15.0);
     assert_eq!(
-        moved("unifab_lu_latency_seconds_bucket{lu=\"disk\",le=\"+Inf\"}"),
+        moved("unifab_lu_latency_seconds_bucket{le=\"+Inf\",lu=\"disk\"}"),
         15.0
     );
     assert!(moved(&lu("unifab_lu_latency_seconds_sum")) > 0.0);

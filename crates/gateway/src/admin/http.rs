@@ -86,16 +86,26 @@ async fn route(req: Request<Incoming>, r: Rights) -> Response<Full<Bytes>> {
 
 fn get(path: &str, r: &Rights) -> Response<Full<Bytes>> {
     if path == "/metrics" {
-        return reply(StatusCode::OK, "text/plain; version=0.0.4", r.view.metrics());
+        return reply(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            r.view.metrics(),
+        );
     }
     let Some(what) = path.strip_prefix("/show/") else {
-        return text(StatusCode::NOT_FOUND, "try /show/sessions, /show/luns, /metrics\n");
+        return text(
+            StatusCode::NOT_FOUND,
+            "try /show/sessions, /show/luns, /metrics\n",
+        );
     };
     match r.view.show(what) {
         Ok(json) => reply(StatusCode::OK, "application/json", json),
         Err(Unshown::NoSuchView) => text(
             StatusCode::NOT_FOUND,
-            format!("no such view {what:?}; views: {}, metrics\n", VIEWS.join(", ")),
+            format!(
+                "no such view {what:?}; views: {}, metrics\n",
+                VIEWS.join(", ")
+            ),
         ),
         Err(Unshown::NotConfigured(section)) => text(
             StatusCode::CONFLICT,
@@ -136,7 +146,10 @@ async fn post(path: &str, query: Option<&str>, r: &Rights) -> Response<Full<Byte
         }
         Err(e) => {
             warn!(peer = %r.peer, error = %e, "reload refused; the running configuration is unchanged");
-            text(StatusCode::UNPROCESSABLE_ENTITY, format!("nothing changed: {e}\n"))
+            text(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("nothing changed: {e}\n"),
+            )
         }
     }
 }
@@ -286,7 +299,13 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
 
 /// Sends one request over `io` and returns the body of a 200, or
 /// `STATUS: body`.
-async fn request<S>(io: S, method: Method, path: &str, host: &str, token: Option<&str>) -> Result<String, String>
+async fn request<S>(
+    io: S,
+    method: Method,
+    path: &str,
+    host: &str,
+    token: Option<&str>,
+) -> Result<String, String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -296,7 +315,10 @@ where
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    let mut req = Request::builder().method(method).uri(path).header(HOST, host);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, host);
     if let Some(t) = token {
         req = req.header(AUTHORIZATION, format!("Bearer {t}"));
     }

@@ -1,5 +1,5 @@
 //! The running gateway as its admin endpoint shows it: `unifab show`
-//! views and the Prometheus text, over the planes `unifab run` started.
+//! views and the metric families, over the planes `unifab run` started.
 
 use std::sync::Arc;
 
@@ -267,7 +267,7 @@ impl AdminView for View {
     fn metrics(&self) -> String {
         let sessions = self.server.as_ref().map_or(0, |s| s.sessions().len());
         let stats = self.server.as_ref().map(|s| s.stats()).unwrap_or_default();
-        let mut text = super::render_metrics(stats, sessions);
+        let mut families = super::gateway_families(stats, sessions);
         let lus: Vec<(String, unifab_scsi_core::stats::LuStatsSnapshot)> = self
             .luns
             .read()
@@ -275,11 +275,11 @@ impl AdminView for View {
             .iter()
             .filter_map(|(name, lu)| lu.lu().stats().map(|s| (name.clone(), s.snapshot())))
             .collect();
-        text.push_str(&super::render_lu_metrics(&lus));
-        text.push_str(&super::render_interface_metrics(&self.interfaces()));
+        families.extend(super::lu_families(&lus));
+        families.extend(super::interface_families(&self.interfaces()));
         if let Some(fc) = &self.fc {
-            text.push_str(&fc.metrics());
+            families.extend(fc.metric_families());
         }
-        text
+        super::metrics::encode(families)
     }
 }

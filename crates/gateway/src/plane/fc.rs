@@ -355,10 +355,16 @@ impl FcPlane {
             .unwrap_or_else(|| format!("vfc{}", port_index + 1))
     }
 
-    /// The node's N_Ports' counters in the Prometheus text format, one
-    /// series per port (label `wwpn`; the counters are at most
+    /// The node's N_Ports' counters as metric families, one sample per
+    /// port (label `wwpn`; the counters are at most
     /// [`unifab_fc::io::STATS_REFRESH`] old).
-    pub fn metrics(&self) -> String {
+    pub fn metric_families(
+        &self,
+    ) -> Vec<(
+        crate::admin::metrics::Family,
+        prometheus_client::metrics::MetricType,
+    )> {
+        use crate::admin::metrics::{Family, Value};
         let ports = self.node.ports();
         type Get = fn(&unifab_fc::io::NodePortView) -> u64;
         // (name, help, value); a name ending in _total is a counter, the
@@ -430,17 +436,29 @@ impl FcPlane {
                 |p| p.commands_waiting as u64,
             ),
         ];
-        let mut out = String::new();
+        let mut out = Vec::new();
         for (name, help, get) in series {
-            let kind = if name.ends_with("_total") {
-                "counter"
-            } else {
-                "gauge"
+            // A name ending in _total is a counter (the family is named
+            // without it), the rest gauges.
+            let (family, counter) = match name.strip_suffix("_total") {
+                Some(f) => (f, true),
+                None => (name, false),
             };
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            let mut f = Family::new(family, help);
             for p in &ports {
-                out.push_str(&format!("{name}{{wwpn=\"{}\"}} {}\n", p.port_name, get(p)));
+                let v = get(p);
+                let value = if counter {
+                    Value::Counter(v)
+                } else {
+                    Value::Gauge(i64::try_from(v).unwrap_or(i64::MAX))
+                };
+                f = f.with(vec![("wwpn", p.port_name.to_string())], value);
             }
+            out.push(if counter {
+                crate::admin::metrics::counter(f)
+            } else {
+                crate::admin::metrics::gauge(f)
+            });
         }
         out
     }

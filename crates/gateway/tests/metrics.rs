@@ -114,6 +114,13 @@ data_dir = "{dir}/state"
     assert_eq!(moved("unifab_iscsi_login_failures_total"), 1.0);
     assert_eq!(moved("unifab_scsi_commands_total"), 15.0);
     assert_eq!(at(&after, "unifab_iscsi_sessions"), 3.0);
+    // Each session's own count: five commands each.
+    let per_session: Vec<f64> = after
+        .iter()
+        .filter(|(k, _)| k.starts_with("unifab_iscsi_session_commands_total{"))
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(per_session, vec![5.0; 3], "{after:?}");
     // The LU's own families.
     let lu = |k: &str| format!("{k}{{lu=\"disk\"}}");
     assert_eq!(moved(&lu("unifab_lu_commands_total")), 15.0);

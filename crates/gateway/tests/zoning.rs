@@ -149,6 +149,33 @@ data_dir = "{dir}/state"
         },
     );
     assert_eq!(zoning(&b_wwpn.to_string()), "zoned out", "{rows:?}");
+    // The same paths at /metrics: A's up with one login, B's down.
+    let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args(["show", "metrics", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&out.stdout);
+    let sample = |name: &str, wwpn: &str| -> Option<String> {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l.contains(&format!("initiator=\"{wwpn} (npiv)\"")))
+            .and_then(|l| l.rsplit_once(' ').map(|(_, v)| v.to_string()))
+    };
+    assert_eq!(
+        sample("unifab_remote_path_up{", A_WWPN).as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample("unifab_remote_logins_total{", A_WWPN).as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample("unifab_remote_path_up{", &b_wwpn.to_string()).as_deref(),
+        Some("0"),
+        "{metrics}"
+    );
 
     // A reload moves the zone from host A to host B, live: B's commands
     // go through once its port has heard the RSCN and logged in; A's

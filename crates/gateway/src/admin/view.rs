@@ -105,6 +105,58 @@ impl View {
         v
     }
 
+    /// Per iSCSI session (`unifab_iscsi_session_commands_total`, labels
+    /// `target`, `initiator`, `isid`) and per path to a remote LU
+    /// (`unifab_remote_path_up`, `unifab_remote_logins_total`, labels `lu`,
+    /// `initiator`: a path's logins count its reconnects).
+    fn session_and_remote_families(
+        &self,
+    ) -> Vec<(
+        super::metrics::Family,
+        prometheus_client::metrics::MetricType,
+    )> {
+        use super::metrics::{Family, Value, counter, gauge};
+        let mut commands = Family::new(
+            "unifab_iscsi_session_commands",
+            "SCSI commands of one iSCSI session.",
+        );
+        for s in self.server.iter().flat_map(|s| s.sessions()) {
+            commands = commands.with(
+                vec![
+                    ("target", s.target),
+                    ("initiator", s.initiator),
+                    ("isid", s.isid),
+                ],
+                Value::Counter(s.commands),
+            );
+        }
+        let mut rows = crate::plane::remote::iscsi_remote_rows(&self.remotes);
+        if let Some(fc) = &self.fc {
+            rows.extend(fc.remote_rows(&self.fc_remotes));
+        }
+        let mut up = Family::new(
+            "unifab_remote_path_up",
+            "1 while the path to a remote LU is logged in, else 0.",
+        );
+        let mut logins = Family::new(
+            "unifab_remote_logins",
+            "Logins of the path to a remote LU (the first and every reconnect).",
+        );
+        for r in &rows {
+            let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+            let labels = || {
+                let mut l = vec![("lu", s("lu")), ("initiator", s("initiator"))];
+                if let Some(isid) = r["isid"].as_str() {
+                    l.push(("isid", isid.to_string()));
+                }
+                l
+            };
+            up = up.with(labels(), Value::Gauge(i64::from(r["state"] == "up")));
+            logins = logins.with(labels(), Value::Counter(r["logins"].as_u64().unwrap_or(0)));
+        }
+        vec![counter(commands), gauge(up), counter(logins)]
+    }
+
     /// Samples every interface's counters for the load rates (the
     /// gateway calls it at a steady interval).
     pub fn sample(&self) {
@@ -277,6 +329,7 @@ impl AdminView for View {
             .collect();
         families.extend(super::lu_families(&lus));
         families.extend(super::interface_families(&self.interfaces()));
+        families.extend(self.session_and_remote_families());
         if let Some(fc) = &self.fc {
             families.extend(fc.metric_families());
         }

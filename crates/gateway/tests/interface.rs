@@ -41,42 +41,14 @@ fn rates_move_under_load_and_fall_to_zero_after() {
     let dir = tempfile::tempdir().unwrap();
     let port = unifab_testkit::peers::free_tcp_port().unwrap();
     let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let config = format!(
-        r#"
-[[lu]]
-name = "disk"
-backend = "file:{dir}/lu.img"
-size = "16MiB"
-
-[[lu]]
-name = "via-fc"
-backend = "fc://21:00:00:00:c9:00:00:0a/0"
-
-[fabric]
-domain = 1
-switch_wwn = "10:00:00:00:c9:00:00:01"
-
-[[fabric.target]]
-wwpn = "21:00:00:00:c9:00:00:0a"
-luns = ["disk"]
-
-[fabric.initiator]
-wwpn = "21:00:00:00:c9:00:00:0b"
-
-[iscsi]
-listen = ["127.0.0.1:0"]
-nop_in_interval = 0
-
-[[iscsi.target]]
-iqn = "iqn.2026-11.io.unifab:interface"
-luns = ["via-fc"]
-
-[admin]
-listen = "{admin}"
-data_dir = "{dir}/state"
-load_interval = [1, 3]
-"#,
-        dir = dir.path().display()
+    let config = common::fc_lu_config(
+        dir.path(),
+        "iqn.2026-11.io.unifab:interface",
+        admin,
+        &common::FcExtra {
+            admin: "load_interval = [1, 3]",
+            ..Default::default()
+        },
     );
     let gw = common::Gateway::start(dir.path(), &config);
     let mut s = RawSession::login(gw.addr, &gw.iqn, &RawOptions::default()).unwrap();

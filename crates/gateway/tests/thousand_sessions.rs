@@ -250,43 +250,15 @@ fn fabric_gateway(dir: &std::path::Path, physical_ports: u32) -> (Gateway, Socke
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let config = format!(
-        r#"
-[[lu]]
-name = "disk"
-backend = "file:{dir}/lu.img"
-size = "16MiB"
-
-[[lu]]
-name = "via-fc"
-backend = "fc://21:00:00:00:c9:00:00:0a/0"
-
-[fabric]
-domain = 1
-switch_wwn = "10:00:00:00:c9:00:00:01"
-
-[[fabric.target]]
-wwpn = "21:00:00:00:c9:00:00:0a"
-luns = ["disk"]
-
-[fabric.initiator]
-wwpn = "21:00:00:00:c9:00:00:0b"
-physical_ports = {physical_ports}
-
-[iscsi]
-listen = ["127.0.0.1:0"]
-# The test's client answers no NOP-In while it waits for the other logins.
-nop_in_interval = 0
-
-[[iscsi.target]]
-iqn = "iqn.2026-11.io.unifab:via-fc"
-luns = ["via-fc"]
-
-[admin]
-listen = "{admin}"
-data_dir = "{dir}/state"
-"#,
-        dir = dir.display()
+    let physical = format!("physical_ports = {physical_ports}");
+    let config = common::fc_lu_config(
+        dir,
+        "iqn.2026-11.io.unifab:via-fc",
+        admin,
+        &common::FcExtra {
+            initiator: &physical,
+            ..Default::default()
+        },
     );
     (Gateway::start(dir, &config), admin)
 }

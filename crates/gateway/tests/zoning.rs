@@ -45,21 +45,8 @@ fn a_zoned_host_does_io_and_a_zoned_out_host_is_told_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let port = unifab_testkit::peers::free_tcp_port().unwrap();
     let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let config = format!(
-        r#"
-[[lu]]
-name = "disk"
-backend = "file:{dir}/lu.img"
-size = "16MiB"
-
-[[lu]]
-name = "via-fc"
-backend = "fc://21:00:00:00:c9:00:00:0a/0"
-
-[fabric]
-domain = 1
-switch_wwn = "10:00:00:00:c9:00:00:01"
-default_zone = "deny"
+    let fabric = format!(
+        r#"default_zone = "deny"
 active_zoneset = "cfg"
 
 [[fabric.zone]]
@@ -68,35 +55,27 @@ members = ["pwwn:21:00:00:00:c9:00:00:0a", "pwwn:{A_WWPN}", "pwwn:{c_wwpn}"]
 
 [[fabric.zoneset]]
 name = "cfg"
-zones = ["hosts"]
-
-[[fabric.target]]
-wwpn = "21:00:00:00:c9:00:00:0a"
-luns = ["disk"]
-
-[fabric.initiator]
-wwpn = "{PARENT}"
-npiv_name = "per-host"
+zones = ["hosts"]"#
+    );
+    let initiator = format!(
+        r#"npiv_name = "per-host"
 command_timeout = 60
 
 [[fabric.initiator.host]]
 initiator = "{HOST_A}"
-wwpn = "{A_WWPN}"
-
-[iscsi]
-listen = ["127.0.0.1:0"]
-nop_in_interval = 0
-
-[[iscsi.target]]
-iqn = "iqn.2026-11.io.unifab:zoning"
-luns = ["via-fc"]
-
-[admin]
-listen = "{admin}"
-data_dir = "{dir}/state"
-"#,
-        dir = dir.path().display()
+wwpn = "{A_WWPN}""#
     );
+    let config = common::fc_lu_config(
+        dir.path(),
+        "iqn.2026-11.io.unifab:zoning",
+        admin,
+        &common::FcExtra {
+            fabric: &fabric,
+            initiator: &initiator,
+            ..Default::default()
+        },
+    );
+    assert!(config.contains(&format!("wwpn = \"{PARENT}\"")), "{config}");
     let gw = common::Gateway::start(dir.path(), &config);
 
     // Held to the end: a path is listed while its host is logged in.

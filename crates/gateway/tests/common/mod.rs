@@ -105,3 +105,64 @@ data_dir = "{dir}/state"
         dir = dir.display()
     )
 }
+
+/// Extra keys for [`fc_lu_config`], each placed at the end of its section.
+#[derive(Default)]
+pub struct FcExtra<'a> {
+    /// In `[fabric]` (zones go here, as `[[fabric.zone]]` tables after it).
+    pub fabric: &'a str,
+    /// In `[fabric.initiator]` (and tables after it).
+    pub initiator: &'a str,
+    /// In `[admin]`.
+    pub admin: &'a str,
+}
+
+/// A gateway whose iSCSI target `iqn` exports an `fc://` LU ("via-fc") on
+/// its own fabric: a file LU ("disk", 16 MiB) behind FC target
+/// 21:00:00:00:c9:00:00:0a, reached through initiator port
+/// 21:00:00:00:c9:00:00:0b (an NPIV port per host); the admin endpoint
+/// at `admin`; NOP-Ins off (the tests' clients answer none).
+pub fn fc_lu_config(dir: &Path, iqn: &str, admin: SocketAddr, extra: &FcExtra<'_>) -> String {
+    format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{dir}/lu.img"
+size = "16MiB"
+
+[[lu]]
+name = "via-fc"
+backend = "fc://21:00:00:00:c9:00:00:0a/0"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = 0
+
+[[iscsi.target]]
+iqn = "{iqn}"
+luns = ["via-fc"]
+
+[admin]
+listen = "{admin}"
+data_dir = "{dir}/state"
+{admin_extra}
+
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:01"
+{fabric_extra}
+
+[[fabric.target]]
+wwpn = "21:00:00:00:c9:00:00:0a"
+luns = ["disk"]
+
+[fabric.initiator]
+wwpn = "21:00:00:00:c9:00:00:0b"
+{initiator_extra}
+"#,
+        dir = dir.display(),
+        admin_extra = extra.admin,
+        fabric_extra = extra.fabric,
+        initiator_extra = extra.initiator,
+    )
+}

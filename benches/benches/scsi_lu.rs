@@ -2,10 +2,10 @@
 //!
 //! Inline I/O mode, each task polled to completion with a no-op waker, so
 //! this measures the device server's own path (task set, checks, backend
-//! copy), not a runtime. `read10_4k_via_target` takes the transports'
-//! path instead, through `ScsiTarget::dispatch` (the LUN map, and the
-//! LU's counters with their clock reads): the difference from `read10_4k`
-//! is what that door costs per command.
+//! copy, the LU's counters), not a runtime. `read10_4k_via_target` takes
+//! the transports' path instead, through `ScsiTarget::dispatch` (the LUN
+//! map, the unit attention check): the difference from `read10_4k` is
+//! what that door costs per command.
 
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};

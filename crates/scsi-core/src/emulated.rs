@@ -766,12 +766,20 @@ impl Drop for Entered {
 
 impl LogicalUnit for EmulatedLu {
     fn execute(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        // Counted in the command's own future: no wrapper around it.
+        let (start, data_in_len, data_out_len) = (
+            std::time::Instant::now(),
+            task.data_in_len,
+            task.data_out_len,
+        );
         let ticket = match self.inner.tasks.enter(&task.nexus, task.tag, task.attr) {
             Ok(t) => t,
             Err(_) => {
-                return Box::pin(std::future::ready(TaskResult::status(
-                    Status::TASK_SET_FULL,
-                )));
+                let r = TaskResult::status(Status::TASK_SET_FULL);
+                self.inner
+                    .stats
+                    .record(&r, data_in_len, data_out_len, start.elapsed());
+                return Box::pin(std::future::ready(r));
             }
         };
         // Made before the future so that dropping the future unpolled
@@ -782,18 +790,25 @@ impl LogicalUnit for EmulatedLu {
         };
         Box::pin(async move {
             let entered = entered;
-            let inner: &Arc<Inner> = &entered.inner;
-            let Some(ticket) = entered.ticket.as_ref() else {
-                return TaskResult::aborted();
-            };
-            if inner.tasks.ready(ticket).await.is_err() {
-                return TaskResult::aborted();
+            let inner = entered.inner.clone();
+            let result = async {
+                let Some(ticket) = entered.ticket.as_ref() else {
+                    return TaskResult::aborted();
+                };
+                if inner.tasks.ready(ticket).await.is_err() {
+                    return TaskResult::aborted();
+                }
+                let result = inner.run(task).await;
+                if inner.tasks.is_aborted(ticket) {
+                    return TaskResult::aborted();
+                }
+                drop(entered);
+                result
             }
-            let result = inner.run(task).await;
-            if inner.tasks.is_aborted(ticket) {
-                return TaskResult::aborted();
-            }
-            drop(entered);
+            .await;
+            inner
+                .stats
+                .record(&result, data_in_len, data_out_len, start.elapsed());
             result
         })
     }

@@ -74,8 +74,8 @@ pub trait LogicalUnit: Send + Sync + fmt::Debug {
     /// the block size (FCP/iSCSI never do; they pass CDBs through).
     fn describe(&self) -> LuDescription;
 
-    /// The LU's counters, which [`ScsiTarget`](crate::target::ScsiTarget)
-    /// records every command in; `None` (the default): not counted.
+    /// The LU's counters (every command it ends, recorded by the LU
+    /// itself); `None` (the default): not counted.
     fn stats(&self) -> Option<&crate::stats::LuStats> {
         None
     }

@@ -621,8 +621,10 @@ fn rewrite_cscd_naa(data_out: &[Bytes], from: u64, to: u64) -> Option<Vec<u8>> {
     changed.then_some(p)
 }
 
-impl LogicalUnit for RemoteLu {
-    fn execute(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+impl RemoteLu {
+    /// The command forwarded to the remote (what [`LogicalUnit::execute`]
+    /// counts).
+    fn forward(&self, task: Task) -> BoxFuture<'static, TaskResult> {
         let inner = &self.inner;
         let handle = match inner.tasks.register(&task.nexus, task.tag, task.attr) {
             Ok(h) => h,
@@ -699,6 +701,27 @@ impl LogicalUnit for RemoteLu {
                 }
             };
             drop(handle);
+            result
+        })
+    }
+}
+
+impl LogicalUnit for RemoteLu {
+    fn execute(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        // Counted around the forwarded command (a remote LU's cost is the
+        // remote's; one more future here is noise beside it).
+        let (start, data_in_len, data_out_len) = (
+            std::time::Instant::now(),
+            task.data_in_len,
+            task.data_out_len,
+        );
+        let run = self.forward(task);
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let result = run.await;
+            inner
+                .stats
+                .record(&result, data_in_len, data_out_len, start.elapsed());
             result
         })
     }

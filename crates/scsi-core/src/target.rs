@@ -281,18 +281,6 @@ impl Dispatch for ScsiTarget {
             ))));
         }
         match lu {
-            Some(lu) if lu.stats().is_some() => {
-                let (data_in_len, data_out_len) = (task.data_in_len, task.data_out_len);
-                let start = std::time::Instant::now();
-                let run = lu.execute(task);
-                Box::pin(async move {
-                    let result = run.await;
-                    if let Some(stats) = lu.stats() {
-                        stats.record(&result, data_in_len, data_out_len, start.elapsed());
-                    }
-                    result
-                })
-            }
             Some(lu) => lu.execute(task),
             None => Box::pin(std::future::ready(self.missing_lun(&task))),
         }

@@ -114,7 +114,6 @@ impl Plan {
                     );
                 }
                 Some(o) if o != lu => {
-                    let _ = o;
                     usable.insert(&lu.name, true);
                     push(
                         Action::Change,

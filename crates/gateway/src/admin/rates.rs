@@ -20,8 +20,10 @@ pub struct Rates {
 }
 
 impl Rates {
-    /// Rates over `windows` (each > 0).
-    pub fn new(windows: Vec<Duration>) -> Rates {
+    /// Rates over `windows` (each > 0), kept shortest first.
+    pub fn new(mut windows: Vec<Duration>) -> Rates {
+        windows.sort();
+        windows.dedup();
         Rates {
             windows,
             series: BTreeMap::new(),

@@ -231,6 +231,13 @@ impl View {
                 for (c, v) in &i.counters {
                     m.insert((*c).into(), (*v).into());
                 }
+                m.insert(
+                    "load_intervals".into(),
+                    r.windows()
+                        .iter()
+                        .map(|w| serde_json::Value::from(super::rates::window_name(*w)))
+                        .collect(),
+                );
                 for w in r.windows() {
                     let wn = super::rates::window_name(*w);
                     for (c, _) in &i.counters {

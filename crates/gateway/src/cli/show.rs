@@ -128,18 +128,9 @@ pub fn interfaces(rows: &[Value]) -> String {
             // Counters are integers; rates are not.
             .filter(|k| m.get(*k).is_some_and(Value::is_u64))
             .collect();
-        let mut windows: Vec<&str> = m
-            .keys()
-            .filter_map(|k| k.rsplit_once('_').map(|(_, w)| w))
-            .filter(|w| w.ends_with('m') || w.ends_with('s'))
-            .filter(|w| w[..w.len() - 1].chars().all(|c| c.is_ascii_digit()) && w.len() > 1)
-            .collect();
-        windows.sort_by_key(|w| {
-            let n: u64 = w[..w.len() - 1].parse().unwrap_or(0);
-            if w.ends_with('m') { n * 60 } else { n }
-        });
-        windows.dedup();
-        for w in windows {
+        // The gateway lists its load intervals, shortest first.
+        let windows = m.get("load_intervals").and_then(Value::as_array);
+        for w in windows.into_iter().flatten().filter_map(Value::as_str) {
             let rates: Vec<String> = counters
                 .iter()
                 .map(|c| {

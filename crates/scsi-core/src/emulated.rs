@@ -790,25 +790,23 @@ impl LogicalUnit for EmulatedLu {
         };
         Box::pin(async move {
             let entered = entered;
-            let inner = entered.inner.clone();
-            let result = async {
-                let Some(ticket) = entered.ticket.as_ref() else {
-                    return TaskResult::aborted();
-                };
-                if inner.tasks.ready(ticket).await.is_err() {
-                    return TaskResult::aborted();
+            let inner: &Arc<Inner> = &entered.inner;
+            let result = match entered.ticket.as_ref() {
+                None => TaskResult::aborted(),
+                Some(ticket) if inner.tasks.ready(ticket).await.is_err() => TaskResult::aborted(),
+                Some(ticket) => {
+                    let result = inner.run(task).await;
+                    if inner.tasks.is_aborted(ticket) {
+                        TaskResult::aborted()
+                    } else {
+                        result
+                    }
                 }
-                let result = inner.run(task).await;
-                if inner.tasks.is_aborted(ticket) {
-                    return TaskResult::aborted();
-                }
-                drop(entered);
-                result
-            }
-            .await;
+            };
             inner
                 .stats
                 .record(&result, data_in_len, data_out_len, start.elapsed());
+            // The ticket goes with `entered`, as the future ends.
             result
         })
     }

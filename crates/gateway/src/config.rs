@@ -314,6 +314,10 @@ pub struct IscsiConfig {
     /// Seconds between NOP-In pings to an idle initiator (0 = never; default 30).
     #[serde(default)]
     pub nop_in_interval: Option<u64>,
+    /// Seconds a NOP-In ping may go unanswered before the connection is
+    /// dropped (at least 1; default 60).
+    #[serde(default)]
+    pub nop_in_timeout: Option<u64>,
     /// Seconds a login may take before the connection is dropped (default 15).
     #[serde(default)]
     pub login_timeout: Option<u64>,
@@ -585,6 +589,7 @@ impl Config {
                 initial_r2t: None,
                 digests: None,
                 nop_in_interval: None,
+                nop_in_timeout: None,
                 login_timeout: None,
                 coalesce_responses: None,
                 coalesce_max_delay_us: None,

@@ -46,6 +46,9 @@ pub fn server_config(iscsi: &IscsiConfig) -> ServerConfig {
     if let Some(s) = iscsi.nop_in_interval {
         sc.limits.nop_in_interval = (s > 0).then(|| Duration::from_secs(s));
     }
+    if let Some(s) = iscsi.nop_in_timeout {
+        sc.limits.nop_in_timeout = Duration::from_secs(s.max(1));
+    }
     if let Some(s) = iscsi.login_timeout {
         sc.login_timeout = Duration::from_secs(s.max(1));
     }

@@ -65,6 +65,10 @@ pub struct SessionLimits {
     /// Idle time before the target pings with a NOP-In (`None`: never).
     pub nop_in_interval: Option<Duration>,
     /// How long a ping may go unanswered before the connection is dropped.
+    /// With the defaults (30 s, then 60 s, as SPDK's target) an initiator
+    /// that does not read its socket for a minute (libiscsi's test tool
+    /// sleeps 60 s between TEST UNIT READYs while a SANITIZE runs) is
+    /// answered when it wakes, not dropped at the very moment it does.
     pub nop_in_timeout: Duration,
     /// How long a Logout may wait for outstanding tasks.
     pub logout_timeout: Duration,
@@ -114,7 +118,7 @@ impl Default for SessionLimits {
             max_transfer_length: 16 << 20,
             write_buffer_budget: 64 << 20,
             nop_in_interval: Some(Duration::from_secs(30)),
-            nop_in_timeout: Duration::from_secs(30),
+            nop_in_timeout: Duration::from_secs(60),
             logout_timeout: Duration::from_secs(30),
             coalescing: Coalescing::default(),
         }

@@ -866,6 +866,48 @@ fn nop_echo_and_ping_timeout() {
     assert!(h.s.is_closed());
 }
 
+/// An initiator that reads nothing for a minute after a command (libiscsi's
+/// test tool sleeps 60 s between TEST UNIT READYs while a SANITIZE runs)
+/// is pinged but not dropped by the default limits; it answers the ping
+/// when it wakes. Dropping it just then made it log in again as a new
+/// I_T nexus, with a new POWER ON unit attention, before every command.
+#[test]
+fn default_limits_keep_an_initiator_that_sleeps_a_minute() {
+    let mut h = Harness::default();
+    let t0 = h.now;
+    let ping_at = h.s.poll_timeout().expect("an idle connection is pinged");
+    h.s.handle_timeout(ping_at);
+    let out = h.out();
+    let Pdu::NopIn(ping) = out[0].pdu else {
+        panic!("{:?}", out[0].pdu)
+    };
+    let woke = t0 + Duration::from_secs(61);
+    assert!(
+        h.s.poll_timeout().is_some_and(|t| t > woke),
+        "the ping's deadline falls after the initiator wakes"
+    );
+    h.s.handle_timeout(woke);
+    assert!(h.events().is_empty() && !h.s.is_closed());
+    h.now = woke;
+    h.feed(
+        Pdu::NopOut(NopOut {
+            immediate: true,
+            lun: 0,
+            itt: RESERVED_TAG,
+            ttt: ping.ttt,
+            cmd_sn: h.cmd_sn,
+            exp_stat_sn: ping.stat_sn,
+        }),
+        &[],
+    );
+    h.s.handle_timeout(t0 + Duration::from_secs(120));
+    assert!(
+        !h.events()
+            .iter()
+            .any(|e| matches!(e, Event::Close(CloseReason::PingTimeout)))
+    );
+}
+
 #[test]
 fn logout_waits_for_running_tasks() {
     let mut h = Harness::default();

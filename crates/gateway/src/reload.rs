@@ -4,7 +4,10 @@
 //! and names what needs a restart, never applying half of one change.
 //!
 //! Live today: logical units on memory and file backends (added, or
-//! removed when no FC target serves them), iSCSI targets (added, removed,
+//! removed when no FC target serves them; a file LU grown, which raises
+//! CAPACITY DATA HAS CHANGED; write protection switched on, or off where
+//! the file was opened writable, which raises MODE PARAMETERS CHANGED),
+//! iSCSI targets (added, removed,
 //! their LUN maps, ACLs, CHAP and aliases), and the fabric's zoning
 //! (zones, zone sets, the default zone, the active zone set: one change,
 //! an RSCN to each port whose view changed). Hosts see the protocol's
@@ -14,8 +17,8 @@
 //! under a host answers LOGICAL UNIT NOT SUPPORTED. Sessions and LUs the
 //! change does not touch see nothing.
 //!
-//! Needs a restart: a changed LU definition (backend, size, block size,
-//! …), remote LUs (`iscsi://`, `fc://`) added or removed, `[iscsi]`
+//! Needs a restart: a changed LU definition (backend, block size, a
+//! memory LU's size, …; a LU never shrinks), remote LUs (`iscsi://`, `fc://`) added or removed, `[iscsi]`
 //! settings other than its targets (listen addresses included), the rest
 //! of `[fabric]`, `[fcoe]`, `[fcip]`, `[admin]` and `[tuning]`.
 
@@ -115,12 +118,11 @@ impl Plan {
                 }
                 Some(o) if o != lu => {
                     usable.insert(&lu.name, true);
-                    push(
-                        Action::Change,
-                        format!("lu {:?}", lu.name),
-                        "its definition changed (the running LU stays as it is)".into(),
-                        false,
-                    );
+                    let (live, detail) = match lu_change(o, lu) {
+                        Ok(d) => (true, d),
+                        Err(d) => (false, d),
+                    };
+                    push(Action::Change, format!("lu {:?}", lu.name), detail, live);
                 }
                 Some(_) => {
                     usable.insert(&lu.name, true);
@@ -301,6 +303,54 @@ fn target_diff(a: &TargetConfig, b: &TargetConfig) -> String {
     keys.join(", ")
 }
 
+/// What changed in a LU, if it can change live: `Ok` with the details
+/// (growing a file LU, write protection on, or off where the backend is
+/// writable); `Err` with why it needs a restart.
+fn lu_change(old: &LuConfig, new: &LuConfig) -> Result<String, String> {
+    let rest = |l: &LuConfig| LuConfig {
+        size: None,
+        read_only: false,
+        ..l.clone()
+    };
+    if rest(old) != rest(new) {
+        return Err("its definition changed (the running LU stays as it is)".into());
+    }
+    let backend = new.parsed_backend();
+    let file = matches!(backend, Ok(Backend::File(_)));
+    if !file && !matches!(backend, Ok(Backend::Memory)) {
+        return Err("a remote LU's settings change at a restart".into());
+    }
+    let mut details = Vec::new();
+    match (old.size, new.size) {
+        (a, b) if a == b => {}
+        (Some(a), Some(b)) if b.0 > a.0 && file => {
+            details.push(format!("grows from {} to {} bytes", a.0, b.0));
+        }
+        (Some(a), Some(b)) if b.0 < a.0 => {
+            return Err(format!(
+                "a LU never shrinks ({} to {} bytes; a restart refuses it too)",
+                a.0, b.0
+            ));
+        }
+        _ if !file => return Err("a memory LU's size is fixed".into()),
+        _ => return Err("its size changed from or to the file's own length".into()),
+    }
+    if old.read_only != new.read_only {
+        if !new.read_only && file {
+            return Err("its file was opened read-only".into());
+        }
+        details.push(
+            if new.read_only {
+                "write protection on"
+            } else {
+                "write protection off"
+            }
+            .into(),
+        );
+    }
+    Ok(details.join(", "))
+}
+
 /// The running gateway's reloadable state.
 pub struct Live {
     /// What is running: the configuration as started, with every live
@@ -421,6 +471,27 @@ impl Live {
                     .push((lu.name.clone(), backend));
                 self.running.lu.push(lu.clone());
             }
+        }
+        // LUs that grow or change their write protection.
+        for lu in &new.lu {
+            if !live(&format!("lu {:?}", lu.name), Action::Change) {
+                continue;
+            }
+            let Some(GatewayLu::Emulated(running)) = self.lus.get(&lu.name) else {
+                return Err(format!("lu {:?}: not a local LU", lu.name));
+            };
+            if let Some(size) = lu.size {
+                running
+                    .grow(size.0)
+                    .map_err(|e| format!("lu {:?}: {e}", lu.name))?;
+            }
+            running
+                .set_read_only(lu.read_only)
+                .map_err(|e| format!("lu {:?}: {e}", lu.name))?;
+            if let Some(r) = self.running.lu.iter_mut().find(|r| r.name == lu.name) {
+                *r = lu.clone();
+            }
+            info!(lu = %lu.name, size = ?lu.size.map(|s| s.0), read_only = lu.read_only, "reload: logical unit changed");
         }
         // Targets.
         let new_targets = new.iscsi.as_ref().map_or(&[][..], |i| &i.target[..]);
@@ -545,6 +616,38 @@ luns = ["a"]
 
     fn live_of(p: &Plan) -> Vec<(String, bool)> {
         p.changes.iter().map(|c| (c.what.clone(), c.live)).collect()
+    }
+
+    #[test]
+    fn a_file_lu_grows_and_switches_write_protection_live_and_never_shrinks() {
+        let base = BASE.replace("backend = \"memory\"", "backend = \"file:/tmp/a.img\"");
+        let plan = |from: &str, to: &str| {
+            let p = Plan::diff(&cfg(from), &cfg(to));
+            assert_eq!(p.changes.len(), 1, "{p}");
+            (p.changes[0].live, p.changes[0].detail.clone())
+        };
+        let grown = base.replace("8MiB", "16MiB");
+        assert_eq!(
+            plan(&base, &grown),
+            (true, "grows from 8388608 to 16777216 bytes".into())
+        );
+        let (live, why) = plan(&grown, &base);
+        assert!(!live && why.contains("never shrinks"), "{why}");
+        let ro = grown.replace("size = \"16MiB\"", "size = \"16MiB\"\nread_only = true");
+        assert_eq!(
+            plan(&base, &ro),
+            (
+                true,
+                "grows from 8388608 to 16777216 bytes, write protection on".into()
+            )
+        );
+        let (live, why) = plan(&ro, &grown);
+        assert!(!live && why.contains("opened read-only"), "{why}");
+        // A memory LU may lift it; any other key needs a restart.
+        let mem_ro = BASE.replace("size = \"8MiB\"", "size = \"8MiB\"\nread_only = true");
+        assert_eq!(plan(&mem_ro, BASE), (true, "write protection off".into()));
+        let bs = grown.replace("size = \"16MiB\"", "size = \"16MiB\"\nblock_size = 4096");
+        assert!(!plan(&base, &bs).0);
     }
 
     #[test]

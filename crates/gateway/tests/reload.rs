@@ -257,6 +257,84 @@ fn reloads_under_load_lose_no_command_and_tell_the_hosts() {
     assert!(done.load(Ordering::Relaxed) >= 230);
 }
 
+/// A file LU grows and is write-protected under a logged-in host, which
+/// hears CAPACITY DATA HAS CHANGED and MODE PARAMETERS CHANGED and then
+/// sees the new capacity and its writes refused; shrinking it is named as
+/// not live and changes nothing.
+#[test]
+fn a_file_lu_grows_and_turns_read_only_under_a_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = config(d, &[], None, 0);
+    let gw = Gateway::start(d, &base);
+    let cfg = gw.config.clone();
+    let mut a = RawSession::login(gw.addr, IQN_A, &host("iqn.2026-11.io.example:host-a")).unwrap();
+    let capacity = |s: &mut RawSession| {
+        let r = s
+            .command(
+                &[0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0],
+                &[],
+                32,
+            )
+            .unwrap();
+        assert_eq!(r.status, 0, "READ CAPACITY(16): {r:?}");
+        u64::from_be_bytes(r.data[..8].try_into().unwrap()) + 1
+    };
+    let sense = |r: &unifab_testkit::raw_iscsi::CommandResult| {
+        (r.sense[2] & 0x0f, r.sense[12], r.sense[13])
+    };
+    // The power-on attention first.
+    let _ = a.command(&[0; 6], &[], 0).unwrap();
+    assert_eq!(capacity(&mut a), 8 << 11);
+    assert_eq!(a.write16(0, &[7; 512], 512, false).unwrap().status, 0);
+
+    let grown = base.replace("size = \"8MiB\"", "size = \"16MiB\"\nread_only = true");
+    std::fs::write(&cfg, &grown).unwrap();
+    let out = reload(&cfg, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        plan.contains(
+            "~ lu \"a\" [live]: grows from 8388608 to 16777216 bytes, write protection on"
+        ),
+        "{plan}"
+    );
+    assert_eq!(std::fs::metadata(d.join("a.img")).unwrap().len(), 16 << 20);
+    let r = a.command(&[0; 6], &[], 0).unwrap();
+    assert_eq!((r.status, sense(&r)), (2, (6, 0x2a, 0x09)), "{r:?}");
+    let r = a.command(&[0; 6], &[], 0).unwrap();
+    assert_eq!((r.status, sense(&r)), (2, (6, 0x2a, 0x01)), "{r:?}");
+    assert_eq!(capacity(&mut a), 16 << 11);
+    let r = a.read16((16 << 11) - 1, 1, 512).unwrap();
+    assert_eq!(
+        (r.status, r.data.len()),
+        (0, 512),
+        "the new last block reads"
+    );
+    let r = a.write16(0, &[8; 512], 512, false).unwrap();
+    assert_eq!((r.status, sense(&r)), (2, (7, 0x27, 0x00)), "{r:?}");
+    assert_eq!(a.read16(0, 1, 512).unwrap().data, vec![7; 512]);
+
+    // Smaller again: not live, not applied.
+    std::fs::write(
+        &cfg,
+        base.replace("size = \"8MiB\"", "size = \"8MiB\"\nread_only = true"),
+    )
+    .unwrap();
+    let out = reload(&cfg, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.contains("[needs restart]") && plan.contains("never shrinks"),
+        "{plan}"
+    );
+    assert_eq!(capacity(&mut a), 16 << 11);
+    assert_eq!(
+        a.command(&[0; 6], &[], 0).unwrap().status,
+        0,
+        "no attention"
+    );
+}
+
 /// The admin socket is the gateway user's alone: mode 0600, and a peer of
 /// another user is refused even where the mode would let it in. Needs
 /// root (to run the client as another user); CI runs as root.

@@ -56,6 +56,18 @@ pub enum BackendError {
     /// The backend was opened read-only.
     #[error("backend is read-only")]
     ReadOnly,
+    /// A backend only grows: shrinking would cut off blocks a host may
+    /// hold data in.
+    #[error("cannot shrink a backend of {size} bytes to {requested}")]
+    Shrink {
+        /// Its size.
+        size: u64,
+        /// The size asked for.
+        requested: u64,
+    },
+    /// The backend cannot change its size.
+    #[error("this backend cannot change its size")]
+    FixedSize,
     /// An operating-system error.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -149,6 +161,12 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
     fn allocation(&self, offset: u64, len: u64) -> Result<AllocationRun, BackendError>;
     /// Capabilities.
     fn caps(&self) -> BackendCaps;
+    /// Grows the backend to `new_size` bytes (the new blocks read as
+    /// zeros); a smaller size is refused. Default: [`BackendError::FixedSize`].
+    fn grow(&self, new_size: u64) -> Result<(), BackendError> {
+        let _ = new_size;
+        Err(BackendError::FixedSize)
+    }
     /// `"memory"` or `"file:/path"`, for operators.
     fn describe(&self) -> String;
 
@@ -706,7 +724,8 @@ pub struct FileOptions {
 pub struct FileBackend {
     file: File,
     path: PathBuf,
-    size: u64,
+    /// Bytes; grows with [`BlockBackend::grow`].
+    size: AtomicU64,
     read_only: bool,
     syncs: AtomicU64,
     /// The file lives in RAM (tmpfs/ramfs): no operation waits for a device.
@@ -723,7 +742,7 @@ impl fmt::Debug for FileBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FileBackend")
             .field("path", &self.path)
-            .field("size", &self.size)
+            .field("size", &self.len())
             .field("read_only", &self.read_only)
             .finish()
     }
@@ -797,12 +816,17 @@ impl FileBackend {
             map,
             file,
             path,
-            size,
+            size: AtomicU64::new(size),
             read_only: options.read_only,
             syncs: AtomicU64::new(0),
             in_ram,
             nowait_reads: std::sync::atomic::AtomicBool::new(!in_ram),
         })
+    }
+
+    /// Size in bytes now.
+    fn len(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
     }
 
     /// How many durability operations (`fdatasync`, or a `RWF_DSYNC`
@@ -1016,7 +1040,28 @@ impl FileBackend {
 
 impl BlockBackend for FileBackend {
     fn size(&self) -> u64 {
-        self.size
+        self.len()
+    }
+
+    /// Extends the file sparsely (`ftruncate`) and then the LU's view of
+    /// it. A file in RAM keeps its mapping of the old length: the blocks
+    /// past it are read and written with `preadv2`/`pwritev2`.
+    fn grow(&self, new_size: u64) -> Result<(), BackendError> {
+        if self.read_only {
+            return Err(BackendError::ReadOnly);
+        }
+        let now = self.len();
+        if new_size < now {
+            return Err(BackendError::Shrink {
+                size: now,
+                requested: new_size,
+            });
+        }
+        if new_size > now {
+            self.file.set_len(new_size)?;
+            self.size.store(new_size, Ordering::Release);
+        }
+        Ok(())
     }
 
     fn never_blocks(&self) -> bool {
@@ -1025,7 +1070,7 @@ impl BlockBackend for FileBackend {
 
     fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, BackendError>> {
         let map = self.map.as_ref()?;
-        if let Err(e) = check_range(offset, len as u64, self.size) {
+        if let Err(e) = check_range(offset, len as u64, self.len()) {
             return Some(Err(e));
         }
         // A read fault on a hole of a shared tmpfs mapping allocates the
@@ -1051,7 +1096,7 @@ impl BlockBackend for FileBackend {
         offset: u64,
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], BackendError> {
-        check_range(offset, buf.len() as u64, self.size)?;
+        check_range(offset, buf.len() as u64, self.len())?;
         if !self.nowait_reads.load(Ordering::Relaxed) {
             return Ok(&mut []);
         }
@@ -1075,7 +1120,7 @@ impl BlockBackend for FileBackend {
         offset: u64,
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], BackendError> {
-        check_range(offset, buf.len() as u64, self.size)?;
+        check_range(offset, buf.len() as u64, self.len())?;
         match self.pread_into(offset, buf, 0) {
             (all, None) => Ok(all),
             (_, Some(e)) => Err(e.into()),
@@ -1083,7 +1128,7 @@ impl BlockBackend for FileBackend {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        check_range(offset, buf.len() as u64, self.size)?;
+        check_range(offset, buf.len() as u64, self.len())?;
         self.file.read_exact_at(buf, offset)?;
         Ok(())
     }
@@ -1092,7 +1137,7 @@ impl BlockBackend for FileBackend {
         if self.read_only {
             return Err(BackendError::ReadOnly);
         }
-        check_range(offset, total_len(data), self.size)?;
+        check_range(offset, total_len(data), self.len())?;
         // A file in RAM is written through its mapping where every page is
         // known resident: a memcpy, not a syscall per write. A page that may
         // be a hole is written with pwrite, which answers ENOSPC when the
@@ -1138,7 +1183,7 @@ impl BlockBackend for FileBackend {
         if self.read_only {
             return Err(BackendError::ReadOnly);
         }
-        check_range(offset, len, self.size)?;
+        check_range(offset, len, self.len())?;
         if len == 0 {
             return Ok(());
         }
@@ -1159,7 +1204,7 @@ impl BlockBackend for FileBackend {
         if self.read_only {
             return Err(BackendError::ReadOnly);
         }
-        check_range(offset, len, self.size)?;
+        check_range(offset, len, self.len())?;
         if len == 0 {
             return Ok(());
         }
@@ -1182,14 +1227,15 @@ impl BlockBackend for FileBackend {
     }
 
     fn allocation(&self, offset: u64, len: u64) -> Result<AllocationRun, BackendError> {
-        check_range(offset, 1, self.size)?;
-        let len = len.max(1).min(self.size - offset);
+        let size = self.len();
+        check_range(offset, 1, size)?;
+        let len = len.max(1).min(size - offset);
         let end = offset + len;
         let (mapped, run_end) = match self.seek(offset, libc::SEEK_DATA)? {
             None => (false, end),
             Some(data) if data > offset => (false, data.min(end)),
             Some(_) => {
-                let hole = self.seek(offset, libc::SEEK_HOLE)?.unwrap_or(self.size);
+                let hole = self.seek(offset, libc::SEEK_HOLE)?.unwrap_or(size);
                 (true, hole.min(end))
             }
         };

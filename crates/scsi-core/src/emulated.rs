@@ -283,6 +283,9 @@ struct Inner {
     clear: ShardedLock<crate::idmap::IdSet<u64>>,
     /// A RESERVE or persistent reservation/registration exists.
     reserved: AtomicBool,
+    /// The operator's write protection (`read_only` in the configuration,
+    /// changed live by [`EmulatedLu::set_read_only`]).
+    read_only: AtomicBool,
     /// SWP or read-only.
     write_protected: AtomicBool,
     wce: AtomicBool,
@@ -578,6 +581,7 @@ impl EmulatedLu {
             }),
             clear: ShardedLock::new(crate::idmap::IdSet::default()),
             reserved: AtomicBool::new(reserved),
+            read_only: AtomicBool::new(config.read_only),
             write_protected: AtomicBool::new(ro),
             wce: AtomicBool::new(wce),
             flush_failed: AtomicBool::new(false),
@@ -600,6 +604,39 @@ impl EmulatedLu {
     /// The task set (for inspection and tests).
     pub fn task_set(&self) -> &TaskSet {
         &self.inner.tasks
+    }
+
+    /// Grows the LU to `new_size` bytes (whole blocks; a remainder is not
+    /// addressable) while hosts use it: the backend grows first, then the
+    /// capacity, and every I_T nexus hears CAPACITY DATA HAS CHANGED
+    /// (SBC-3 §4.5). A smaller size is refused ([`BackendError::Shrink`]):
+    /// blocks a host may hold data in are never cut off under it.
+    pub fn grow(&self, new_size: u64) -> Result<(), BackendError> {
+        self.inner.backend.grow(new_size)?;
+        self.refresh_capacity();
+        Ok(())
+    }
+
+    /// Sets or lifts the operator's write protection while hosts use the
+    /// LU: from now on writes get DATA PROTECT, WRITE PROTECTED (or are
+    /// accepted again), and every I_T nexus hears MODE PARAMETERS CHANGED,
+    /// as the WP bit of the mode parameter header changed. Lifting it is
+    /// refused on a backend opened read-only ([`BackendError::ReadOnly`]).
+    pub fn set_read_only(&self, read_only: bool) -> Result<(), BackendError> {
+        let backend_ro = self.inner.backend.caps().read_only;
+        if !read_only && backend_ro {
+            return Err(BackendError::ReadOnly);
+        }
+        let mut st = self.inner.lock();
+        if self.inner.read_only.swap(read_only, Ordering::AcqRel) == read_only {
+            return Ok(());
+        }
+        let wp = read_only || backend_ro || st.swp;
+        if self.inner.write_protected.swap(wp, Ordering::AcqRel) != wp {
+            self.inner
+                .ua_where(&mut st, |_| true, asc::MODE_PARAMETERS_CHANGED, false);
+        }
+        Ok(())
     }
 
     /// Re-reads the backend size; if the capacity changed, establishes

@@ -257,6 +257,10 @@ impl BlockBackend for FaultyBackend {
         self.inner.caps()
     }
 
+    fn grow(&self, new_size: u64) -> Result<(), BackendError> {
+        self.inner.grow(new_size)
+    }
+
     fn describe(&self) -> String {
         format!("faulty:{}", self.inner.describe())
     }

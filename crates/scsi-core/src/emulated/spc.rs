@@ -223,7 +223,7 @@ impl Inner {
         let mut v = Vec::with_capacity(128);
         let hdr = if ten { 8 } else { 4 };
         v.resize(hdr, 0);
-        let wp = self.cfg.read_only || self.backend.caps().read_only || swp;
+        let wp = self.read_only.load(Ordering::Acquire) || self.backend.caps().read_only || swp;
         let dsp = (u8::from(wp) << 7) | 0x10; // WP, DPOFUA
         let blocks = self.blocks();
         if !dbd {
@@ -376,7 +376,7 @@ impl Inner {
             st.wce = wce;
             st.swp = swp;
             self.wce.store(wce, Ordering::Release);
-            let ro = self.cfg.read_only || self.backend.caps().read_only || swp;
+            let ro = self.read_only.load(Ordering::Acquire) || self.backend.caps().read_only || swp;
             self.write_protected.store(ro, Ordering::Release);
             let me = PortKey::of(&task.nexus);
             self.ua_where(&mut st, |k| *k != me, asc::MODE_PARAMETERS_CHANGED, false);

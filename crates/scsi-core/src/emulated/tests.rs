@@ -1002,6 +1002,128 @@ async fn read_only_lu_refuses_writes() {
     }
 }
 
+/// READ CAPACITY(16): the number of blocks.
+async fn capacity_blocks(lu: &EmulatedLu, n: &ItNexus) -> u64 {
+    let mut c = [0u8; 16];
+    c[0] = 0x9e;
+    c[1] = 0x10;
+    c[13] = 32;
+    let d = data(&run(lu, n, &c, &[]).await);
+    u64::from_be_bytes(d[..8].try_into().unwrap()) + 1
+}
+
+#[tokio::test]
+async fn a_live_lu_grows_and_changes_write_protection_with_unit_attentions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lu.img");
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig {
+            io_mode: IoMode::Inline,
+            ..Default::default()
+        },
+        Arc::new(FileBackend::open(&path, Some(BLOCKS * 512), FileOptions::default()).unwrap()),
+    )
+    .unwrap();
+    let (a, b) = (
+        ready_nexus(&lu, "iqn.a").await,
+        ready_nexus(&lu, "iqn.b").await,
+    );
+    assert_eq!(capacity_blocks(&lu, &a).await, BLOCKS);
+    // Past the end: refused before the growth.
+    let past = rw16(0x8a, 0, BLOCKS, 1);
+    assert_sense(
+        &run(&lu, &a, &past, &[5; 512]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::LBA_OUT_OF_RANGE,
+    );
+    lu.grow(BLOCKS * 2 * 512 + 100).unwrap();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        BLOCKS * 2 * 512 + 100
+    );
+    for n in [&a, &b] {
+        assert_ua(
+            &run(&lu, n, &tur(), &[]).await,
+            asc::CAPACITY_DATA_HAS_CHANGED,
+        );
+        assert_eq!(
+            capacity_blocks(&lu, n).await,
+            BLOCKS * 2,
+            "whole blocks only"
+        );
+    }
+    assert_good(&run(&lu, &a, &past, &[5; 512]).await);
+    assert_eq!(
+        data(&run(&lu, &b, &rw16(0x88, 0, BLOCKS, 1), &[]).await),
+        [5; 512]
+    );
+    assert_eq!(
+        data(&run(&lu, &b, &rw16(0x88, 0, BLOCKS + 1, 1), &[]).await),
+        [0; 512],
+        "new blocks read as zeros"
+    );
+    // Never smaller; the same size is no change and no attention.
+    assert!(matches!(
+        lu.grow(BLOCKS * 512),
+        Err(BackendError::Shrink { .. })
+    ));
+    lu.grow(BLOCKS * 2 * 512 + 100).unwrap();
+    assert_good(&run(&lu, &a, &tur(), &[]).await);
+
+    // Write protection on: writes refused, every nexus told, WP set.
+    lu.set_read_only(true).unwrap();
+    assert_ua(
+        &run(&lu, &a, &tur(), &[]).await,
+        asc::MODE_PARAMETERS_CHANGED,
+    );
+    assert_sense(
+        &run(&lu, &a, &rw10(0x2a, 0, 0, 1), &[1; 512]).await,
+        SenseKey::DATA_PROTECT,
+        asc::WRITE_PROTECTED,
+    );
+    let d = data(&run(&lu, &a, &mode_sense6(0, 0x3f, 255), &[]).await);
+    assert_eq!(d[2] & 0x80, 0x80, "WP");
+    assert_ua(
+        &run(&lu, &b, &rw10(0x2a, 0, 0, 1), &[1; 512]).await,
+        asc::MODE_PARAMETERS_CHANGED,
+    );
+    lu.set_read_only(true).unwrap();
+    assert_good(&run(&lu, &b, &tur(), &[]).await);
+    // And off again.
+    lu.set_read_only(false).unwrap();
+    assert_ua(
+        &run(&lu, &b, &tur(), &[]).await,
+        asc::MODE_PARAMETERS_CHANGED,
+    );
+    assert_good(&run(&lu, &b, &rw10(0x2a, 0, 0, 1), &[1; 512]).await);
+    let d = data(&run(&lu, &b, &mode_sense6(0, 0x3f, 255), &[]).await);
+    assert_eq!(d[2] & 0x80, 0, "WP cleared");
+
+    // A memory LU has a fixed size; a file opened read-only stays so.
+    let mem = lu_with(EmulatedLuConfig::default());
+    assert!(matches!(
+        mem.grow(BLOCKS * 1024),
+        Err(BackendError::FixedSize)
+    ));
+    drop(lu);
+    let ro = EmulatedLu::new(
+        EmulatedLuConfig {
+            io_mode: IoMode::Inline,
+            ..Default::default()
+        },
+        Arc::new(FileBackend::open(&path, None, FileOptions { read_only: true }).unwrap()),
+    )
+    .unwrap();
+    assert!(matches!(
+        ro.set_read_only(false),
+        Err(BackendError::ReadOnly)
+    ));
+    assert!(matches!(
+        ro.grow(BLOCKS * 4096),
+        Err(BackendError::ReadOnly)
+    ));
+}
+
 #[tokio::test]
 async fn target_report_luns_missing_lun_and_map_change_ua() {
     let t = ScsiTarget::new();

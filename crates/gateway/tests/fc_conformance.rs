@@ -297,7 +297,7 @@ fn show_remotes_lists_the_fc_session() {
     assert_eq!(row["remote"], format!("fc://{TARGET_WWPN}/0"), "{row}");
     assert_eq!(row["state"], "up", "{row}");
     assert_eq!(row["logins"], 1, "{row}");
-    assert!(row["last error"].is_null(), "{row}");
+    assert!(row["last_error"].is_null(), "{row}");
     assert!(
         row["fcid"]
             .as_str()

@@ -190,13 +190,13 @@ fn a_rogue_enode_is_refused_limited_and_logged_out_while_others_do_io() {
     };
     let honest = flogi_rows(&hop.b)
         .into_iter()
-        .find(|r| r["port name"] == INITIATOR_WWPN)
+        .find(|r| r["port_name"] == INITIATOR_WWPN)
         .expect("the honest VN_Port");
     let honest_id: FcId = honest["fcid"].as_str().unwrap().parse().unwrap();
     let honest_mac: MacAddr = honest["mac"].as_str().unwrap().parse().unwrap();
     let target_id: FcId = flogi_rows(&hop.b)
         .iter()
-        .find(|r| r["port name"] == TARGET_WWPN)
+        .find(|r| r["port_name"] == TARGET_WWPN)
         .unwrap()["fcid"]
         .as_str()
         .unwrap()
@@ -325,7 +325,7 @@ fn a_rogue_enode_is_refused_limited_and_logged_out_while_others_do_io() {
         let rows = flogi_rows(&hop.b);
         let rogue_gone = rows.iter().all(|r| r["fcid"] != rogue_id.to_string());
         let only_honest = rows.iter().filter(|r| r["mac"].is_string()).all(|r| {
-            r["port name"] == INITIATOR_WWPN || r["interface"].as_str().unwrap().contains("npiv")
+            r["port_name"] == INITIATOR_WWPN || r["interface"].as_str().unwrap().contains("npiv")
         });
         if rogue_gone && only_honest {
             break;

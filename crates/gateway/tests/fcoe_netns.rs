@@ -190,7 +190,7 @@ fn hop_smoke(io: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["port name"] == INITIATOR_WWPN)
+        .find(|r| r["port_name"] == INITIATOR_WWPN)
         .unwrap_or_else(|| panic!("A's flogi lacks the ENode login: {fa}"));
     assert_eq!(mine["vlan"], VLAN);
     let mac = mine["mac"].as_str().unwrap().to_string();
@@ -200,7 +200,7 @@ fn hop_smoke(io: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["port name"] == INITIATOR_WWPN)
+        .find(|r| r["port_name"] == INITIATOR_WWPN)
         .unwrap_or_else(|| panic!("B's flogi lacks the VN_Port: {fb}"));
     assert_eq!(vn["vlan"], VLAN, "{fb}");
     assert_eq!(vn["mac"], mac.as_str(), "{fb}");

@@ -149,6 +149,47 @@ pub fn interfaces(rows: &[Value]) -> String {
     out
 }
 
+/// A row's value for a table column. The gateway's JSON has snake_case
+/// keys and typed values (`last_error` and `last_error_seconds`); a column
+/// names its key with spaces (`last error`), and a few columns are made
+/// for reading from several values (`for` from `seconds`, `last error`
+/// with its age, `comp` from the algorithm and the ratio).
+fn column_value(row: &Value, column: &str) -> Value {
+    let num = |k: &str| row.get(k).and_then(Value::as_f64);
+    let text = |k: &str| row.get(k).and_then(Value::as_str);
+    let made = match column {
+        "for" => num("seconds").map(|s| format!("{s:.1} s")),
+        "uptime" => num("uptime_seconds").map(|s| format!("{s:.0}s")),
+        "tx MB/s" => num("tx_mb_per_s").map(|x| format!("{x:.2}")),
+        "rx MB/s" => num("rx_mb_per_s").map(|x| format!("{x:.2}")),
+        "last error" => text("last_error").map(|e| match num("last_error_seconds") {
+            Some(age) => format!("{e} ({age:.1} s ago)"),
+            None => e.to_string(),
+        }),
+        "comp" => text("compression").map(|c| match num("compression_ratio") {
+            Some(r) => format!("{c} {r:.2}"),
+            None => format!("{c} -"),
+        }),
+        "fastwrite" => row.get("fastwrite").and_then(Value::as_bool).map(|on| {
+            match (on, row.get("fastwrite_writes")) {
+                (true, Some(n)) => format!("on ({n})"),
+                (true, None) => "on".into(),
+                (false, _) => "off".into(),
+            }
+        }),
+        _ => None,
+    };
+    if let Some(m) = made {
+        return Value::String(m);
+    }
+    let key = match column {
+        "retrans" => "retransmits".to_string(),
+        "fc4-type:feature" => "fc4_type_feature".to_string(),
+        c => c.replace(' ', "_"),
+    };
+    row.get(&key).cloned().unwrap_or(Value::Null)
+}
+
 /// Renders rows as an aligned text table with the given columns.
 pub fn table(columns: &[&str], rows: &[Value]) -> String {
     let cell = |v: &Value| match v {
@@ -159,12 +200,7 @@ pub fn table(columns: &[&str], rows: &[Value]) -> String {
     let mut widths: Vec<usize> = columns.iter().map(|c| c.len()).collect();
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| {
-            columns
-                .iter()
-                .map(|c| cell(r.get(*c).unwrap_or(&Value::Null)))
-                .collect()
-        })
+        .map(|r| columns.iter().map(|c| cell(&column_value(r, c))).collect())
         .collect();
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
@@ -213,5 +249,36 @@ mod tests {
         assert_eq!(lines[2], "vol0                1073741824");
         assert_eq!(lines[3], "a-much-longer-name  5");
         assert_eq!(lines[4], "2 entries");
+    }
+
+    #[test]
+    fn columns_read_typed_snake_case_values() {
+        let row: Value = serde_json::json!({
+            "lu": "a", "seconds": 6.66, "last_error": "connect refused",
+            "last_error_seconds": 1.64, "port_name": "21:00:00:00:c9:00:00:0b",
+            "compression": "lz4", "compression_ratio": 2.5, "fastwrite": true,
+            "fastwrite_writes": 7, "retransmits": 3,
+        });
+        let t = table(
+            &[
+                "lu",
+                "for",
+                "last error",
+                "port name",
+                "comp",
+                "fastwrite",
+                "retrans",
+            ],
+            &[row],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[2],
+            "a   6.7 s  connect refused (1.6 s ago)  21:00:00:00:c9:00:00:0b  lz4 2.50  on (7)     3"
+        );
+        let down = serde_json::json!({"lu": "b", "last_error": null, "compression": "none",
+            "compression_ratio": null, "fastwrite": false});
+        let t = table(&["lu", "last error", "comp", "fastwrite"], &[down]);
+        assert_eq!(t.lines().nth(2), Some("b   -           none -  off"));
     }
 }

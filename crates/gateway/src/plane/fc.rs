@@ -484,8 +484,8 @@ impl FcPlane {
                         serde_json::json!({
                             "interface": iface,
                             "fcid": l.fc_id.to_string(),
-                            "port name": l.port_name.to_string(),
-                            "node name": l.node_name.to_string(),
+                            "port_name": l.port_name.to_string(),
+                            "node_name": l.node_name.to_string(),
                         })
                     })
                     .collect::<Vec<_>>()
@@ -512,8 +512,8 @@ impl FcPlane {
                         "type": "N",
                         "pwwn": e.port_name.to_string(),
                         "nwwn": e.node_name.to_string(),
-                        "fc4-type:feature": fc4,
-                        "symbolic name": String::from_utf8_lossy(&e.symbolic_port_name),
+                        "fc4_type_feature": fc4,
+                        "symbolic_name": String::from_utf8_lossy(&e.symbolic_port_name),
                     })
                 })
                 .collect(),

@@ -121,35 +121,32 @@ impl FcipPlane {
     /// JSON for `unifab show fcip`: one row per circuit.
     pub fn show(&self) -> String {
         let mut rows = Vec::new();
+        let two = |x: f64| (x * 100.0).round() / 100.0;
         for t in &self.tunnels {
             let s = t.stats();
-            let ratio = if s.wire_bytes > 0 {
-                format!("{:.2}", s.raw_bytes as f64 / s.wire_bytes as f64)
-            } else {
-                "-".into()
-            };
+            let ratio = (s.wire_bytes > 0).then(|| two(s.raw_bytes as f64 / s.wire_bytes as f64));
             for c in &s.circuits {
                 rows.push(serde_json::json!({
                     "tunnel": s.name,
                     "circuit": if c.slot == 0 { "classF".to_string() } else { c.slot.to_string() },
                     "state": c.state,
-                    "tunnel state": s.state,
+                    "tunnel_state": s.state,
                     "mode": s.mode,
                     "peer": c.peer,
                     "weight": c.weight,
-                    "uptime": format!("{:.0}s", c.uptime_s),
-                    "tx MB/s": format!("{:.2}", c.tx_mbps),
-                    "rx MB/s": format!("{:.2}", c.rx_mbps),
-                    "comp": format!("{} {}", s.compression, ratio),
-                    "retrans": c.retransmits,
-                    "rtt us": c.rtt_us,
-                    "fastwrite": if s.fastwrite { format!("on ({})", s.fastwrite_writes) } else { "off".into() },
+                    "uptime_seconds": two(c.uptime_s),
+                    "tx_mb_per_s": two(c.tx_mbps),
+                    "rx_mb_per_s": two(c.rx_mbps),
+                    "compression": s.compression,
+                    "compression_ratio": ratio,
+                    "retransmits": c.retransmits,
+                    "rtt_us": c.rtt_us,
+                    "fastwrite": s.fastwrite,
+                    "fastwrite_writes": s.fastwrite_writes,
                     "failures": c.failures,
-                    "connect failures": c.connect_failures,
-                    "last error": match c.last_error_at {
-                        Some(at) => format!("{} ({:.0}s ago)", c.last_error, at.elapsed().as_secs_f64()),
-                        None => "-".into(),
-                    },
+                    "connect_failures": c.connect_failures,
+                    "last_error": c.last_error_at.map(|_| c.last_error.clone()),
+                    "last_error_seconds": c.last_error_at.map(|at| two(at.elapsed().as_secs_f64())),
                 }));
             }
         }
@@ -159,6 +156,8 @@ impl FcipPlane {
                 rows.push(serde_json::json!({
                     "tunnel": "(listener)",
                     "state": format!("{} refused; last: {}", st.refused, st.last_refusal),
+                    "refused": st.refused,
+                    "last_refusal": st.last_refusal,
                 }));
             }
         }

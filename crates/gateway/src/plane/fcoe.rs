@@ -193,8 +193,8 @@ impl FcoePorts {
                     "interface": format!("{} (enode)", e.interface),
                     "vlan": e.vlan(),
                     "fcid": v.fc_id.to_string(),
-                    "port name": v.port_name.to_string(),
-                    "node name": Value::Null,
+                    "port_name": v.port_name.to_string(),
+                    "node_name": Value::Null,
                     "mac": v.mac.to_string(),
                     "fcf": e.fcf().map(|f| f.mac.to_string()),
                 }));

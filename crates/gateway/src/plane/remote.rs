@@ -179,13 +179,10 @@ impl RemoteRow<'_> {
             "remote": self.remote,
             "initiator": self.initiator,
             "state": if self.up { "up" } else { "down" },
-            "for": format!("{secs:.1} s"),
             "seconds": secs,
             "logins": self.logins,
-            "last error": self.last_error.map(|(e, age)| {
-                format!("{e} ({:.1} s ago)", age.as_secs_f64())
-            }),
-            "last error seconds": self.last_error.map(|(_, age)| age.as_secs_f64()),
+            "last_error": self.last_error.map(|(e, _)| e),
+            "last_error_seconds": self.last_error.map(|(_, age)| age.as_secs_f64()),
         });
         if let (Some(row), serde_json::Value::Object(extra)) = (row.as_object_mut(), extra) {
             row.extend(extra);

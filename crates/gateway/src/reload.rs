@@ -230,9 +230,12 @@ impl Plan {
         };
         section("[fabric]", rest_same);
         section("[fcoe]", old.fcoe == new.fcoe);
-        section("[fcip]", old.fcip == new.fcip);
         section("[admin]", old.admin == new.admin);
         section("[tuning]", old.tuning == new.tuning);
+        for (what, detail, live) in fcip_changes(old.fcip.as_ref(), new.fcip.as_ref()) {
+            push(Action::Change, what, detail, live);
+        }
+
         Plan { changes }
     }
 
@@ -303,6 +306,67 @@ fn target_diff(a: &TargetConfig, b: &TargetConfig) -> String {
     keys.join(", ")
 }
 
+/// What changed in `[fcip]`: the circuits of a running enhanced-mode
+/// tunnel, added or removed at the end of its list (or reweighed), change
+/// live, one line per tunnel; anything else is one `[fcip]` line that
+/// needs a restart.
+fn fcip_changes(
+    old: Option<&crate::config::fcip::FcipSection>,
+    new: Option<&crate::config::fcip::FcipSection>,
+) -> Vec<(String, String, bool)> {
+    use crate::config::fcip::TunnelSection;
+    if old == new {
+        return Vec::new();
+    }
+    let restart = || vec![("[fcip]".to_string(), String::new(), false)];
+    let (Some(a), Some(b)) = (old, new) else {
+        return restart();
+    };
+    let no_circuits = |t: &TunnelSection| TunnelSection {
+        circuit: Vec::new(),
+        ..t.clone()
+    };
+    let same_shape = a.listen == b.listen
+        && a.tls == b.tls
+        && a.tunnel.len() == b.tunnel.len()
+        && a.tunnel
+            .iter()
+            .zip(&b.tunnel)
+            .all(|(x, y)| no_circuits(x) == no_circuits(y));
+    if !same_shape {
+        return restart();
+    }
+    let mut out = Vec::new();
+    for (x, y) in a.tunnel.iter().zip(&b.tunnel) {
+        if x.circuit == y.circuit {
+            continue;
+        }
+        let what = format!("[fcip] tunnel {:?} circuits", x.name);
+        let kept = x.circuit.len().min(y.circuit.len());
+        let moved = (0..kept).find(|i| {
+            (x.circuit[*i].peer, x.circuit[*i].local) != (y.circuit[*i].peer, y.circuit[*i].local)
+        });
+        let (live, detail) = if x.mode.as_deref() != Some("enhanced") {
+            (false, "RFC mode pins exchanges to circuits".to_string())
+        } else if let Some(i) = moved {
+            (
+                false,
+                format!(
+                    "circuit {} changed its addresses (circuits are numbered by place: only the last ones come and go live)",
+                    i + 1
+                ),
+            )
+        } else {
+            (
+                true,
+                format!("{} -> {} circuits", x.circuit.len(), y.circuit.len()),
+            )
+        };
+        out.push((what, detail, live));
+    }
+    out
+}
+
 /// What changed in a LU, if it can change live: `Ok` with the details
 /// (growing a file LU, write protection on, or off where the backend is
 /// writable); `Err` with why it needs a restart.
@@ -368,6 +432,7 @@ pub struct Live {
     /// `running`, as `show targets` reads it.
     published: Running,
     fc: Option<Arc<crate::plane::fc::FcPlane>>,
+    fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
 }
 
 /// The running configuration, for views.
@@ -402,6 +467,8 @@ pub struct LiveParts {
     pub published: Running,
     /// The FC plane (zoning).
     pub fc: Option<Arc<crate::plane::fc::FcPlane>>,
+    /// The FCIP plane (circuits).
+    pub fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
 }
 
 impl fmt::Debug for LiveParts {
@@ -425,6 +492,7 @@ impl Live {
             server: p.server,
             published: p.published,
             fc: p.fc,
+            fcip: p.fcip,
         }
     }
 
@@ -440,9 +508,9 @@ impl Live {
 
     /// Reloads: reads the file, applies what can change live, and returns
     /// the plan (what was applied, what waits for a restart).
-    pub fn reload(&mut self) -> Result<Plan, String> {
+    pub async fn reload(&mut self) -> Result<Plan, String> {
         let (plan, new) = self.plan()?;
-        self.apply(&plan, &new)?;
+        self.apply(&plan, &new).await?;
         Ok(plan)
     }
 
@@ -450,7 +518,7 @@ impl Live {
         &self.running.admin.data_dir
     }
 
-    fn apply(&mut self, plan: &Plan, new: &Config) -> Result<(), String> {
+    async fn apply(&mut self, plan: &Plan, new: &Config) -> Result<(), String> {
         let live = |what: &str, action: Action| {
             plan.changes
                 .iter()
@@ -550,6 +618,24 @@ impl Live {
             old_f.active_zoneset = new_f.active_zoneset.clone();
             info!(active = ?new_f.active_zoneset, "reload: zoning changed");
         }
+        // FCIP circuits.
+        if let (Some(fcip), Some(running), Some(new_f)) =
+            (&self.fcip, self.running.fcip.as_mut(), &new.fcip)
+        {
+            for (r, t) in running.tunnel.iter_mut().zip(&new_f.tunnel) {
+                if !live(
+                    &format!("[fcip] tunnel {:?} circuits", t.name),
+                    Action::Change,
+                ) {
+                    continue;
+                }
+                fcip.set_circuits(t)
+                    .await
+                    .map_err(|e| format!("[fcip] tunnel {:?}: {e}", t.name))?;
+                info!(tunnel = %t.name, circuits = t.circuit.len(), "reload: FCIP circuits changed");
+                r.circuit = t.circuit.clone();
+            }
+        }
         // LUs no target maps any more.
         for o in self.running.lu.clone() {
             if live(&format!("lu {:?}", o.name), Action::Remove) {
@@ -648,6 +734,55 @@ luns = ["a"]
         assert_eq!(plan(&mem_ro, BASE), (true, "write protection off".into()));
         let bs = grown.replace("size = \"16MiB\"", "size = \"16MiB\"\nblock_size = 4096");
         assert!(!plan(&base, &bs).0);
+    }
+
+    #[test]
+    fn fcip_circuits_at_the_end_of_an_enhanced_tunnel_change_live() {
+        let fcip = |mode: &str, circuits: &[&str]| {
+            let mut s = format!(
+                "{BASE}\n[fabric]\ndomain = 1\nswitch_wwn = \"10:00:00:00:c9:00:00:01\"\n\n[fcip]\n\n[[fcip.tunnel]]\nname = \"t0\"\npeer = \"10:00:00:00:c9:00:00:02\"\nmode = \"{mode}\"\n"
+            );
+            for c in circuits {
+                s.push_str(&format!("\n[[fcip.tunnel.circuit]]\npeer = \"{c}\"\n"));
+            }
+            s
+        };
+        let (one, two) = ("192.0.2.1:3225", "192.0.2.2:3225");
+        let plan = |a: &str, b: &str| {
+            let p = Plan::diff(&cfg(a), &cfg(b));
+            p.changes
+                .iter()
+                .map(|c| (c.what.clone(), c.detail.clone(), c.live))
+                .collect::<Vec<_>>()
+        };
+        let line = |detail: &str, live| {
+            vec![(
+                "[fcip] tunnel \"t0\" circuits".to_string(),
+                detail.to_string(),
+                live,
+            )]
+        };
+        assert_eq!(
+            plan(&fcip("enhanced", &[one]), &fcip("enhanced", &[one, two])),
+            line("1 -> 2 circuits", true)
+        );
+        assert_eq!(
+            plan(&fcip("enhanced", &[one, two]), &fcip("enhanced", &[one])),
+            line("2 -> 1 circuits", true)
+        );
+        let (_, why, live) =
+            plan(&fcip("enhanced", &[one, two]), &fcip("enhanced", &[two])).remove(0);
+        assert!(
+            !live && why.contains("circuit 1 changed its addresses"),
+            "{why}"
+        );
+        let (_, why, live) = plan(&fcip("rfc", &[one]), &fcip("rfc", &[one, two])).remove(0);
+        assert!(!live && why.contains("RFC mode"), "{why}");
+        // Any other key: the whole section, at a restart.
+        assert_eq!(
+            plan(&fcip("enhanced", &[one]), &fcip("rfc", &[one, two])),
+            vec![("[fcip]".to_string(), String::new(), false)]
+        );
     }
 
     #[test]

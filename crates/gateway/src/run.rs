@@ -180,6 +180,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         server: server_handle.clone(),
         published: running.clone(),
         fc: fc.clone(),
+        fcip: fcip.clone(),
     })));
 
     let view = Arc::new(crate::admin::view::View {
@@ -294,7 +295,7 @@ async fn reread(live: &tokio::sync::Mutex<Live>) {
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Reloading]);
     let _ready = scopeguard_ready();
     let mut live = live.lock().await;
-    match live.reload() {
+    match live.reload().await {
         Ok(plan) => crate::reload::log_plan(&plan, true),
         Err(e) => warn!(error = %e, "reload refused; the running configuration is unchanged"),
     }

@@ -102,7 +102,10 @@ impl FastPath {
         FastPath {
             tx: Mutex::new(Tx::default()),
             rx_open: AtomicBool::new(false),
-            bytes: (0..=circuits).map(|_| SlotBytes::default()).collect(),
+            // Every slot a reload may add has its counters from the start.
+            bytes: (0..=circuits.max(super::MAX_CIRCUITS))
+                .map(|_| SlotBytes::default())
+                .collect(),
             fast_tx: AtomicU64::new(0),
             fast_rx: AtomicU64::new(0),
             dropped,

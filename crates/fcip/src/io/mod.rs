@@ -116,6 +116,10 @@ pub struct TunnelConfig {
     pub tls: Option<Arc<tls::TlsSettings>>,
 }
 
+/// The most circuits a tunnel may have (Brocade's extension platforms
+/// allow up to 12 a tunnel; the slots are the special frame's usage code).
+pub const MAX_CIRCUITS: usize = 16;
+
 impl TunnelConfig {
     /// Whether this side connects (its circuits name peers).
     pub fn connects(&self) -> bool {

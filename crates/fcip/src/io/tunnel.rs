@@ -35,7 +35,7 @@ use unifab_fc::wire::frame::Frame;
 
 use super::controller::{InterSwitch, LinkHandle};
 use super::fast::{FastCircuit, FastPath, FastRx};
-use super::{LinkMode, TunnelConfig, tcp_rtt_us};
+use super::{CircuitConfig, LinkMode, MAX_CIRCUITS, TunnelConfig, tcp_rtt_us};
 use crate::codec::{Decoder, DecoderConfig, Item};
 use crate::proto::eport::{LocalSwitch, ZoneDb};
 use crate::proto::fastwrite::{DEFAULT_MAX_BYTES, DEFAULT_TABLE};
@@ -162,6 +162,8 @@ enum Ev {
     Closed(usize, u64, String),
     /// A connection attempt for a circuit failed, and why.
     ConnectFailed(usize, String),
+    /// `Tunnel::set_circuits`: answered once applied, or why not.
+    SetCircuits(Vec<CircuitConfig>, oneshot::Sender<Result<(), String>>),
     /// `Tunnel::stop`: answered once the tunnel is down and closed.
     Stop(oneshot::Sender<()>),
 }
@@ -227,7 +229,6 @@ impl Tunnel {
             compression: format!("{:?}", cfg.compression).to_lowercase(),
             ..TunnelStats::default()
         }));
-        let t_local = ctl.switch().with_fabric(|f| f.switch_name());
         let mut actor = Actor::new(
             cfg.clone(),
             port,
@@ -247,20 +248,10 @@ impl Tunnel {
             stats,
         };
         actor.publish();
-        tokio::spawn(actor.run(fab_rx, ev_rx, ctl_rx));
-        if cfg.connects() {
-            let local = t_local;
-            for slot in slots(&cfg) {
-                tokio::spawn(connect_loop(
-                    cfg.clone(),
-                    slot,
-                    local,
-                    ev_tx.clone(),
-                    t.stats.clone(),
-                    stop_rx.clone(),
-                ));
-            }
+        for slot in slots(&cfg) {
+            actor.spawn_connector(slot);
         }
+        tokio::spawn(actor.run(fab_rx, ev_rx, ctl_rx));
         t
     }
 
@@ -281,6 +272,26 @@ impl Tunnel {
                 info!(tunnel = %self.cfg.name, "tunnel stopped: accepted connection closed");
             }
         }
+    }
+
+    /// Changes the tunnel's circuits while it runs, in enhanced mode (whose
+    /// batches any circuit may carry, and which resends a lost circuit's
+    /// unacknowledged batches on the others): circuits appended to the
+    /// list are connected (or accepted), circuits cut from its end are
+    /// closed and their batches resent on the rest, and the weights of
+    /// the others change in place. Circuits are numbered by their place
+    /// in the list on both ends (the special frame's usage code), so a
+    /// circuit in the middle cannot go without renumbering the rest, and a
+    /// kept circuit keeps its addresses: both are refused, as is RFC
+    /// mode, whose exchanges are pinned to their circuits. Nothing changes
+    /// when it is refused.
+    pub async fn set_circuits(&self, circuits: Vec<CircuitConfig>) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        self.ev
+            .send(Ev::SetCircuits(circuits, tx))
+            .await
+            .map_err(|_| "the tunnel has stopped".to_string())?;
+        rx.await.map_err(|_| "the tunnel has stopped".to_string())?
     }
 
     /// Stops the tunnel, and returns once it has stopped: the VE_Port goes

@@ -362,6 +362,14 @@ impl Link {
         self.host.as_ref().map_or(0, |h| h.accelerated)
     }
 
+    /// The circuits' weights from now on, circuit 1 first (circuits added
+    /// or removed while the tunnel runs; a removed circuit's connection is
+    /// reported gone with [`Link::circuit_down`], which resends what it
+    /// carried on the others).
+    pub fn set_weights(&mut self, weights: Vec<u32>) {
+        self.cfg.weights = weights;
+    }
+
     /// The rate the circuits send at, in bytes per second, for adaptive
     /// compression (ignored until the peer has acknowledged something).
     pub fn observe_send_rate(&mut self, bytes_per_second: f64) {

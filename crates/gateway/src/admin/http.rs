@@ -130,7 +130,7 @@ async fn post(path: &str, query: Option<&str>, r: &Rights) -> Response<Full<Byte
     let result = if dry_run {
         live.plan().map(|(p, _)| p)
     } else {
-        live.reload()
+        live.reload().await
     };
     drop(live);
     match result {

@@ -171,6 +171,14 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
         if t.circuit.is_empty() {
             return Err(format!("fcip.tunnel {:?} has no circuit", t.name));
         }
+        if t.circuit.len() > unifab_fcip::io::MAX_CIRCUITS {
+            return Err(format!(
+                "fcip.tunnel {:?} has {} circuits; at most {}",
+                t.name,
+                t.circuit.len(),
+                unifab_fcip::io::MAX_CIRCUITS
+            ));
+        }
         let connects = t.circuit.iter().filter(|c| c.peer.is_some()).count();
         if connects != 0 && connects != t.circuit.len() {
             return Err(format!(

@@ -11,6 +11,18 @@ use unifab_fcip::io::{CircuitConfig, InterSwitch, Listener, Tunnel, TunnelConfig
 
 use crate::config::fcip::{FcipSection, mode, wwn};
 
+/// The circuits of a `[[fcip.tunnel]]`.
+fn circuits(t: &crate::config::fcip::TunnelSection) -> Vec<CircuitConfig> {
+    t.circuit
+        .iter()
+        .map(|c| CircuitConfig {
+            peer: c.peer,
+            local: c.local,
+            weight: c.weight.unwrap_or(1),
+        })
+        .collect()
+}
+
 /// The running FCIP plane.
 #[derive(Debug)]
 pub struct FcipPlane {
@@ -47,15 +59,7 @@ impl FcipPlane {
         let mut tunnels = Vec::new();
         for (i, t) in f.tunnel.iter().enumerate() {
             let peer = wwn("fcip.tunnel.peer", &t.peer).map_err(anyhow::Error::msg)?;
-            let circuits = t
-                .circuit
-                .iter()
-                .map(|c| CircuitConfig {
-                    peer: c.peer,
-                    local: c.local,
-                    weight: c.weight.unwrap_or(1),
-                })
-                .collect();
+            let circuits = circuits(t);
             let mut tc = TunnelConfig::new(&t.name, u32::try_from(i).unwrap_or(0), peer, circuits);
             tc.mode = mode(t).map_err(anyhow::Error::msg)?;
             tc.compression = t
@@ -88,6 +92,18 @@ impl FcipPlane {
             listener,
             controller,
         })
+    }
+
+    /// Gives tunnel `t` the circuits its section lists now (see
+    /// [`Tunnel::set_circuits`]: enhanced mode, circuits added or removed
+    /// at the end).
+    pub async fn set_circuits(&self, t: &crate::config::fcip::TunnelSection) -> Result<(), String> {
+        let tunnel = self
+            .tunnels
+            .iter()
+            .find(|x| x.config().name == t.name)
+            .ok_or_else(|| format!("no tunnel {:?} runs", t.name))?;
+        tunnel.set_circuits(circuits(t)).await
     }
 
     /// Each circuit's counters for `show interface` (`TUNNEL/N`, class F

@@ -29,8 +29,13 @@ pub(super) struct Actor {
     /// Signalled by a circuit writer each time it takes writes off its
     /// queue: the tunnel waits on it while every writer is full.
     pub(super) room: Arc<Notify>,
-    /// Set when the tunnel stops: the connector loops end.
+    /// Set when the tunnel stops.
     pub(super) stop: tokio::sync::watch::Sender<bool>,
+    /// The circuits as they are now (`Tunnel::set_circuits` changes them).
+    pub(super) circuit_cfg: Vec<CircuitConfig>,
+    /// Each connector loop's stop: set when its circuit is removed or the
+    /// tunnel stops.
+    pub(super) connectors: HashMap<usize, tokio::sync::watch::Sender<bool>>,
 }
 
 /// Writes a circuit writer must have room for before the tunnel takes
@@ -93,6 +98,7 @@ impl Actor {
             );
         }
         let now = Instant::now();
+        let cfg_circuits = cfg.circuits.clone();
         Actor {
             link: Link::new(link_config(&cfg, port_no), now),
             cfg,
@@ -112,7 +118,106 @@ impl Actor {
             local_wwn,
             room: Arc::new(Notify::new()),
             stop: tokio::sync::watch::channel(false).0,
+            circuit_cfg: cfg_circuits,
+            connectors: HashMap::new(),
         }
+    }
+
+    /// Starts the loop that keeps circuit `slot` connected, on the side
+    /// that connects (class F, slot 0, goes to the first circuit's peer).
+    pub(super) fn spawn_connector(&mut self, slot: usize) {
+        if !self.cfg.connects() {
+            return;
+        }
+        let Some(circuit) = self
+            .circuit_cfg
+            .get(slot.saturating_sub(1))
+            .or(self.circuit_cfg.first())
+            .cloned()
+        else {
+            return;
+        };
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        if let Some(old) = self.connectors.insert(slot, tx) {
+            old.send_replace(true);
+        }
+        tokio::spawn(connect_loop(
+            self.cfg.clone(),
+            circuit,
+            slot,
+            self.local_wwn,
+            self.ev.clone(),
+            self.stats.clone(),
+            rx,
+        ));
+    }
+
+    /// `Tunnel::set_circuits`: checks the whole change first, then adds,
+    /// removes and reweighs circuits.
+    pub(super) fn set_circuits(&mut self, new: Vec<CircuitConfig>) -> Result<(), String> {
+        let name = &self.cfg.name;
+        if self.cfg.mode != LinkMode::Enhanced {
+            return Err(format!(
+                "tunnel {name:?}: RFC mode pins each exchange to a circuit; its circuits change at a restart"
+            ));
+        }
+        if new.is_empty() || new.len() > MAX_CIRCUITS {
+            return Err(format!(
+                "tunnel {name:?}: a tunnel has 1 to {MAX_CIRCUITS} circuits, not {}",
+                new.len()
+            ));
+        }
+        if new.iter().any(|c| c.peer.is_some()) != self.cfg.connects() {
+            return Err(format!(
+                "tunnel {name:?}: every circuit names a peer (this side connects) or none does, as before"
+            ));
+        }
+        let old = &self.circuit_cfg;
+        let kept = old.len().min(new.len());
+        if let Some(i) =
+            (0..kept).find(|i| old[*i].peer != new[*i].peer || old[*i].local != new[*i].local)
+        {
+            return Err(format!(
+                "tunnel {name:?}: circuit {} changed its addresses; circuits are numbered by their place on both ends, so only the last ones can be added or removed live",
+                i + 1
+            ));
+        }
+        let (before, after) = (old.len(), new.len());
+        self.circuit_cfg = new;
+        self.link
+            .set_weights(self.circuit_cfg.iter().map(|c| c.weight).collect());
+        for (i, c) in self.circuit_cfg.iter().enumerate().take(kept) {
+            if let Some(s) = self.counters.get_mut(&(i + 1)) {
+                s.weight = c.weight;
+            }
+        }
+        for slot in (after + 1)..=before {
+            if let Some(stop) = self.connectors.remove(&slot) {
+                stop.send_replace(true);
+            }
+            // Its unacknowledged batches go out on the others.
+            self.circuit_down(slot, "removed by the configuration");
+            self.counters.remove(&slot);
+            self.last_bytes.remove(&slot);
+            info!(tunnel = %self.cfg.name, slot, "circuit removed");
+        }
+        for slot in (before + 1)..=after {
+            let c = &self.circuit_cfg[slot - 1];
+            self.counters.insert(
+                slot,
+                CircuitStats {
+                    slot,
+                    state: "down".into(),
+                    peer: c.peer.map(|a| a.to_string()).unwrap_or_default(),
+                    weight: c.weight,
+                    ..CircuitStats::default()
+                },
+            );
+            self.spawn_connector(slot);
+            info!(tunnel = %self.cfg.name, slot, "circuit added");
+        }
+        self.publish();
+        Ok(())
     }
 
     pub(super) async fn run(
@@ -273,6 +378,9 @@ impl Actor {
                 }
                 self.publish();
             }
+            Ev::SetCircuits(list, done) => {
+                let _ = done.send(self.set_circuits(list));
+            }
             Ev::Stop(done) => {
                 self.shut_down();
                 let _ = done.send(());
@@ -288,6 +396,9 @@ impl Actor {
     pub(super) fn shut_down(&mut self) {
         self.drive(|l, w| l.stop(w));
         self.stop.send_replace(true);
+        for c in self.connectors.values() {
+            c.send_replace(true);
+        }
         let n = self.circuits.len();
         // Dropping a circuit aborts its reader and writer, which closes
         // the socket (the fast path's handle on it goes too); its
@@ -312,8 +423,8 @@ impl Actor {
         done: Option<oneshot::Sender<()>>,
     ) {
         let valid = match self.cfg.mode {
-            LinkMode::Rfc => slot <= self.cfg.circuits.len(),
-            LinkMode::Enhanced => (1..=self.cfg.circuits.len()).contains(&slot),
+            LinkMode::Rfc => slot <= self.circuit_cfg.len(),
+            LinkMode::Enhanced => (1..=self.circuit_cfg.len()).contains(&slot),
         };
         if !valid {
             warn!(tunnel = %self.cfg.name, slot, "connection for an unknown circuit refused");
@@ -341,7 +452,7 @@ impl Actor {
         if self.cfg.mode == LinkMode::Rfc && slot >= 1 {
             self.fast.add(FastCircuit {
                 slot,
-                weight: self.cfg.circuits[slot - 1].weight,
+                weight: self.circuit_cfg.get(slot - 1).map_or(1, |c| c.weight),
                 sock: conn.direct.as_ref().and_then(|d| d.try_clone().ok()),
                 writer: wtx.clone(),
                 queued: queued.clone(),

@@ -89,10 +89,10 @@ pub(super) async fn read_exact_timeout(
 /// enhanced mode the peer's hello.
 pub(super) async fn connect_once(
     cfg: &TunnelConfig,
+    c: &CircuitConfig,
     slot: usize,
     local_wwn: Wwn,
 ) -> Result<Conn, String> {
-    let c = &cfg.circuits[slot.saturating_sub(1).min(cfg.circuits.len() - 1)];
     let peer = c.peer.ok_or("circuit has no peer address")?;
     let sock = if peer.is_ipv4() {
         tokio::net::TcpSocket::new_v4()
@@ -201,9 +201,10 @@ pub(super) async fn connect_once(
 
 /// Keeps one circuit connected: connects, hands the connection to the
 /// tunnel, waits for it to close, and connects again (with backoff after a
-/// failure), until the tunnel stops.
+/// failure), until the tunnel stops or the circuit is removed (`stop`).
 pub(super) async fn connect_loop(
     cfg: Arc<TunnelConfig>,
+    circuit: CircuitConfig,
     slot: usize,
     local_wwn: Wwn,
     ev: mpsc::Sender<Ev>,
@@ -218,7 +219,7 @@ pub(super) async fn connect_loop(
         // A stopped tunnel (or one whose task has ended: the sender is
         // gone) makes no more connections.
         let attempt = tokio::select! {
-            r = connect_once(&cfg, slot, local_wwn) => r,
+            r = connect_once(&cfg, &circuit, slot, local_wwn) => r,
             _ = stop.wait_for(|s| *s) => return,
         };
         match attempt {

@@ -112,6 +112,11 @@ async fn enhanced_mode_loses_nothing_when_a_circuit_is_black_holed() {
     );
     let retrans: u64 = st.circuits.iter().map(|c| c.retransmits).sum();
     assert!(retrans >= 1, "batches were resent: {st:?}");
+    assert_eq!(
+        st.failovers,
+        st.circuits.iter().map(|c| c.failures).sum::<u64>(),
+        "each circuit lost while the other carried on is a failover: {st:?}"
+    );
     // The circuit comes back (a generous deadline, not a timing claim).
     for _ in 0..600 {
         if s.ta.stats().circuits.iter().all(|c| c.state == "up") {

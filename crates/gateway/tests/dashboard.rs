@@ -66,7 +66,7 @@ fn every_query_names_an_exported_family() {
     let config = common::file_lu_config(dir.path(), "8MiB").replace(
         "[admin]\nlisten = \"127.0.0.1:0\"",
         &format!(
-            "[fabric]\ndomain = 1\nswitch_wwn = \"10:00:00:00:c9:00:00:01\"\n\n[[fabric.target]]\nwwpn = \"21:00:00:00:c9:00:00:0a\"\nluns = [\"disk\"]\n\n[admin]\nlisten = \"{admin}\""
+            "[fabric]\ndomain = 1\nswitch_wwn = \"10:00:00:00:c9:00:00:01\"\n\n[[fabric.target]]\nwwpn = \"21:00:00:00:c9:00:00:0a\"\nluns = [\"disk\"]\n\n[fcip]\nlisten = \"127.0.0.1:0\"\n\n[[fcip.tunnel]]\nname = \"fcip0\"\npeer = \"10:00:00:00:c9:00:00:02\"\nmode = \"enhanced\"\n\n[[fcip.tunnel.circuit]]\n\n[admin]\nlisten = \"{admin}\""
         ),
     );
     let _gw = common::Gateway::start(dir.path(), &config);

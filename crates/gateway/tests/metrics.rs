@@ -151,3 +151,202 @@ data_dir = "{dir}/state"
         at(&after, "unifab_scsi_commands_total")
     );
 }
+
+/// Two gateways joined by an enhanced-mode FCIP tunnel of two circuits,
+/// each through a WAN emulator relay; a host on A does verified I/O to
+/// the LU behind B. Circuit 2 is black-holed: at A exactly one circuit
+/// failure and one failover are counted, circuit 2 reads down and the
+/// tunnel up, and no command fails; when the cut ends circuit 2 is up
+/// again and nothing more is counted.
+#[test]
+fn an_fcip_failover_moves_exactly_its_counters() {
+    use std::time::{Duration, Instant};
+    use unifab_testkit::wan::{WanLink, WanProfile};
+
+    let free = || unifab_testkit::peers::free_tcp_port().unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let listen: SocketAddr = format!("127.0.0.1:{}", free()).parse().unwrap();
+    let admin_a: SocketAddr = format!("127.0.0.1:{}", free()).parse().unwrap();
+    let tunnel = |peer: &str, circuits: &str| {
+        format!(
+            "[[fcip.tunnel]]\nname = \"fcip0\"\npeer = \"{peer}\"\nmode = \"enhanced\"\nkeepalive_ms = 100\ndead_ms = 2000\n{circuits}"
+        )
+    };
+    let b = Gateway::start(
+        dir_b.path(),
+        &format!(
+            r#"
+[[lu]]
+name = "disk"
+backend = "file:{d}/disk.img"
+size = "16MiB"
+
+[fabric]
+domain = 2
+switch_wwn = "10:00:00:00:c9:00:00:b1"
+
+[[fabric.target]]
+wwpn = "21:00:00:00:c9:00:0b:0a"
+luns = ["disk"]
+
+[fcip]
+listen = "{listen}"
+
+{t}
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:metrics-b"
+luns = ["disk"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{d}/state"
+"#,
+            d = dir_b.path().display(),
+            t = tunnel(
+                "10:00:00:00:c9:00:00:a1",
+                "[[fcip.tunnel.circuit]]\n[[fcip.tunnel.circuit]]\n"
+            ),
+        ),
+    );
+    let relays: Vec<WanLink> = (0..2)
+        .map(|_| WanLink::start("127.0.0.1:0".parse().unwrap(), listen, WanProfile::lan()).unwrap())
+        .collect();
+    let circuits: String = relays
+        .iter()
+        .map(|r| format!("[[fcip.tunnel.circuit]]\npeer = \"{}\"\n", r.addr()))
+        .collect();
+    let a = Gateway::start(
+        dir_a.path(),
+        &format!(
+            r#"
+[[lu]]
+name = "far"
+backend = "fc://21:00:00:00:c9:00:0b:0a/0"
+
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:a1"
+
+[fabric.initiator]
+wwpn = "21:00:00:00:c9:00:0a:0b"
+
+[fcip]
+
+{t}
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = 0
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:metrics-a"
+luns = ["far"]
+
+[admin]
+listen = "{admin_a}"
+data_dir = "{d}/state"
+"#,
+            d = dir_a.path().display(),
+            t = tunnel("10:00:00:00:c9:00:00:b1", &circuits),
+        ),
+    );
+    let at = |m: &HashMap<String, f64>, k: &str| {
+        *m.get(k)
+            .unwrap_or_else(|| panic!("no {k} at /metrics: {m:?}"))
+    };
+    let circuit = |k: &str, n: u32| format!("unifab_fcip_circuit_{k}{{circuit=\"fcip0/{n}\"}}");
+    let tunnel_m = |k: &str| format!("unifab_fcip_tunnel_{k}{{tunnel=\"fcip0\"}}");
+    let wait = |what: &str, ok: &dyn Fn(&HashMap<String, f64>) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let m = metrics(admin_a);
+            if ok(&m) {
+                return m;
+            }
+            assert!(Instant::now() < deadline, "{what}: {m:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait("both circuits up", &|m| {
+        m.get(&circuit("up", 1)) == Some(&1.0) && m.get(&circuit("up", 2)) == Some(&1.0)
+    });
+
+    // The host, once the LU behind the tunnel answers.
+    let mut host = RawSession::login(
+        a.addr,
+        &a.iqn,
+        &RawOptions {
+            initiator: "iqn.2026-11.io.unifab:metrics-host".into(),
+            // The path through the tunnel may not be ready yet: the loop
+            // below waits for it.
+            clear_unit_attention: false,
+            ..RawOptions::default()
+        },
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !host.read16(0, 1, 512).is_ok_and(|r| r.status == 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the LU behind the tunnel never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut round = 0u64;
+    let mut io = |host: &mut RawSession, n: u64| {
+        for _ in 0..n {
+            let data: Vec<u8> = (0..65536).map(|i| ((i as u64 * 3) ^ round) as u8).collect();
+            let lba = round % 256 * 128;
+            let w = host.write16(lba, &data, 512, false).unwrap();
+            assert_eq!(w.status, 0, "write {round}: {w:?}");
+            let r = host.read16(lba, 128, 512).unwrap();
+            assert!(
+                r.status == 0 && r.data == data,
+                "read {round}: {}",
+                r.status
+            );
+            round += 1;
+        }
+    };
+    io(&mut host, 20);
+    let before = metrics(admin_a);
+    assert_eq!(at(&before, &tunnel_m("failovers_total")), 0.0);
+    assert_eq!(at(&before, &tunnel_m("up")), 1.0);
+
+    relays[1].set_cut(true);
+    let cut = Instant::now();
+    while metrics(admin_a).get(&circuit("up", 2)) != Some(&0.0) {
+        io(&mut host, 2);
+        assert!(
+            cut.elapsed() < Duration::from_secs(30),
+            "circuit 2 never went down"
+        );
+    }
+    io(&mut host, 10);
+    let after = metrics(admin_a);
+    let moved = |k: &str| at(&after, k) - at(&before, k);
+    assert_eq!(moved(&circuit("failures_total", 2)), 1.0, "{after:?}");
+    assert_eq!(moved(&circuit("failures_total", 1)), 0.0, "{after:?}");
+    assert_eq!(moved(&tunnel_m("failovers_total")), 1.0, "{after:?}");
+    assert_eq!(at(&after, &tunnel_m("up")), 1.0);
+    assert_eq!(at(&after, &circuit("up", 1)), 1.0);
+
+    relays[1].set_cut(false);
+    let back = wait("circuit 2 back", &|m| {
+        m.get(&circuit("up", 2)) == Some(&1.0)
+    });
+    io(&mut host, 10);
+    assert_eq!(at(&back, &tunnel_m("failovers_total")), 1.0);
+    assert_eq!(at(&back, &circuit("failures_total", 2)), 1.0);
+    let end = wait("bytes counted", &|m| {
+        m.get(&tunnel_m("frame_bytes_total"))
+            .is_some_and(|b| *b > 0.0)
+    });
+    assert!(at(&end, &tunnel_m("wire_bytes_total")) > 0.0, "{end:?}");
+    assert_eq!(at(&end, &tunnel_m("dropped_frames_total")), 0.0);
+    drop(b);
+}

@@ -152,6 +152,10 @@ pub struct TunnelStats {
     pub standalone_acks: u64,
     /// Resynchronisations of the decoders.
     pub resyncs: u64,
+    /// Failovers: circuits lost while another stayed up, so that the
+    /// tunnel carried on over the rest (enhanced mode resends the lost
+    /// circuit's unacknowledged batches on them).
+    pub failovers: u64,
     /// Circuits.
     pub circuits: Vec<CircuitStats>,
 }

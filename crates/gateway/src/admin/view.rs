@@ -340,6 +340,9 @@ impl AdminView for View {
         if let Some(fc) = &self.fc {
             families.extend(fc.metric_families());
         }
+        if let Some(fcip) = &self.fcip {
+            families.extend(fcip.metric_families());
+        }
         super::metrics::encode(families)
     }
 }

@@ -134,6 +134,97 @@ impl FcipPlane {
         v
     }
 
+    /// The `unifab_fcip_*` families beyond the circuits' byte and failure
+    /// counters (those are `show interface`'s, [`FcipPlane::interfaces`]):
+    /// per tunnel its state, the bytes of FC frames before and after
+    /// compression (their ratio is the compression ratio), failovers,
+    /// FastWrite writes and dropped frames; per circuit its state, RTT and
+    /// failed connection attempts.
+    pub fn metric_families(
+        &self,
+    ) -> Vec<(
+        crate::admin::metrics::Family,
+        prometheus_client::metrics::MetricType,
+    )> {
+        use crate::admin::metrics::{Family, Value, counter, gauge};
+        let stats: Vec<_> = self.tunnels.iter().map(Tunnel::stats).collect();
+        type TunnelGet = fn(&unifab_fcip::io::TunnelStats) -> u64;
+        let per_tunnel: [(&str, &'static str, TunnelGet); 5] = [
+            (
+                "unifab_fcip_tunnel_frame_bytes",
+                "Bytes of FC frames the tunnel sent, before compression.",
+                |s| s.raw_bytes,
+            ),
+            (
+                "unifab_fcip_tunnel_wire_bytes",
+                "Bytes the tunnel sent after compression (frame bytes / wire bytes is the compression ratio).",
+                |s| s.wire_bytes,
+            ),
+            (
+                "unifab_fcip_tunnel_failovers",
+                "Circuits lost while another carried on.",
+                |s| s.failovers,
+            ),
+            (
+                "unifab_fcip_tunnel_fastwrite_writes",
+                "Writes FastWrite accelerated.",
+                |s| s.fastwrite_writes,
+            ),
+            (
+                "unifab_fcip_tunnel_dropped_frames",
+                "Frames the tunnel could not carry.",
+                |s| s.dropped,
+            ),
+        ];
+        let mut out = Vec::new();
+        for (name, help, get) in per_tunnel {
+            let mut f = Family::new(name, help);
+            for s in &stats {
+                f = f.with(vec![("tunnel", s.name.clone())], Value::Counter(get(s)));
+            }
+            out.push(counter(f));
+        }
+        let mut up = Family::new("unifab_fcip_tunnel_up", "1 while the tunnel's link is up.");
+        for s in &stats {
+            up = up.with(
+                vec![("tunnel", s.name.clone())],
+                Value::Gauge(i64::from(s.state.starts_with("up"))),
+            );
+        }
+        out.push(gauge(up));
+        let circuit = |s: &unifab_fcip::io::TunnelStats, c: &unifab_fcip::io::CircuitStats| {
+            let slot = if c.slot == 0 {
+                "F".to_string()
+            } else {
+                c.slot.to_string()
+            };
+            vec![("circuit", format!("{}/{slot}", s.name))]
+        };
+        let mut rtt = Family::new(
+            "unifab_fcip_circuit_rtt_microseconds",
+            "The circuit's smoothed TCP round-trip time (TCP_INFO).",
+        );
+        let mut cup = Family::new(
+            "unifab_fcip_circuit_up",
+            "1 while the circuit is connected.",
+        );
+        let mut fails = Family::new(
+            "unifab_fcip_circuit_connect_failures",
+            "Connection attempts for the circuit that failed.",
+        );
+        for s in &stats {
+            for c in &s.circuits {
+                rtt = rtt.with(circuit(s, c), Value::Gauge(i64::from(c.rtt_us)));
+                cup = cup.with(circuit(s, c), Value::Gauge(i64::from(c.state == "up")));
+                fails = fails.with(circuit(s, c), Value::Counter(c.connect_failures));
+            }
+        }
+        out.push(gauge(rtt));
+        out.push(gauge(cup));
+        out.push(counter(fails));
+        out
+    }
+
     /// JSON for `unifab show fcip`: one row per circuit.
     pub fn show(&self) -> String {
         let mut rows = Vec::new();

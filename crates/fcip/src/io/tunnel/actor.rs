@@ -195,9 +195,15 @@ impl Actor {
             if let Some(stop) = self.connectors.remove(&slot) {
                 stop.send_replace(true);
             }
-            // Its unacknowledged batches go out on the others.
-            self.circuit_down(slot, "removed by the configuration");
+            // Closed without counting it a failure; its unacknowledged
+            // batches go out on the others.
             self.counters.remove(&slot);
+            if let Some(c) = self.circuits.remove(&slot) {
+                self.fast.remove(slot);
+                drop(c);
+                info!(tunnel = %self.cfg.name, slot, "circuit closed: removed by the configuration");
+                self.drive(|l, w| l.circuit_down(slot, "removed by the configuration", w));
+            }
             self.last_bytes.remove(&slot);
             info!(tunnel = %self.cfg.name, slot, "circuit removed");
         }
@@ -524,6 +530,14 @@ impl Actor {
             s.failures += 1;
             s.last_error = why.to_string();
             s.last_error_at = Some(Instant::now());
+        }
+        // Another circuit carries on: a failover (not when the tunnel
+        // stops, which drops its circuits all at once without this).
+        let data = |s: &usize| self.cfg.mode == LinkMode::Enhanced || *s != 0;
+        if data(&slot) && self.link.is_up() && self.circuits.keys().any(data) {
+            if let Ok(mut st) = self.stats.lock() {
+                st.failovers += 1;
+            }
         }
         warn!(tunnel = %self.cfg.name, slot, peer = %c.peer, reason = why, "circuit down");
         self.publish();

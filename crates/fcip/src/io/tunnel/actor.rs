@@ -534,10 +534,12 @@ impl Actor {
         // Another circuit carries on: a failover (not when the tunnel
         // stops, which drops its circuits all at once without this).
         let data = |s: &usize| self.cfg.mode == LinkMode::Enhanced || *s != 0;
-        if data(&slot) && self.link.is_up() && self.circuits.keys().any(data) {
-            if let Ok(mut st) = self.stats.lock() {
-                st.failovers += 1;
-            }
+        if data(&slot)
+            && self.link.is_up()
+            && self.circuits.keys().any(data)
+            && let Ok(mut st) = self.stats.lock()
+        {
+            st.failovers += 1;
         }
         warn!(tunnel = %self.cfg.name, slot, peer = %c.peer, reason = why, "circuit down");
         self.publish();

@@ -159,6 +159,25 @@ fn counter(gw: &Gw, name: &str) -> u64 {
     gw.show("fcoe")[0][name].as_u64().unwrap()
 }
 
+/// The MACs the FLOGI flood comes from.
+const FLOOD_MACS: u16 = 4;
+
+/// The sum over its series of a family at `/metrics`.
+fn metric_sum(gw: &Gw, family: &str) -> f64 {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", gw.ns.as_deref().unwrap()])
+        .arg(unifab_testkit::peers::unifab_bin().unwrap())
+        .args(["show", "metrics", "--admin", &gw.admin.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
 fn flogi_rows(gw: &Gw) -> Vec<serde_json::Value> {
     gw.show("flogi").as_array().unwrap().clone()
 }
@@ -233,6 +252,14 @@ fn a_rogue_enode_is_refused_limited_and_logged_out_while_others_do_io() {
         rounds
     });
 
+    // What the keep-alive counters say before the rogue comes.
+    let misses = "unifab_fcoe_port_keep_alive_misses_total";
+    let (misses0, timeouts0, logins_before) = (
+        metric_sum(&hop.b, misses),
+        counter(&hop.b, "keep_alive_timeouts"),
+        counter(&hop.b, "logins"),
+    );
+
     // The rogue ENode logs in.
     let raw = Raw::open(&hop.veth.a);
     let rogue = MacAddr([0x02, 0xba, 0xd0, 0, 0, 1]);
@@ -277,7 +304,7 @@ fn a_rogue_enode_is_refused_limited_and_logged_out_while_others_do_io() {
     let limited0 = counter(&hop.b, "login_limited");
     let logins0 = counter(&hop.b, "logins");
     for i in 0..2000u16 {
-        let src = MacAddr([0x02, 0xba, 0xd1, 0, (i % 4) as u8, 1]);
+        let src = MacAddr([0x02, 0xba, 0xd1, 0, (i % FLOOD_MACS) as u8, 1]);
         raw.send(&flogi(
             fcf_mac,
             src,
@@ -333,7 +360,14 @@ fn a_rogue_enode_is_refused_limited_and_logged_out_while_others_do_io() {
         assert!(Instant::now() < deadline, "rogue logins remain: {rows:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(counter(&hop.b, "keep_alive_timeouts") >= 1);
+    // Every ENode that logged in and went silent (the rogue and each
+    // flooding MAC, whatever number of VN_Ports it held) was logged out
+    // once for want of keep-alives, counted in `show fcoe` and at
+    // /metrics alike.
+    assert!(counter(&hop.b, "logins") - logins_before > u64::from(FLOOD_MACS));
+    let silent = 1 + u64::from(FLOOD_MACS);
+    assert_eq!(counter(&hop.b, "keep_alive_timeouts") - timeouts0, silent);
+    assert_eq!(metric_sum(&hop.b, misses) - misses0, silent as f64);
     // The honest ENode kept its login and its I/O.
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);

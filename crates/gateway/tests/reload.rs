@@ -335,6 +335,51 @@ fn a_file_lu_grows_and_turns_read_only_under_a_host() {
     );
 }
 
+/// A target's CHAP secret changes under a logged-in host: the host's
+/// session goes on (its login was authenticated when it was made), a new
+/// login with the old secret is refused, one with the new secret admitted.
+#[test]
+fn a_chap_secret_changes_under_a_logged_in_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let with_chap = |secret: &str| {
+        config(d, &[], None, 0).replace(
+            "luns = [\"a\"]",
+            &format!("luns = [\"a\"]\nchap = {{ user = \"host\", secret = \"{secret}\" }}"),
+        )
+    };
+    let (old, new) = ("old-secret-0123", "new-secret-4567");
+    let gw = Gateway::start(d, &with_chap(old));
+    let opts = |secret: &str, i: u8| RawOptions {
+        initiator: "iqn.2026-11.io.example:chap-host".into(),
+        isid: [0x80, 0, 0, 0, 0, i],
+        chap: Some(("host".into(), secret.into())),
+        ..RawOptions::default()
+    };
+    let mut s = RawSession::login(gw.addr, IQN_A, &opts(old, 1)).unwrap();
+    assert_eq!(s.write16(0, &[3; 512], 512, false).unwrap().status, 0);
+
+    std::fs::write(&gw.config, with_chap(new)).unwrap();
+    let out = reload(&gw.config, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        plan.contains(&format!("~ iscsi.target \"{IQN_A}\" [live]: chap")),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains(old) && !plan.contains(new),
+        "a secret in the plan: {plan}"
+    );
+    // The session goes on; the old secret no longer logs in; the new one does.
+    let r = s.read16(0, 1, 512).unwrap();
+    assert_eq!((r.status, r.data), (0, vec![3; 512]));
+    assert!(RawSession::login(gw.addr, IQN_A, &opts(old, 2)).is_err());
+    let mut t = RawSession::login(gw.addr, IQN_A, &opts(new, 3)).unwrap();
+    assert_eq!(t.read16(0, 1, 512).unwrap().status, 0);
+    assert_eq!(s.read16(0, 1, 512).unwrap().status, 0);
+}
+
 /// The admin socket is the gateway user's alone: mode 0600, and a peer of
 /// another user is refused even where the mode would let it in. Needs
 /// root (to run the client as another user); CI runs as root.

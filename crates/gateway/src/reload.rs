@@ -17,8 +17,13 @@
 //! under a host answers LOGICAL UNIT NOT SUPPORTED. Sessions and LUs the
 //! change does not touch see nothing.
 //!
+//! Remote LUs come and go live too (`iscsi://` always, `fc://` where the
+//! FC plane and its initiator run): a removed one's sessions to the
+//! remote log out. An enhanced-mode FCIP tunnel's circuits change live
+//! at the end of its list.
+//!
 //! Needs a restart: a changed LU definition (backend, block size, a
-//! memory LU's size, …; a LU never shrinks), remote LUs (`iscsi://`, `fc://`) added or removed, `[iscsi]`
+//! memory LU's size, …; a LU never shrinks), `fc://` LUs while `[fabric]` changes, `[iscsi]`
 //! settings other than its targets (listen addresses included), the rest
 //! of `[fabric]`, `[fcoe]`, `[fcip]`, `[admin]` and `[tuning]`.
 
@@ -41,6 +46,21 @@ pub type Backends = Arc<RwLock<Vec<(String, Arc<dyn BlockBackend>)>>>;
 
 /// The LUs `unifab show luns` lists, by name, in configuration order.
 pub type LuList = Arc<RwLock<Vec<(String, GatewayLu)>>>;
+
+/// The `iscsi://` LUs `unifab show remotes` lists: name, redacted
+/// backend, the factory of its sessions.
+pub type IscsiRemotes = Arc<
+    RwLock<
+        Vec<(
+            String,
+            String,
+            Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
+        )>,
+    >,
+>;
+
+/// The `fc://` LUs `unifab show remotes` lists: name and remote.
+pub type FcRemotes = Arc<RwLock<Vec<(String, crate::config::fabric::FcUrl)>>>;
 
 /// What a change does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +108,17 @@ impl Plan {
         };
         let local =
             |lu: &LuConfig| matches!(lu.parsed_backend(), Ok(Backend::Memory | Backend::File(_)));
+        // A remote LU comes and goes live where its initiator runs: any
+        // iscsi:// LU, an fc:// one where the FC plane runs and stays.
+        let remote_live = |lu: &LuConfig| match lu.parsed_backend() {
+            Ok(Backend::Iscsi(_)) => true,
+            Ok(Backend::Fc(_)) => {
+                let initiator =
+                    |c: &Config| c.fabric.as_ref().is_some_and(|f| f.initiator.is_some());
+                initiator(old) && initiator(new) && old.fabric == new.fabric
+            }
+            _ => false,
+        };
         let fc_uses = |name: &str| {
             old.fabric
                 .as_ref()
@@ -108,12 +139,18 @@ impl Plan {
                     );
                 }
                 None => {
-                    usable.insert(&lu.name, false);
+                    let live = remote_live(lu);
+                    usable.insert(&lu.name, live);
+                    let detail = if live {
+                        "a remote LU"
+                    } else {
+                        "an fc:// LU while [fabric] changes"
+                    };
                     push(
                         Action::Add,
                         format!("lu {:?}", lu.name),
-                        "a remote LU".into(),
-                        false,
+                        detail.into(),
+                        live,
                     );
                 }
                 Some(o) if o != lu => {
@@ -131,9 +168,7 @@ impl Plan {
         }
         for o in &old.lu {
             if !new.lu.iter().any(|lu| lu.name == o.name) {
-                let (live, detail) = if !local(o) {
-                    (false, "a remote LU".to_string())
-                } else if fc_uses(&o.name) {
+                let (live, detail) = if fc_uses(&o.name) {
                     (false, "an FC target serves it".to_string())
                 } else {
                     (true, String::new())
@@ -433,6 +468,8 @@ pub struct Live {
     published: Running,
     fc: Option<Arc<crate::plane::fc::FcPlane>>,
     fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
+    remotes: IscsiRemotes,
+    fc_remotes: FcRemotes,
 }
 
 /// The running configuration, for views.
@@ -469,6 +506,10 @@ pub struct LiveParts {
     pub fc: Option<Arc<crate::plane::fc::FcPlane>>,
     /// The FCIP plane (circuits).
     pub fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
+    /// The `iscsi://` LUs `show remotes` lists.
+    pub remotes: IscsiRemotes,
+    /// The `fc://` LUs `show remotes` lists.
+    pub fc_remotes: FcRemotes,
 }
 
 impl fmt::Debug for LiveParts {
@@ -493,6 +534,8 @@ impl Live {
             published: p.published,
             fc: p.fc,
             fcip: p.fcip,
+            remotes: p.remotes,
+            fc_remotes: p.fc_remotes,
         }
     }
 
@@ -527,16 +570,42 @@ impl Live {
         // New LUs first: targets may map them.
         for lu in &new.lu {
             if live(&format!("lu {:?}", lu.name), Action::Add) {
-                let data_dir = self.data_dir().to_path_buf();
-                let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir)
-                    .map_err(|e| format!("lu {:?}: {e:#}", lu.name))?;
+                let built = match lu.parsed_backend() {
+                    Ok(Backend::Iscsi(_)) => {
+                        let (remote, sessions) = crate::plane::remote::build_remote(lu)
+                            .map_err(|e| format!("lu {:?}: {e:#}", lu.name))?;
+                        self.remotes
+                            .write()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((lu.name.clone(), remote.config().backend.clone(), sessions));
+                        crate::plane::remote::spawn_probe(lu.name.clone(), remote.clone());
+                        GatewayLu::Remote(remote)
+                    }
+                    Ok(Backend::Fc(url)) => {
+                        let fc = self
+                            .fc
+                            .as_ref()
+                            .ok_or_else(|| format!("lu {:?}: no FC plane runs", lu.name))?;
+                        let remote = fc.remote_lu(lu, url);
+                        self.fc_remotes
+                            .write()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((lu.name.clone(), url));
+                        GatewayLu::Remote(remote)
+                    }
+                    _ => {
+                        let data_dir = self.data_dir().to_path_buf();
+                        let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir)
+                            .map_err(|e| format!("lu {:?}: {e:#}", lu.name))?;
+                        self.backends
+                            .write()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((lu.name.clone(), backend));
+                        GatewayLu::Emulated(built)
+                    }
+                };
                 info!(lu = %lu.name, "reload: logical unit added");
-                self.lus
-                    .insert(lu.name.clone(), GatewayLu::Emulated(built.clone()));
-                self.backends
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((lu.name.clone(), backend));
+                self.lus.insert(lu.name.clone(), built);
                 self.running.lu.push(lu.clone());
             }
         }
@@ -639,7 +708,18 @@ impl Live {
         // LUs no target maps any more.
         for o in self.running.lu.clone() {
             if live(&format!("lu {:?}", o.name), Action::Remove) {
-                self.lus.remove(&o.name);
+                // Out of every LUN map by now: a remote LU's sessions log out.
+                if let Some(GatewayLu::Remote(r)) = self.lus.remove(&o.name) {
+                    r.close();
+                    self.remotes
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|(n, _, _)| *n != o.name);
+                    self.fc_remotes
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|(n, _)| *n != o.name);
+                }
                 self.backends
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
@@ -809,24 +889,46 @@ luns = ["a"]
     }
 
     #[test]
-    fn a_remote_lu_is_not_added_live_nor_is_a_target_that_maps_it() {
-        let new = BASE.replace(
-            "[iscsi]",
-            "[[lu]]\nname = \"r\"\nbackend = \"iscsi://127.0.0.1:3261/iqn.2026-11.io.example:x/0\"\n\n[iscsi]",
-        ) + "\n[[iscsi.target]]\niqn = \"iqn.2026-11.io.unifab:r\"\nluns = [\"r\"]\n";
-        let p = Plan::diff(&cfg(BASE), &cfg(&new));
-        assert_eq!(
-            live_of(&p),
-            vec![
-                ("lu \"r\"".to_string(), false),
-                (
-                    "iscsi.target \"iqn.2026-11.io.unifab:r\"".to_string(),
-                    false
-                ),
-            ]
+    fn a_remote_lu_comes_and_goes_live_where_its_initiator_runs() {
+        let with = |backend: &str, fabric: &str| {
+            BASE.replace(
+                "[iscsi]",
+                &format!("[[lu]]\nname = \"r\"\nbackend = \"{backend}\"\n\n{fabric}[iscsi]"),
+            ) + "\n[[iscsi.target]]\niqn = \"iqn.2026-11.io.unifab:r\"\nluns = [\"r\"]\n"
+        };
+        let both_live = |p: &Plan, live: bool| {
+            assert_eq!(
+                live_of(p),
+                vec![
+                    ("lu \"r\"".to_string(), live),
+                    ("iscsi.target \"iqn.2026-11.io.unifab:r\"".to_string(), live),
+                ],
+                "{p}"
+            );
+        };
+        // iscsi://: added with the target that maps it, and removed.
+        let iscsi = with("iscsi://127.0.0.1:3261/iqn.2026-11.io.example:x/0", "");
+        both_live(&Plan::diff(&cfg(BASE), &cfg(&iscsi)), true);
+        let p = Plan::diff(&cfg(&iscsi), &cfg(BASE));
+        assert!(
+            p.changes
+                .iter()
+                .all(|c| c.live && c.action == Action::Remove),
+            "{p}"
         );
+        // fc://: live only where the FC plane and its initiator run and stay.
+        let fabric =
+            "[fabric]\ndomain = 1\n\n[fabric.initiator]\nwwpn = \"21:00:00:00:c9:00:00:0b\"\n\n";
+        let fc = with("fc://21:00:00:00:c9:00:00:0a/0", fabric);
+        let running = BASE.replace("[iscsi]", &format!("{fabric}[iscsi]"));
+        both_live(&Plan::diff(&cfg(&running), &cfg(&fc)), true);
+        let p = Plan::diff(&cfg(BASE), &cfg(&fc));
         assert!(
             p.to_string().contains("LUs not available live: [\"r\"]"),
+            "{p}"
+        );
+        assert!(
+            !p.changes.iter().any(|c| c.what == "lu \"r\"" && c.live),
             "{p}"
         );
     }

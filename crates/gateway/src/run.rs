@@ -168,6 +168,8 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         server_handle = Some(server);
     }
     let lu_list = Arc::new(std::sync::RwLock::new(lu_list));
+    let remotes: crate::reload::IscsiRemotes = Arc::new(std::sync::RwLock::new(remotes));
+    let fc_remotes: crate::reload::FcRemotes = Arc::new(std::sync::RwLock::new(fc_remotes));
     let running: crate::reload::Running = Arc::new(std::sync::RwLock::new(cfg.clone()));
     let backends = Arc::new(std::sync::RwLock::new(backends));
     let live = Arc::new(tokio::sync::Mutex::new(Live::new(LiveParts {
@@ -181,6 +183,8 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         published: running.clone(),
         fc: fc.clone(),
         fcip: fcip.clone(),
+        remotes: remotes.clone(),
+        fc_remotes: fc_remotes.clone(),
     })));
 
     let view = Arc::new(crate::admin::view::View {

@@ -102,6 +102,22 @@ fn logout_requested(s: &mut RawSession) -> bool {
     false
 }
 
+/// `GET /show/WHAT` on the admin socket under `dir/state`, parsed.
+fn show_json(dir: &Path, what: &str) -> Vec<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
+    write!(
+        s,
+        "GET /show/{what} HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    serde_json::from_str(body).unwrap()
+}
+
 fn show_luns(dir: &Path) -> Vec<String> {
     use std::io::{Read, Write};
     // The admin socket answers GET like the TCP endpoint.
@@ -378,6 +394,95 @@ fn a_chap_secret_changes_under_a_logged_in_host() {
     let mut t = RawSession::login(gw.addr, IQN_A, &opts(new, 3)).unwrap();
     assert_eq!(t.read16(0, 1, 512).unwrap().status, 0);
     assert_eq!(s.read16(0, 1, 512).unwrap().status, 0);
+}
+
+/// A remote LU (`iscsi://` to a second gateway) is added to a running
+/// gateway and mapped to a target a host is logged in to: the host hears
+/// REPORTED LUNS DATA HAS CHANGED, sees the new LUN and writes through it
+/// to the remote; removed again, its LUN is gone and its session to the
+/// remote logs out.
+#[test]
+fn a_remote_lu_is_added_and_removed_live() {
+    let (dir_b, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let b = Gateway::start(dir_b.path(), &common::file_lu_config(dir_b.path(), "8MiB"));
+    let d = dir.path();
+    let base = config(d, &[], None, 0);
+    let gw = Gateway::start(d, &base);
+    let mut h = RawSession::login(gw.addr, IQN_A, &host("iqn.2026-11.io.example:host-r")).unwrap();
+    assert_eq!(report_luns(&mut h), 1);
+
+    let with_remote = base
+        .replace(
+            "[iscsi]",
+            &format!(
+                "[[lu]]\nname = \"r\"\nbackend = \"iscsi://{}/{}/0\"\n\n[iscsi]",
+                b.addr, b.iqn
+            ),
+        )
+        .replace("luns = [\"a\"]", "luns = [\"a\", \"r\"]");
+    std::fs::write(&gw.config, &with_remote).unwrap();
+    let out = reload(&gw.config, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(plan.contains("+ lu \"r\" [live]: a remote LU"), "{plan}");
+    let r = h.read16(0, 1, 512).unwrap();
+    assert_eq!(
+        (r.status, r.sense[2] & 0x0f, r.sense[12], r.sense[13]),
+        (2, 6, 0x3f, 0x0e),
+        "{r:?}"
+    );
+    assert_eq!(report_luns(&mut h), 2);
+    // WRITE(16) through LUN 1 lands on the remote's LU.
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x8a;
+    cdb[2..10].copy_from_slice(&8u64.to_be_bytes());
+    cdb[13] = 1;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let w = h.command_lun(1, &cdb, &[0x6b; 512], 0).unwrap();
+        if w.status == 0 {
+            break;
+        }
+        // The first command meets the remote's power-on attention.
+        assert!(std::time::Instant::now() < deadline, "{w:?}");
+    }
+    let mut direct =
+        RawSession::login(b.addr, &b.iqn, &host("iqn.2026-11.io.example:check")).unwrap();
+    assert_eq!(direct.read16(8, 1, 512).unwrap().data, vec![0x6b; 512]);
+    let from_a = |b_dir: &Path| {
+        show_json(b_dir, "sessions")
+            .iter()
+            .filter(|s| s["initiator"] != "iqn.2026-11.io.example:check")
+            .count()
+    };
+    assert!(
+        from_a(dir_b.path()) >= 1,
+        "{:?}",
+        show_json(dir_b.path(), "sessions")
+    );
+
+    // Removed: the LUN goes, and so does the session to the remote.
+    std::fs::write(&gw.config, &base).unwrap();
+    let out = reload(&gw.config, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(plan.contains("- lu \"r\" [live]"), "{plan}");
+    let r = h.read16(0, 1, 512).unwrap();
+    assert_eq!(
+        (r.status, r.sense[12], r.sense[13]),
+        (2, 0x3f, 0x0e),
+        "{r:?}"
+    );
+    assert_eq!(report_luns(&mut h), 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while from_a(dir_b.path()) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the remote session stayed: {:?}",
+            show_json(dir_b.path(), "sessions")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(show_json(d, "remotes").is_empty());
 }
 
 /// The admin socket is the gateway user's alone: mode 0600, and a peer of

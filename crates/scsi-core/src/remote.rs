@@ -622,6 +622,25 @@ fn rewrite_cscd_naa(data_out: &[Bytes], from: u64, to: u64) -> Option<Vec<u8>> {
 }
 
 impl RemoteLu {
+    /// Closes every initiator the LU holds, so that its sessions to the
+    /// remote log out (a LU the configuration no longer has). Commands
+    /// still running end as the initiators' contract says; later ones
+    /// open new initiators, so the LU must be out of every LUN map first.
+    pub fn close(&self) {
+        let initiators: Vec<Arc<dyn Initiator>> = {
+            let mut st = self.inner.lock();
+            st.by_nexus.clear();
+            let mut v: Vec<Arc<dyn Initiator>> =
+                st.by_port.drain().map(|(_, e)| e.initiator).collect();
+            v.extend(st.control.take());
+            v
+        };
+        self.inner.local_ua.store(0, Ordering::Release);
+        for i in initiators {
+            i.close();
+        }
+    }
+
     /// The command forwarded to the remote (what [`LogicalUnit::execute`]
     /// counts).
     fn forward(&self, task: Task) -> BoxFuture<'static, TaskResult> {

@@ -44,13 +44,9 @@ pub struct View {
     /// Every LU by name, in configuration order.
     pub luns: crate::reload::LuList,
     /// Each `iscsi://` LU: name, redacted backend, its sessions' factory.
-    pub remotes: Vec<(
-        String,
-        String,
-        Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
-    )>,
+    pub remotes: crate::reload::IscsiRemotes,
     /// Each `fc://` LU: name and remote.
-    pub fc_remotes: Vec<(String, crate::config::fabric::FcUrl)>,
+    pub fc_remotes: crate::reload::FcRemotes,
     /// The running configuration (as reloads leave it).
     pub running: crate::reload::Running,
     /// Interface load rates (`[admin] load_interval`).
@@ -130,9 +126,11 @@ impl View {
                 Value::Counter(s.commands),
             );
         }
-        let mut rows = crate::plane::remote::iscsi_remote_rows(&self.remotes);
+        let mut rows = crate::plane::remote::iscsi_remote_rows(
+            &self.remotes.read().unwrap_or_else(|e| e.into_inner()),
+        );
         if let Some(fc) = &self.fc {
-            rows.extend(fc.remote_rows(&self.fc_remotes));
+            rows.extend(fc.remote_rows(&self.fc_remotes.read().unwrap_or_else(|e| e.into_inner())));
         }
         let mut up = Family::new(
             "unifab_remote_path_up",
@@ -293,9 +291,13 @@ impl AdminView for View {
                 Ok(serde_json::Value::Array(v).to_string())
             }
             "remotes" => {
-                let mut rows = crate::plane::remote::iscsi_remote_rows(&self.remotes);
+                let mut rows = crate::plane::remote::iscsi_remote_rows(
+                    &self.remotes.read().unwrap_or_else(|e| e.into_inner()),
+                );
                 if let Some(fc) = &self.fc {
-                    rows.extend(fc.remote_rows(&self.fc_remotes));
+                    rows.extend(
+                        fc.remote_rows(&self.fc_remotes.read().unwrap_or_else(|e| e.into_inner())),
+                    );
                 }
                 Ok(serde_json::Value::Array(rows).to_string())
             }

@@ -223,10 +223,16 @@ pub fn iscsi_remote_rows(
 /// answers, logging the outcome once (a remote that is down at start does
 /// not stop the gateway; its commands fail with sense until it is back).
 pub fn spawn_probe(name: String, lu: Arc<RemoteLu>) {
+    // A LU removed by a reload is not kept alive (nor probed) by this.
+    let weak = Arc::downgrade(&lu);
+    drop(lu);
     tokio::spawn(async move {
         let mut wait = Duration::from_millis(500);
         let mut warned = false;
         loop {
+            let Some(lu) = weak.upgrade() else {
+                return;
+            };
             match lu.probe().await {
                 Ok((bs, blocks)) => {
                     tracing::info!(
@@ -243,6 +249,7 @@ pub fn spawn_probe(name: String, lu: Arc<RemoteLu>) {
                         tracing::warn!(lu = %name, remote = %lu.config().backend, error = %e, "remote logical unit not reachable yet; retrying");
                         warned = true;
                     }
+                    drop(lu);
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(30));
                 }

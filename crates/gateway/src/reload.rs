@@ -17,6 +17,9 @@
 //! under a host answers LOGICAL UNIT NOT SUPPORTED. Sessions and LUs the
 //! change does not touch see nothing.
 //!
+//! The iSCSI portal's addresses change live: new ones listen, removed
+//! ones stop accepting and keep their sessions.
+//!
 //! Remote LUs come and go live too (`iscsi://` always, `fc://` where the
 //! FC plane and its initiator run): a removed one's sessions to the
 //! remote log out. An enhanced-mode FCIP tunnel's circuits change live
@@ -24,7 +27,7 @@
 //!
 //! Needs a restart: a changed LU definition (backend, block size, a
 //! memory LU's size, …; a LU never shrinks), `fc://` LUs while `[fabric]` changes, `[iscsi]`
-//! settings other than its targets (listen addresses included), the rest
+//! settings other than its targets and addresses, the rest
 //! of `[fabric]`, `[fcoe]`, `[fcip]`, `[admin]` and `[tuning]`.
 
 use std::collections::HashMap;
@@ -227,9 +230,28 @@ impl Plan {
         let iscsi_rest = |c: &Option<IscsiConfig>| {
             c.as_ref().map(|i| IscsiConfig {
                 target: Vec::new(),
+                listen: Vec::new(),
                 ..i.clone()
             })
         };
+        // The portal's addresses change live (new ones listen, removed
+        // ones stop accepting; their sessions go on).
+        if let (Some(a), Some(b)) = (&old.iscsi, &new.iscsi)
+            && a.listen != b.listen
+        {
+            let show = |l: &[std::net::SocketAddr]| {
+                l.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            push(
+                Action::Change,
+                "[iscsi] listen".into(),
+                format!("[{}] -> [{}]", show(&a.listen), show(&b.listen)),
+                true,
+            );
+        }
         if iscsi_rest(&old.iscsi) != iscsi_rest(&new.iscsi) {
             let action = match (&old.iscsi, &new.iscsi) {
                 (None, _) => Action::Add,
@@ -671,6 +693,29 @@ impl Live {
                 }
             }
         }
+        // The portal's addresses.
+        if let (Some(server), Some(running_iscsi), Some(new_i)) =
+            (&self.server, self.running.iscsi.as_mut(), &new.iscsi)
+            && live("[iscsi] listen", Action::Change)
+        {
+            for a in &new_i.listen {
+                if !running_iscsi.listen.contains(a) {
+                    let bound = server
+                        .add_portal(*a)
+                        .await
+                        .map_err(|e| format!("[iscsi] listen: {e}"))?;
+                    info!(addr = %bound, "reload: iSCSI portal added");
+                    running_iscsi.listen.push(*a);
+                }
+            }
+            for a in running_iscsi.listen.clone() {
+                if !new_i.listen.contains(&a) {
+                    server.remove_portal(a);
+                    info!(addr = %a, "reload: iSCSI portal removed; its sessions go on");
+                    running_iscsi.listen.retain(|x| *x != a);
+                }
+            }
+        }
         // Zoning.
         if let (Some(fc), Some(old_f), Some(new_f)) =
             (&self.fc, self.running.fabric.as_mut(), &new.fabric)
@@ -957,15 +1002,16 @@ luns = ["a"]
     }
 
     #[test]
-    fn other_sections_need_a_restart() {
+    fn other_sections_need_a_restart_and_the_portal_addresses_do_not() {
         let new = BASE.replace(
             "listen = [\"127.0.0.1:0\"]",
-            "listen = [\"127.0.0.1:3999\"]",
+            "listen = [\"127.0.0.1:3999\"]\nlogin_timeout = 20",
         ) + "\n[tuning]\nworker_threads = 2\n";
         let p = Plan::diff(&cfg(BASE), &cfg(&new));
         assert_eq!(
             live_of(&p),
             vec![
+                ("[iscsi] listen".to_string(), true),
                 ("[iscsi]".to_string(), false),
                 ("[tuning]".to_string(), false)
             ]

@@ -485,6 +485,63 @@ fn a_remote_lu_is_added_and_removed_live() {
     assert!(show_json(d, "remotes").is_empty());
 }
 
+/// The portal's addresses change live: a new one accepts logins at once;
+/// a removed one accepts no new connection, and the session it accepted
+/// goes on.
+#[test]
+fn portal_addresses_change_live_and_keep_their_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = config(d, &[], None, 0);
+    let gw = Gateway::start(d, &base);
+    let mut first =
+        RawSession::login(gw.addr, IQN_A, &host("iqn.2026-11.io.example:first")).unwrap();
+    let port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let second: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let both = base.replace(
+        "listen = [\"127.0.0.1:0\"]",
+        &format!("listen = [\"127.0.0.1:0\", \"{second}\"]"),
+    );
+    assert_ne!(both, base);
+    std::fs::write(&gw.config, &both).unwrap();
+    let out = reload(&gw.config, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.contains(&format!(
+            "~ [iscsi] listen [live]: [127.0.0.1:0] -> [127.0.0.1:0, {second}]"
+        )),
+        "{plan}"
+    );
+    assert!(!plan.contains("needs restart"), "{plan}");
+    let mut other =
+        RawSession::login(second, IQN_A, &host("iqn.2026-11.io.example:second")).unwrap();
+    assert_eq!(other.write16(0, &[9; 512], 512, false).unwrap().status, 0);
+
+    // The first address goes: no new connection there; its session stays.
+    std::fs::write(
+        &gw.config,
+        base.replace(
+            "listen = [\"127.0.0.1:0\"]",
+            &format!("listen = [\"{second}\"]"),
+        ),
+    )
+    .unwrap();
+    let out = reload(&gw.config, false);
+    assert!(out.status.success(), "{out:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(gw.addr).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} still accepts",
+            gw.addr
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = first.read16(0, 1, 512).unwrap();
+    assert_eq!((r.status, r.data), (0, vec![9; 512]));
+    assert!(RawSession::login(second, IQN_A, &host("iqn.2026-11.io.example:third")).is_ok());
+}
+
 /// The admin socket is the gateway user's alone: mode 0600, and a peer of
 /// another user is refused even where the mode would let it in. Needs
 /// root (to run the client as another user); CI runs as root.

@@ -702,6 +702,7 @@ impl Listeners {
         shared: Arc<Shared>,
         limit: Arc<Semaphore>,
         mut shutdown: watch::Receiver<bool>,
+        mut control: tokio::sync::mpsc::UnboundedReceiver<PortalCmd>,
         serve: F,
     ) where
         F: Fn(TcpStream, socket2::Socket, SocketAddr, tokio::sync::OwnedSemaphorePermit)
@@ -711,58 +712,115 @@ impl Listeners {
     {
         let serve = Arc::new(serve);
         let mut tasks = Vec::new();
+        let mut stops: HashMap<SocketAddr, watch::Sender<bool>> = HashMap::new();
+        let server_down = shutdown.clone();
+        let start = |l: TcpListener,
+                     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+                     stops: &mut HashMap<SocketAddr, watch::Sender<bool>>| {
+            let (tx, rx) = watch::channel(false);
+            if let Ok(a) = l.local_addr() {
+                stops.insert(a, tx);
+            }
+            tasks.push(tokio::spawn(acceptor(
+                l,
+                shared.clone(),
+                limit.clone(),
+                serve.clone(),
+                server_down.clone(),
+                rx,
+            )));
+        };
         for l in self.listeners {
-            let limit = limit.clone();
-            let shared = shared.clone();
-            let serve = serve.clone();
-            let mut shutdown = shutdown.clone();
-            tasks.push(tokio::spawn(async move {
-                // A descriptor held in reserve: when the process runs out
-                // (EMFILE, ENFILE), accept fails at once for as long as a
-                // connection waits in the kernel's queue. Closing the
-                // reserve lets that connection in to be refused (a Login
-                // Response, Out of resources) instead of spinning on it or
-                // leaving the initiator waiting.
-                let mut reserve = open_reserve();
-                let mut exhausted = Exhausted::default();
-                loop {
-                    if reserve.is_none() {
-                        reserve = open_reserve();
-                    }
-                    tokio::select! {
-                        r = l.accept() => match r {
-                            Ok((s, peer)) => {
-                                shared.connections.fetch_add(1, Ordering::Relaxed);
-                                admit(s, peer, &limit, &shared, &mut exhausted, &*serve);
-                            }
-                            Err(e) if is_out_of_fds(&e) => {
-                                exhausted.note(&e);
-                                if reserve.take().is_some() {
-                                    if let Ok((s, _)) = l.accept().await {
-                                        exhausted.refused += 1;
-                                        shared.connections.fetch_add(1, Ordering::Relaxed);
-                                        shared.login_failures.fetch_add(1, Ordering::Relaxed);
-                                        tokio::spawn(refuse_login(s));
-                                    }
-                                } else {
-                                    // The reserve is lent to a refusal:
-                                    // wait for it rather than spin.
-                                    tokio::time::sleep(Duration::from_millis(100)).await;
-                                }
-                            }
-                            Err(e) => {
-                                warn!(error = %e, "accept failed");
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                            }
-                        },
-                        _ = shutdown.changed() => break,
-                    }
-                }
-            }));
+            start(l, &mut tasks, &mut stops);
         }
-        let _ = shutdown.changed().await;
+        loop {
+            tokio::select! {
+                cmd = control.recv() => match cmd {
+                    Some(PortalCmd::Add(l)) => start(l, &mut tasks, &mut stops),
+                    Some(PortalCmd::Remove(a)) => {
+                        if let Some(stop) = stops.remove(&a) {
+                            stop.send_replace(true);
+                        }
+                    }
+                    None => {
+                        let _ = shutdown.changed().await;
+                        break;
+                    }
+                },
+                _ = shutdown.changed() => break,
+            }
+        }
         for t in tasks {
             let _ = t.await;
+        }
+    }
+}
+
+/// A change of the portals while the server runs.
+#[derive(Debug)]
+pub(crate) enum PortalCmd {
+    /// Accept on this listener too.
+    Add(TcpListener),
+    /// Stop accepting on the listener bound to this address (its sessions
+    /// go on).
+    Remove(SocketAddr),
+}
+
+/// Accepts on one listener until the server shuts down or the portal is
+/// removed (`stop`).
+async fn acceptor<F>(
+    l: TcpListener,
+    shared: Arc<Shared>,
+    limit: Arc<Semaphore>,
+    serve: Arc<F>,
+    mut shutdown: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) where
+    F: Fn(TcpStream, socket2::Socket, SocketAddr, tokio::sync::OwnedSemaphorePermit)
+        + Send
+        + Sync
+        + 'static,
+{
+    // A descriptor held in reserve: when the process runs out
+    // (EMFILE, ENFILE), accept fails at once for as long as a
+    // connection waits in the kernel's queue. Closing the
+    // reserve lets that connection in to be refused (a Login
+    // Response, Out of resources) instead of spinning on it or
+    // leaving the initiator waiting.
+    let mut reserve = open_reserve();
+    let mut exhausted = Exhausted::default();
+    loop {
+        if reserve.is_none() {
+            reserve = open_reserve();
+        }
+        tokio::select! {
+            r = l.accept() => match r {
+                Ok((s, peer)) => {
+                    shared.connections.fetch_add(1, Ordering::Relaxed);
+                    admit(s, peer, &limit, &shared, &mut exhausted, &*serve);
+                }
+                Err(e) if is_out_of_fds(&e) => {
+                    exhausted.note(&e);
+                    if reserve.take().is_some() {
+                        if let Ok((s, _)) = l.accept().await {
+                            exhausted.refused += 1;
+                            shared.connections.fetch_add(1, Ordering::Relaxed);
+                            shared.login_failures.fetch_add(1, Ordering::Relaxed);
+                            tokio::spawn(refuse_login(s));
+                        }
+                    } else {
+                        // The reserve is lent to a refusal:
+                        // wait for it rather than spin.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+            () = async { let _ = stop.wait_for(|s| *s).await; } => break,
         }
     }
 }

@@ -27,7 +27,9 @@ use tracing::{debug, info, warn};
 
 use unifab_scsi_core::{Dispatch, ItNexus, TargetPort, TransportId};
 
-use super::io::{FfpSetup, Listeners, SessionHandle, SessionInfo, Shared, fill, run_ffp};
+use super::io::{
+    FfpSetup, Listeners, PortalCmd, SessionHandle, SessionInfo, Shared, fill, run_ffp,
+};
 use super::session::SessionLimits;
 use crate::chap::{ChapConfig, ChapCredentials, TargetSecrets};
 use crate::ffp::FfpParams;
@@ -139,7 +141,17 @@ pub struct TargetServer {
     shared: Arc<Shared>,
     nodes: Arc<RwLock<HashMap<String, Arc<TargetNode>>>>,
     config: Arc<ServerConfig>,
-    addrs: Vec<SocketAddr>,
+    portals: Arc<Mutex<Portals>>,
+}
+
+/// The portals: each configured address with the one it is bound to, and
+/// while [`TargetServer::run`] serves, the way to change them.
+#[derive(Debug, Default)]
+struct Portals {
+    bound: Vec<(SocketAddr, SocketAddr)>,
+    /// Changes for the accept loop (buffered until `run` takes them).
+    control: Option<tokio::sync::mpsc::UnboundedSender<PortalCmd>>,
+    commands: Option<tokio::sync::mpsc::UnboundedReceiver<PortalCmd>>,
 }
 
 impl TargetServer {
@@ -150,6 +162,8 @@ impl TargetServer {
         nodes: Vec<TargetNode>,
     ) -> io::Result<(TargetServer, Listeners)> {
         let listeners = Listeners::bind(addrs).await?;
+        let bound = addrs.iter().copied().zip(listeners.local_addrs()).collect();
+        let (control, commands) = tokio::sync::mpsc::unbounded_channel();
         let map = nodes
             .into_iter()
             .map(|n| (n.name.to_ascii_lowercase(), Arc::new(n)))
@@ -158,14 +172,58 @@ impl TargetServer {
             shared: Arc::new(Shared::new()),
             nodes: Arc::new(RwLock::new(map)),
             config: Arc::new(config),
-            addrs: listeners.local_addrs(),
+            portals: Arc::new(Mutex::new(Portals {
+                bound,
+                control: Some(control),
+                commands: Some(commands),
+            })),
         };
         Ok((server, listeners))
     }
 
     /// The bound portal addresses.
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.portals().bound.iter().map(|(_, b)| *b).collect()
+    }
+
+    fn portals(&self) -> std::sync::MutexGuard<'_, Portals> {
+        self.portals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Listens on `addr` too (from when [`TargetServer::run`] serves);
+    /// returns the bound address.
+    pub async fn add_portal(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        let bound = l.local_addr()?;
+        let mut p = self.portals();
+        let sent = p
+            .control
+            .as_ref()
+            .is_some_and(|c| c.send(PortalCmd::Add(l)).is_ok());
+        if !sent {
+            return Err(io::Error::other("the server has stopped"));
+        }
+        p.bound.push((addr, bound));
+        info!(addr = %bound, "iSCSI portal listening");
+        Ok(bound)
+    }
+
+    /// Stops listening on the portal configured (or bound) as `addr`: no
+    /// new connection is accepted there; sessions it accepted go on.
+    /// False if there is none.
+    pub fn remove_portal(&self, addr: SocketAddr) -> bool {
+        let mut p = self.portals();
+        let Some(i) = p.bound.iter().position(|(c, b)| *c == addr || *b == addr) else {
+            return false;
+        };
+        let (_, bound) = p.bound.remove(i);
+        if let Some(c) = &p.control {
+            let _ = c.send(PortalCmd::Remove(bound));
+        }
+        info!(addr = %bound, "iSCSI portal closed; its sessions go on");
+        true
     }
 
     /// Live sessions.
@@ -198,8 +256,13 @@ impl TargetServer {
         let tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
         let tasks2 = tasks.clone();
         let sd = shutdown.clone();
+        let commands = self.portals().commands.take();
+        let Some(commands) = commands else {
+            warn!("the server already runs");
+            return;
+        };
         listeners
-            .accept_loop(self.shared.clone(), limit, shutdown.clone(), move |stream, probe, peer, permit| {
+            .accept_loop(self.shared.clone(), limit, shutdown.clone(), commands, move |stream, probe, peer, permit| {
                 let Ok(login_permit) = logins.clone().try_acquire_owned() else {
                     warn!(%peer, "too many logins in progress; login refused (out of resources)");
                     me.shared.login_failures.fetch_add(1, Ordering::Relaxed);
@@ -650,7 +713,7 @@ impl TargetServer {
                 continue;
             }
             let _ = w.push("TargetName", &n.name);
-            for a in &self.addrs {
+            for a in &self.local_addrs() {
                 let addr = if a.ip().is_unspecified() { portal } else { *a };
                 let shown = match addr {
                     SocketAddr::V4(v4) => {

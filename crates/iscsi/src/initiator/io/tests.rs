@@ -781,3 +781,50 @@ async fn a_connection_past_the_limit_is_refused_out_of_resources() {
     let ini = IscsiInitiator::start(cfg(), &t.addr.to_string(), IQN);
     ini.wait_connected(Duration::from_secs(5)).await.unwrap();
 }
+
+/// A portal added while the server runs accepts logins and is listed by
+/// SendTargets; removed, it accepts no new connection, and the session it
+/// accepted goes on doing verified I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portals_come_and_go_while_the_server_runs() {
+    let t = target(None, None).await;
+    let added = t
+        .server
+        .add_portal("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    assert_ne!(added, t.addr);
+    assert_eq!(t.server.local_addrs(), vec![t.addr, added]);
+    let found = discover(&cfg(), &t.addr.to_string()).await.unwrap();
+    assert!(
+        found[0]
+            .addresses
+            .iter()
+            .any(|a| address_of(a) == added.to_string()),
+        "{found:?}"
+    );
+    let mut c = cfg();
+    c.reconnect_max = Duration::from_millis(50);
+    let ini = IscsiInitiator::start(c, &added.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    verified_io(&ini, 0, 7).await;
+
+    assert!(t.server.remove_portal(added));
+    assert!(!t.server.remove_portal(added), "removed once");
+    assert_eq!(t.server.local_addrs(), vec![t.addr]);
+    // No new connection there (bounded wait: the acceptor ends at once).
+    let mut refused = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(added).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the removed portal still accepts");
+    // The session it accepted goes on.
+    verified_io(&ini, 4096, 8).await;
+    assert_eq!(ini.logins(), 1, "no reconnection");
+    ini.close();
+}

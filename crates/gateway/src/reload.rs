@@ -472,6 +472,29 @@ fn lu_change(old: &LuConfig, new: &LuConfig) -> Result<String, String> {
     Ok(details.join(", "))
 }
 
+/// What a reload makes before it changes anything (`Live::prepare`).
+struct Prepared {
+    lus: Vec<(LuConfig, Added)>,
+    /// New portal addresses, bound: as configured, and the listener.
+    listeners: Vec<(std::net::SocketAddr, tokio::net::TcpListener)>,
+}
+
+/// A LU a reload adds, built.
+enum Added {
+    Local(
+        Arc<unifab_scsi_core::emulated::EmulatedLu>,
+        Arc<dyn BlockBackend>,
+    ),
+    Iscsi(
+        Arc<unifab_scsi_core::RemoteLu>,
+        Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
+    ),
+    Fc(
+        Arc<unifab_scsi_core::RemoteLu>,
+        crate::config::fabric::FcUrl,
+    ),
+}
+
 /// The running gateway's reloadable state.
 pub struct Live {
     /// What is running: the configuration as started, with every live
@@ -583,53 +606,91 @@ impl Live {
         &self.running.admin.data_dir
     }
 
+    /// Makes what the plan adds (LUs opened, remote LUs built, new portal
+    /// addresses bound) without changing anything that runs.
+    async fn prepare(&self, plan: &Plan, new: &Config) -> Result<Prepared, String> {
+        let live = |what: &str, action: Action| {
+            plan.changes
+                .iter()
+                .any(|c| c.live && c.action == action && c.what == what)
+        };
+        let mut lus = Vec::new();
+        for lu in &new.lu {
+            if !live(&format!("lu {:?}", lu.name), Action::Add) {
+                continue;
+            }
+            let err = |e: anyhow::Error| format!("lu {:?}: {e:#}", lu.name);
+            let added = match lu.parsed_backend() {
+                Ok(Backend::Iscsi(_)) => {
+                    let (remote, sessions) = crate::plane::remote::build_remote(lu).map_err(err)?;
+                    Added::Iscsi(remote, sessions)
+                }
+                Ok(Backend::Fc(url)) => {
+                    let fc = self
+                        .fc
+                        .as_ref()
+                        .ok_or_else(|| format!("lu {:?}: no FC plane runs", lu.name))?;
+                    Added::Fc(fc.remote_lu(lu, url), url)
+                }
+                _ => {
+                    let (built, backend) =
+                        crate::plane::lu::build_lu(lu, self.data_dir()).map_err(err)?;
+                    Added::Local(built, backend)
+                }
+            };
+            lus.push((lu.clone(), added));
+        }
+        let mut listeners = Vec::new();
+        if let (Some(running), Some(new_i)) = (&self.running.iscsi, &new.iscsi)
+            && live("[iscsi] listen", Action::Change)
+        {
+            for a in new_i.listen.iter().filter(|a| !running.listen.contains(a)) {
+                let l = tokio::net::TcpListener::bind(a)
+                    .await
+                    .map_err(|e| format!("[iscsi] listen: cannot listen on {a}: {e}"))?;
+                listeners.push((*a, l));
+            }
+        }
+        Ok(Prepared { lus, listeners })
+    }
+
     async fn apply(&mut self, plan: &Plan, new: &Config) -> Result<(), String> {
         let live = |what: &str, action: Action| {
             plan.changes
                 .iter()
                 .any(|c| c.live && c.action == action && c.what == what)
         };
+        // Everything that can fail is made first: a failure changes nothing.
+        let prepared = self.prepare(plan, new).await?;
         // New LUs first: targets may map them.
-        for lu in &new.lu {
-            if live(&format!("lu {:?}", lu.name), Action::Add) {
-                let built = match lu.parsed_backend() {
-                    Ok(Backend::Iscsi(_)) => {
-                        let (remote, sessions) = crate::plane::remote::build_remote(lu)
-                            .map_err(|e| format!("lu {:?}: {e:#}", lu.name))?;
-                        self.remotes
-                            .write()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((lu.name.clone(), remote.config().backend.clone(), sessions));
-                        crate::plane::remote::spawn_probe(lu.name.clone(), remote.clone());
-                        GatewayLu::Remote(remote)
-                    }
-                    Ok(Backend::Fc(url)) => {
-                        let fc = self
-                            .fc
-                            .as_ref()
-                            .ok_or_else(|| format!("lu {:?}: no FC plane runs", lu.name))?;
-                        let remote = fc.remote_lu(lu, url);
-                        self.fc_remotes
-                            .write()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((lu.name.clone(), url));
-                        GatewayLu::Remote(remote)
-                    }
-                    _ => {
-                        let data_dir = self.data_dir().to_path_buf();
-                        let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir)
-                            .map_err(|e| format!("lu {:?}: {e:#}", lu.name))?;
-                        self.backends
-                            .write()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((lu.name.clone(), backend));
-                        GatewayLu::Emulated(built)
-                    }
-                };
-                info!(lu = %lu.name, "reload: logical unit added");
-                self.lus.insert(lu.name.clone(), built);
-                self.running.lu.push(lu.clone());
-            }
+        for (lu, added) in prepared.lus {
+            let built = match added {
+                Added::Local(built, backend) => {
+                    self.backends
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((lu.name.clone(), backend));
+                    GatewayLu::Emulated(built)
+                }
+                Added::Iscsi(remote, sessions) => {
+                    self.remotes
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((lu.name.clone(), remote.config().backend.clone(), sessions));
+                    crate::plane::remote::spawn_probe(lu.name.clone(), remote.clone());
+                    GatewayLu::Remote(remote)
+                }
+                Added::Fc(remote, url) => {
+                    self.fc_remotes
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((lu.name.clone(), url));
+                    GatewayLu::Remote(remote)
+                }
+            };
+            info!(lu = %lu.name, "reload: logical unit added");
+            self.lus.insert(lu.name.clone(), built);
+            self.running.lu.push(lu);
         }
         // LUs that grow or change their write protection.
         for lu in &new.lu {
@@ -698,15 +759,12 @@ impl Live {
             (&self.server, self.running.iscsi.as_mut(), &new.iscsi)
             && live("[iscsi] listen", Action::Change)
         {
-            for a in &new_i.listen {
-                if !running_iscsi.listen.contains(a) {
-                    let bound = server
-                        .add_portal(*a)
-                        .await
-                        .map_err(|e| format!("[iscsi] listen: {e}"))?;
-                    info!(addr = %bound, "reload: iSCSI portal added");
-                    running_iscsi.listen.push(*a);
-                }
+            for (a, l) in prepared.listeners {
+                let bound = server
+                    .add_listener(a, l)
+                    .map_err(|e| format!("[iscsi] listen: {e}"))?;
+                info!(addr = %bound, "reload: iSCSI portal added");
+                running_iscsi.listen.push(a);
             }
             for a in running_iscsi.listen.clone() {
                 if !new_i.listen.contains(&a) {

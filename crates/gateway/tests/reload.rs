@@ -542,6 +542,42 @@ fn portal_addresses_change_live_and_keep_their_sessions() {
     assert!(RawSession::login(second, IQN_A, &host("iqn.2026-11.io.example:third")).is_ok());
 }
 
+/// A reload whose LUs cannot all be opened changes nothing: not even the
+/// LU that could be, nor the new portal address it also asked for.
+#[test]
+fn a_reload_that_fails_half_way_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = config(d, &[], None, 0);
+    let gw = Gateway::start(d, &base);
+    let port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let bad = config(d, &["b"], Some((&["b"], HOST_B)), 0)
+        .replace(
+            "[iscsi]",
+            "[[lu]]\nname = \"c\"\nbackend = \"file:/proc/unifab-no-such-dir/c.img\"\nsize = \"8MiB\"\n\n[iscsi]",
+        )
+        .replace(
+            "listen = [\"127.0.0.1:0\"]",
+            &format!("listen = [\"127.0.0.1:0\", \"127.0.0.1:{port}\"]"),
+        )
+        .replace("luns = [\"b\"]", "luns = [\"b\", \"c\"]");
+    std::fs::write(&gw.config, &bad).unwrap();
+    let out = reload(&gw.config, false);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lu \"c\""), "{err}");
+    assert_eq!(show_luns(d), vec!["a"]);
+    assert!(RawSession::login(gw.addr, IQN_B, &host(HOST_B)).is_err());
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the new portal listens"
+    );
+    // The same file without the bad LU applies.
+    std::fs::write(&gw.config, config(d, &["b"], Some((&["b"], HOST_B)), 0)).unwrap();
+    assert!(reload(&gw.config, false).status.success());
+    assert_eq!(show_luns(d), vec!["a", "b"]);
+}
+
 /// The admin socket is the gateway user's alone: mode 0600, and a peer of
 /// another user is refused even where the mode would let it in. Needs
 /// root (to run the client as another user); CI runs as root.

@@ -196,6 +196,17 @@ impl TargetServer {
         let l = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        self.add_listener(addr, l)
+    }
+
+    /// [`TargetServer::add_portal`] with a listener bound already (so that
+    /// a caller changing several things binds before it changes any):
+    /// `addr` is the address as configured.
+    pub fn add_listener(
+        &self,
+        addr: SocketAddr,
+        l: tokio::net::TcpListener,
+    ) -> io::Result<SocketAddr> {
         let bound = l.local_addr()?;
         let mut p = self.portals();
         let sent = p

@@ -22,8 +22,8 @@
 //!
 //! Remote LUs come and go live too (`iscsi://` always, `fc://` where the
 //! FC plane and its initiator run): a removed one's sessions to the
-//! remote log out. An enhanced-mode FCIP tunnel's circuits change live
-//! at the end of its list.
+//! remote log out. FCIP tunnels come and go live, and an enhanced-mode
+//! tunnel's circuits change live at the end of its list.
 //!
 //! Needs a restart: a changed LU definition (backend, block size, a
 //! memory LU's size, …; a LU never shrinks), `fc://` LUs while `[fabric]` changes, `[iscsi]`
@@ -289,8 +289,8 @@ impl Plan {
         section("[fcoe]", old.fcoe == new.fcoe);
         section("[admin]", old.admin == new.admin);
         section("[tuning]", old.tuning == new.tuning);
-        for (what, detail, live) in fcip_changes(old.fcip.as_ref(), new.fcip.as_ref()) {
-            push(Action::Change, what, detail, live);
+        for (action, what, detail, live) in fcip_changes(old.fcip.as_ref(), new.fcip.as_ref()) {
+            push(action, what, detail, live);
         }
 
         Plan { changes }
@@ -363,42 +363,49 @@ fn target_diff(a: &TargetConfig, b: &TargetConfig) -> String {
     keys.join(", ")
 }
 
-/// What changed in `[fcip]`: the circuits of a running enhanced-mode
-/// tunnel, added or removed at the end of its list (or reweighed), change
-/// live, one line per tunnel; anything else is one `[fcip]` line that
-/// needs a restart.
+/// What changed in `[fcip]`, by tunnel name: tunnels added or removed
+/// change live (the fabric joins across a new one; a removed one's
+/// inter-switch link goes); an enhanced-mode tunnel's circuits added or
+/// removed at the end of its list (or reweighed) change live; any other
+/// change of a tunnel, or of `listen` or `tls`, needs a restart.
 fn fcip_changes(
     old: Option<&crate::config::fcip::FcipSection>,
     new: Option<&crate::config::fcip::FcipSection>,
-) -> Vec<(String, String, bool)> {
+) -> Vec<(Action, String, String, bool)> {
     use crate::config::fcip::TunnelSection;
     if old == new {
         return Vec::new();
     }
-    let restart = || vec![("[fcip]".to_string(), String::new(), false)];
+    let restart = || vec![(Action::Change, "[fcip]".to_string(), String::new(), false)];
     let (Some(a), Some(b)) = (old, new) else {
         return restart();
     };
+    if a.listen != b.listen || a.tls != b.tls {
+        return restart();
+    }
     let no_circuits = |t: &TunnelSection| TunnelSection {
         circuit: Vec::new(),
         ..t.clone()
     };
-    let same_shape = a.listen == b.listen
-        && a.tls == b.tls
-        && a.tunnel.len() == b.tunnel.len()
-        && a.tunnel
-            .iter()
-            .zip(&b.tunnel)
-            .all(|(x, y)| no_circuits(x) == no_circuits(y));
-    if !same_shape {
-        return restart();
-    }
+    let what = |t: &TunnelSection| format!("[fcip] tunnel {:?}", t.name);
     let mut out = Vec::new();
-    for (x, y) in a.tunnel.iter().zip(&b.tunnel) {
+    for x in &a.tunnel {
+        let Some(y) = b.tunnel.iter().find(|y| y.name == x.name) else {
+            out.push((Action::Remove, what(x), String::new(), true));
+            continue;
+        };
+        if no_circuits(x) != no_circuits(y) {
+            out.push((
+                Action::Change,
+                what(x),
+                "its settings changed (other than its circuits)".into(),
+                false,
+            ));
+            continue;
+        }
         if x.circuit == y.circuit {
             continue;
         }
-        let what = format!("[fcip] tunnel {:?} circuits", x.name);
         let kept = x.circuit.len().min(y.circuit.len());
         let moved = (0..kept).find(|i| {
             (x.circuit[*i].peer, x.circuit[*i].local) != (y.circuit[*i].peer, y.circuit[*i].local)
@@ -419,7 +426,17 @@ fn fcip_changes(
                 format!("{} -> {} circuits", x.circuit.len(), y.circuit.len()),
             )
         };
-        out.push((what, detail, live));
+        out.push((
+            Action::Change,
+            format!("{} circuits", what(x)),
+            detail,
+            live,
+        ));
+    }
+    for y in &b.tunnel {
+        if !a.tunnel.iter().any(|x| x.name == y.name) {
+            out.push((Action::Add, what(y), String::new(), true));
+        }
     }
     out
 }
@@ -790,22 +807,36 @@ impl Live {
             old_f.active_zoneset = new_f.active_zoneset.clone();
             info!(active = ?new_f.active_zoneset, "reload: zoning changed");
         }
-        // FCIP circuits.
+        // FCIP tunnels and circuits.
         if let (Some(fcip), Some(running), Some(new_f)) =
             (&self.fcip, self.running.fcip.as_mut(), &new.fcip)
         {
-            for (r, t) in running.tunnel.iter_mut().zip(&new_f.tunnel) {
-                if !live(
-                    &format!("[fcip] tunnel {:?} circuits", t.name),
-                    Action::Change,
-                ) {
-                    continue;
+            let what = |name: &str| format!("[fcip] tunnel {name:?}");
+            for r in running.tunnel.clone() {
+                if live(&what(&r.name), Action::Remove) {
+                    fcip.remove_tunnel(&r.name)
+                        .await
+                        .map_err(|e| format!("[fcip] tunnel {:?}: {e}", r.name))?;
+                    info!(tunnel = %r.name, "reload: FCIP tunnel removed");
+                    running.tunnel.retain(|t| t.name != r.name);
                 }
-                fcip.set_circuits(t)
-                    .await
-                    .map_err(|e| format!("[fcip] tunnel {:?}: {e}", t.name))?;
-                info!(tunnel = %t.name, circuits = t.circuit.len(), "reload: FCIP circuits changed");
-                r.circuit = t.circuit.clone();
+            }
+            for t in &new_f.tunnel {
+                if live(&what(&t.name), Action::Add) {
+                    fcip.add_tunnel(t)
+                        .map_err(|e| format!("[fcip] tunnel {:?}: {e}", t.name))?;
+                    info!(tunnel = %t.name, "reload: FCIP tunnel added");
+                    running.tunnel.push(t.clone());
+                }
+                if live(&format!("{} circuits", what(&t.name)), Action::Change) {
+                    fcip.set_circuits(t)
+                        .await
+                        .map_err(|e| format!("[fcip] tunnel {:?}: {e}", t.name))?;
+                    info!(tunnel = %t.name, circuits = t.circuit.len(), "reload: FCIP circuits changed");
+                    if let Some(r) = running.tunnel.iter_mut().find(|r| r.name == t.name) {
+                        r.circuit = t.circuit.clone();
+                    }
+                }
             }
         }
         // LUs no target maps any more.
@@ -961,11 +992,30 @@ luns = ["a"]
         );
         let (_, why, live) = plan(&fcip("rfc", &[one]), &fcip("rfc", &[one, two])).remove(0);
         assert!(!live && why.contains("RFC mode"), "{why}");
-        // Any other key: the whole section, at a restart.
+        // Any other key of a tunnel: that tunnel, at a restart.
         assert_eq!(
             plan(&fcip("enhanced", &[one]), &fcip("rfc", &[one, two])),
-            vec![("[fcip]".to_string(), String::new(), false)]
+            vec![(
+                "[fcip] tunnel \"t0\"".to_string(),
+                "its settings changed (other than its circuits)".to_string(),
+                false
+            )]
         );
+        // A tunnel added, and one removed: live.
+        let more = fcip("enhanced", &[one])
+            + "\n[[fcip.tunnel]]\nname = \"t1\"\npeer = \"10:00:00:00:c9:00:00:03\"\n\n[[fcip.tunnel.circuit]]\npeer = \"192.0.2.9:3225\"\n";
+        let p = Plan::diff(&cfg(&fcip("enhanced", &[one])), &cfg(&more));
+        assert_eq!(
+            p.changes
+                .iter()
+                .map(|c| (c.action, c.what.clone(), c.live))
+                .collect::<Vec<_>>(),
+            vec![(Action::Add, "[fcip] tunnel \"t1\"".to_string(), true)],
+            "{p}"
+        );
+        let p = Plan::diff(&cfg(&more), &cfg(&fcip("enhanced", &[one])));
+        assert_eq!(p.changes[0].action, Action::Remove, "{p}");
+        assert!(p.changes[0].live && p.changes.len() == 1, "{p}");
     }
 
     #[test]

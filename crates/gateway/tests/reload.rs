@@ -578,6 +578,150 @@ fn a_reload_that_fails_half_way_changes_nothing() {
     assert_eq!(show_luns(d), vec!["a", "b"]);
 }
 
+/// An FCIP tunnel added to a running gateway by reload: the fabric joins
+/// across it and a host reaches the LU behind the far gateway; removed,
+/// the far switch's ports leave the fabric and `show fcip` lists nothing.
+#[test]
+fn an_fcip_tunnel_is_added_and_removed_live() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let listen = format!(
+        "127.0.0.1:{}",
+        unifab_testkit::peers::free_tcp_port().unwrap()
+    );
+    let _b = Gateway::start(
+        dir_b.path(),
+        &format!(
+            r#"
+[[lu]]
+name = "disk"
+backend = "file:{d}/disk.img"
+size = "16MiB"
+
+[fabric]
+domain = 2
+switch_wwn = "10:00:00:00:c9:00:00:b1"
+
+[[fabric.target]]
+wwpn = "21:00:00:00:c9:00:0b:0a"
+luns = ["disk"]
+
+[fcip]
+listen = "{listen}"
+
+[[fcip.tunnel]]
+name = "to-a"
+peer = "10:00:00:00:c9:00:00:a1"
+mode = "enhanced"
+keepalive_ms = 100
+dead_ms = 2000
+
+[[fcip.tunnel.circuit]]
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:reload-far"
+luns = ["disk"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{d}/state"
+"#,
+            d = dir_b.path().display()
+        ),
+    );
+    let d = dir_a.path();
+    let base = format!(
+        r#"
+[[lu]]
+name = "far"
+backend = "fc://21:00:00:00:c9:00:0b:0a/0"
+
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:a1"
+
+[fabric.initiator]
+wwpn = "21:00:00:00:c9:00:0a:0b"
+
+[fcip]
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = 0
+
+[[iscsi.target]]
+iqn = "{IQN_A}"
+luns = ["far"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{d}/state"
+"#,
+        d = d.display()
+    );
+    let a = Gateway::start(d, &base);
+    let tunnel = format!(
+        "[fcip]\n\n[[fcip.tunnel]]\nname = \"to-b\"\npeer = \"10:00:00:00:c9:00:00:b1\"\nmode = \"enhanced\"\nkeepalive_ms = 100\ndead_ms = 2000\n\n[[fcip.tunnel.circuit]]\npeer = \"{listen}\"\n"
+    );
+    let with_tunnel = base.replace("[fcip]\n", &tunnel);
+    std::fs::write(&a.config, &with_tunnel).unwrap();
+    let out = reload(&a.config, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(plan.contains("+ [fcip] tunnel \"to-b\" [live]"), "{plan}");
+    let mut h = RawSession::login(
+        a.addr,
+        IQN_A,
+        &RawOptions {
+            initiator: "iqn.2026-11.io.example:across".into(),
+            clear_unit_attention: false,
+            ..RawOptions::default()
+        },
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !h
+        .write16(0, &[0x42; 4096], 512, false)
+        .is_ok_and(|r| r.status == 0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the LU behind the added tunnel never answered: {:?}",
+            show_json(d, "fcip")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(h.read16(0, 8, 512).unwrap().data, vec![0x42; 4096]);
+    assert!(
+        show_json(d, "fcip")
+            .iter()
+            .any(|r| r["tunnel"] == "to-b" && r["state"] == "up")
+    );
+
+    let far = |d: &Path| {
+        show_json(d, "fcns")
+            .iter()
+            .any(|r| r["pwwn"] == "21:00:00:00:c9:00:0b:0a")
+    };
+    assert!(far(d), "the far target in A's name server");
+
+    std::fs::write(&a.config, &base).unwrap();
+    let out = reload(&a.config, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(plan.contains("- [fcip] tunnel \"to-b\" [live]"), "{plan}");
+    assert!(show_json(d, "fcip").is_empty());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while far(d) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the far target stayed in the fabric"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The admin socket is the gateway user's alone: mode 0600, and a peer of
 /// another user is refused even where the mode would let it in. Needs
 /// root (to run the client as another user); CI runs as root.

@@ -43,6 +43,8 @@ pub struct Listener {
     addr: SocketAddr,
     stats: Arc<Mutex<ListenerStats>>,
     task: tokio::task::AbortHandle,
+    /// The tunnels it hands connections to.
+    tunnels: Arc<std::sync::RwLock<Vec<Tunnel>>>,
 }
 
 impl Listener {
@@ -59,6 +61,8 @@ impl Listener {
         let stats = Arc::new(Mutex::new(ListenerStats::default()));
         let acceptor = Arc::new(Mutex::new(Acceptor::new(local_wwn)));
         let st = stats.clone();
+        let tunnels = Arc::new(std::sync::RwLock::new(tunnels));
+        let served = tunnels.clone();
         let task = tokio::spawn(async move {
             // The exchanges in progress: aborted with the listener.
             let mut handshakes = tokio::task::JoinSet::new();
@@ -81,8 +85,8 @@ impl Listener {
                     );
                     continue;
                 }
-                let (tunnels, acceptor, st, tls) =
-                    (tunnels.clone(), acceptor.clone(), st.clone(), tls.clone());
+                let tunnels = served.read().unwrap_or_else(|p| p.into_inner()).clone();
+                let (acceptor, st, tls) = (acceptor.clone(), st.clone(), tls.clone());
                 handshakes.spawn(async move {
                     match handshake(tcp, peer, &tunnels, &acceptor, tls).await {
                         Ok(()) => {
@@ -97,7 +101,18 @@ impl Listener {
         })
         .abort_handle();
         info!(%addr, "FCIP listener");
-        Ok(Listener { addr, stats, task })
+        Ok(Listener {
+            addr,
+            stats,
+            task,
+            tunnels,
+        })
+    }
+
+    /// The tunnels connections are handed to from now on (tunnels added
+    /// or stopped while it listens).
+    pub fn set_tunnels(&self, tunnels: Vec<Tunnel>) {
+        *self.tunnels.write().unwrap_or_else(|p| p.into_inner()) = tunnels;
     }
 
     /// The bound address.

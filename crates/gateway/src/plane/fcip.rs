@@ -23,12 +23,39 @@ fn circuits(t: &crate::config::fcip::TunnelSection) -> Vec<CircuitConfig> {
         .collect()
 }
 
+/// Starts the tunnel of a `[[fcip.tunnel]]` section.
+fn start_tunnel(
+    t: &crate::config::fcip::TunnelSection,
+    number: u32,
+    controller: &InterSwitch,
+    tls: &Option<Arc<TlsSettings>>,
+) -> anyhow::Result<Tunnel> {
+    let peer = wwn("fcip.tunnel.peer", &t.peer).map_err(anyhow::Error::msg)?;
+    let mut tc = TunnelConfig::new(&t.name, number, peer, circuits(t));
+    tc.mode = mode(t).map_err(anyhow::Error::msg)?;
+    tc.compression = t
+        .compression
+        .as_deref()
+        .unwrap_or("none")
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    tc.fastwrite = t.fastwrite;
+    let ka = t.keepalive_ms.unwrap_or(20);
+    tc.keepalive = Duration::from_millis(ka);
+    tc.dead_after = Duration::from_millis(t.dead_ms.unwrap_or(4 * ka));
+    tc.tls = tls.clone();
+    let tunnel = Tunnel::start(tc, controller.clone());
+    crate::notice!("FCIP tunnel {} to switch {peer}", t.name);
+    Ok(tunnel)
+}
+
 /// The running FCIP plane.
 #[derive(Debug)]
 pub struct FcipPlane {
-    tunnels: Vec<Tunnel>,
+    tunnels: std::sync::RwLock<Vec<Tunnel>>,
     listener: Option<Listener>,
     controller: InterSwitch,
+    tls: Option<Arc<TlsSettings>>,
 }
 
 impl FcipPlane {
@@ -58,23 +85,12 @@ impl FcipPlane {
         let controller = InterSwitch::start(switch.clone());
         let mut tunnels = Vec::new();
         for (i, t) in f.tunnel.iter().enumerate() {
-            let peer = wwn("fcip.tunnel.peer", &t.peer).map_err(anyhow::Error::msg)?;
-            let circuits = circuits(t);
-            let mut tc = TunnelConfig::new(&t.name, u32::try_from(i).unwrap_or(0), peer, circuits);
-            tc.mode = mode(t).map_err(anyhow::Error::msg)?;
-            tc.compression = t
-                .compression
-                .as_deref()
-                .unwrap_or("none")
-                .parse()
-                .map_err(anyhow::Error::msg)?;
-            tc.fastwrite = t.fastwrite;
-            let ka = t.keepalive_ms.unwrap_or(20);
-            tc.keepalive = Duration::from_millis(ka);
-            tc.dead_after = Duration::from_millis(t.dead_ms.unwrap_or(4 * ka));
-            tc.tls = tls.clone();
-            tunnels.push(Tunnel::start(tc, controller.clone()));
-            crate::notice!("FCIP tunnel {} to switch {peer}", t.name);
+            tunnels.push(start_tunnel(
+                t,
+                u32::try_from(i).unwrap_or(0),
+                &controller,
+                &tls,
+            )?);
         }
         let listener = match f.listen {
             Some(addr) => {
@@ -88,10 +104,55 @@ impl FcipPlane {
             None => None,
         };
         Ok(FcipPlane {
-            tunnels,
+            tunnels: std::sync::RwLock::new(tunnels),
             listener,
             controller,
+            tls,
         })
+    }
+
+    fn tunnels(&self) -> Vec<Tunnel> {
+        self.tunnels
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Starts tunnel `t` while the plane runs (the fabric joins across it
+    /// as at start-up); the listener hands it its connections.
+    pub fn add_tunnel(&self, t: &crate::config::fcip::TunnelSection) -> Result<(), String> {
+        let mut all = self.tunnels.write().unwrap_or_else(|e| e.into_inner());
+        if all.iter().any(|x| x.config().name == t.name) {
+            return Err(format!("tunnel {:?} runs already", t.name));
+        }
+        let number = all.iter().map(|x| x.config().number + 1).max().unwrap_or(0);
+        let tunnel =
+            start_tunnel(t, number, &self.controller, &self.tls).map_err(|e| format!("{e:#}"))?;
+        all.push(tunnel);
+        if let Some(l) = &self.listener {
+            l.set_tunnels(all.clone());
+        }
+        Ok(())
+    }
+
+    /// Stops tunnel `name` ([`Tunnel::stop`]: the inter-switch link goes,
+    /// routes through it are withdrawn) and forgets it.
+    pub async fn remove_tunnel(&self, name: &str) -> Result<(), String> {
+        let tunnel = {
+            let mut all = self.tunnels.write().unwrap_or_else(|e| e.into_inner());
+            let i = all
+                .iter()
+                .position(|x| x.config().name == name)
+                .ok_or_else(|| format!("no tunnel {name:?} runs"))?;
+            let t = all.remove(i);
+            if let Some(l) = &self.listener {
+                l.set_tunnels(all.clone());
+            }
+            t
+        };
+        tunnel.stop().await;
+        crate::notice!("FCIP tunnel {name} stopped");
+        Ok(())
     }
 
     /// Gives tunnel `t` the circuits its section lists now (see
@@ -99,8 +160,8 @@ impl FcipPlane {
     /// at the end).
     pub async fn set_circuits(&self, t: &crate::config::fcip::TunnelSection) -> Result<(), String> {
         let tunnel = self
-            .tunnels
-            .iter()
+            .tunnels()
+            .into_iter()
             .find(|x| x.config().name == t.name)
             .ok_or_else(|| format!("no tunnel {:?} runs", t.name))?;
         tunnel.set_circuits(circuits(t)).await
@@ -110,7 +171,7 @@ impl FcipPlane {
     /// `TUNNEL/F`).
     pub fn interfaces(&self) -> Vec<crate::admin::view::Interface> {
         let mut v = Vec::new();
-        for t in &self.tunnels {
+        for t in &self.tunnels() {
             let s = t.stats();
             for c in &s.circuits {
                 let slot = if c.slot == 0 {
@@ -147,7 +208,7 @@ impl FcipPlane {
         prometheus_client::metrics::MetricType,
     )> {
         use crate::admin::metrics::{Family, Value, counter, gauge};
-        let stats: Vec<_> = self.tunnels.iter().map(Tunnel::stats).collect();
+        let stats: Vec<_> = self.tunnels().iter().map(Tunnel::stats).collect();
         type TunnelGet = fn(&unifab_fcip::io::TunnelStats) -> u64;
         let per_tunnel: [(&str, &'static str, TunnelGet); 5] = [
             (
@@ -229,7 +290,7 @@ impl FcipPlane {
     pub fn show(&self) -> String {
         let mut rows = Vec::new();
         let two = |x: f64| (x * 100.0).round() / 100.0;
-        for t in &self.tunnels {
+        for t in &self.tunnels() {
             let s = t.stats();
             let ratio = (s.wire_bytes > 0).then(|| two(s.raw_bytes as f64 / s.wire_bytes as f64));
             for c in &s.circuits {

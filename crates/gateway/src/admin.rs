@@ -9,7 +9,7 @@ pub mod metrics;
 pub mod rates;
 pub mod view;
 
-pub use http::{Reloader, bind_unix, fetch, post_unix, serve, serve_unix};
+pub use http::{AdminToken, Reloader, bind_unix, fetch, post_unix, serve, serve_unix};
 
 use prometheus_client::metrics::MetricType;
 use unifab_iscsi::target::server::PortalStats;

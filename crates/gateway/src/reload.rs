@@ -28,7 +28,9 @@
 //! Needs a restart: a changed LU definition (backend, block size, a
 //! memory LU's size, …; a LU never shrinks), `fc://` LUs while `[fabric]` changes, `[iscsi]`
 //! settings other than its targets and addresses, the rest
-//! of `[fabric]`, `[fcoe]`, `[fcip]`, `[admin]` and `[tuning]`.
+//! of `[fabric]`, `[fcoe]`, the rest of `[fcip]`, `[admin]`'s `data_dir` and
+//! `required`, and `[tuning]` (the runtime's threads are made once).
+//! `[admin]`'s address, token and load intervals change live.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -287,8 +289,24 @@ impl Plan {
         };
         section("[fabric]", rest_same);
         section("[fcoe]", old.fcoe == new.fcoe);
-        section("[admin]", old.admin == new.admin);
         section("[tuning]", old.tuning == new.tuning);
+        // The admin endpoint's address, token and load intervals change
+        // live; where state is kept, and `required`, at a restart.
+        let a_rest = |a: &crate::config::AdminConfig| (a.data_dir.clone(), a.required);
+        if a_rest(&old.admin) != a_rest(&new.admin) {
+            push(Action::Change, "[admin]".into(), String::new(), false);
+        } else if old.admin != new.admin {
+            let (a, b) = (&old.admin, &new.admin);
+            let keys: Vec<&str> = [
+                ("listen", a.listen != b.listen),
+                ("token", a.token != b.token),
+                ("load_interval", a.load_interval != b.load_interval),
+            ]
+            .into_iter()
+            .filter_map(|(k, changed)| changed.then_some(k))
+            .collect();
+            push(Action::Change, "[admin]".into(), keys.join(", "), true);
+        }
         for (action, what, detail, live) in fcip_changes(old.fcip.as_ref(), new.fcip.as_ref()) {
             push(action, what, detail, live);
         }
@@ -492,6 +510,8 @@ fn lu_change(old: &LuConfig, new: &LuConfig) -> Result<String, String> {
 /// What a reload makes before it changes anything (`Live::prepare`).
 struct Prepared {
     lus: Vec<(LuConfig, Added)>,
+    /// The admin endpoint's new address, bound.
+    admin: Option<tokio::net::TcpListener>,
     /// New portal addresses, bound: as configured, and the listener.
     listeners: Vec<(std::net::SocketAddr, tokio::net::TcpListener)>,
 }
@@ -532,6 +552,28 @@ pub struct Live {
     fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
     remotes: IscsiRemotes,
     fc_remotes: FcRemotes,
+    admin: Option<AdminParts>,
+}
+
+/// The admin endpoint as a reload changes it: its token, its load rates
+/// (in the view) and its TCP task.
+pub struct AdminParts {
+    /// What it shows.
+    pub view: Arc<crate::admin::view::View>,
+    /// The token it asks for.
+    pub token: crate::admin::AdminToken,
+    /// Its TCP task, when it listens.
+    pub tcp: Option<tokio::task::AbortHandle>,
+    /// Serves the TCP endpoint on a listener (what `unifab run` spawns).
+    pub serve: Box<dyn Fn(tokio::net::TcpListener) -> tokio::task::AbortHandle + Send + Sync>,
+}
+
+impl fmt::Debug for AdminParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminParts")
+            .field("listening", &self.tcp.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The running configuration, for views.
@@ -598,7 +640,13 @@ impl Live {
             fcip: p.fcip,
             remotes: p.remotes,
             fc_remotes: p.fc_remotes,
+            admin: None,
         }
+    }
+
+    /// The admin endpoint, once it runs.
+    pub fn attach_admin(&mut self, admin: AdminParts) {
+        self.admin = Some(admin);
     }
 
     /// Reads the file again and returns the plan, with the new
@@ -668,7 +716,20 @@ impl Live {
                 listeners.push((*a, l));
             }
         }
-        Ok(Prepared { lus, listeners })
+        let mut admin = None;
+        if live("[admin]", Action::Change) && self.running.admin.listen != new.admin.listen {
+            let a = new.admin.listen;
+            admin = Some(
+                tokio::net::TcpListener::bind(a)
+                    .await
+                    .map_err(|e| format!("[admin] listen: cannot listen on {a}: {e}"))?,
+            );
+        }
+        Ok(Prepared {
+            lus,
+            listeners,
+            admin,
+        })
     }
 
     async fn apply(&mut self, plan: &Plan, new: &Config) -> Result<(), String> {
@@ -838,6 +899,33 @@ impl Live {
                     }
                 }
             }
+        }
+        // The admin endpoint.
+        if live("[admin]", Action::Change) {
+            if let Some(a) = &mut self.admin {
+                *a.token.write().unwrap_or_else(|e| e.into_inner()) =
+                    new.admin.token.as_deref().map(Arc::from);
+                if self.running.admin.load_interval != new.admin.load_interval {
+                    *a.view.load.rates.lock().unwrap_or_else(|e| e.into_inner()) =
+                        crate::admin::rates::Rates::new(
+                            new.admin
+                                .load_interval
+                                .iter()
+                                .map(|s| std::time::Duration::from_secs(*s))
+                                .collect(),
+                        );
+                }
+                if let Some(l) = prepared.admin {
+                    if let Some(old) = a.tcp.take() {
+                        old.abort();
+                    }
+                    a.tcp = Some((a.serve)(l));
+                    info!(addr = %new.admin.listen, "reload: admin endpoint moved");
+                }
+            }
+            self.running.admin.listen = new.admin.listen;
+            self.running.admin.token = new.admin.token.clone();
+            self.running.admin.load_interval = new.admin.load_interval.clone();
         }
         // LUs no target maps any more.
         for o in self.running.lu.clone() {

@@ -208,19 +208,27 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         },
     });
     // Load rates: every interface sampled six times in the shortest
-    // window (at most every 10 s, at least every 100 ms).
+    // window (at most every 10 s, at least every 100 ms; the windows are
+    // read each time, as a reload may change them).
     {
-        let shortest = cfg.admin.load_interval.iter().min().copied().unwrap_or(60);
-        let every = (Duration::from_secs(shortest) / 6)
-            .clamp(Duration::from_millis(100), Duration::from_secs(10));
         let v = view.clone();
         let mut rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                v.sample();
+                let shortest = v
+                    .load
+                    .rates
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .windows()
+                    .first()
+                    .copied()
+                    .unwrap_or(Duration::from_secs(60));
+                let every =
+                    (shortest / 6).clamp(Duration::from_millis(100), Duration::from_secs(10));
                 tokio::select! {
-                    _ = tick.tick() => v.sample(),
+                    () = tokio::time::sleep(every) => {}
                     _ = rx.changed() => break,
                 }
             }
@@ -246,11 +254,16 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
             warn!(socket = %socket.display(), error = %e, "admin socket not available (admin.required = false): no reload but by SIGHUP")
         }
     }
+    let token: admin::AdminToken = Arc::new(std::sync::RwLock::new(
+        cfg.admin.token.as_deref().map(Arc::from),
+    ));
+    let mut admin_tcp = None;
     match admin_listener {
         Ok(l) => {
             let rx = stop_rx.clone();
-            let token = cfg.admin.token.clone();
-            tasks.push(tokio::spawn(admin::serve(l, view, token, rx)));
+            let h = tokio::spawn(admin::serve(l, view.clone(), token.clone(), rx));
+            admin_tcp = Some(h.abort_handle());
+            tasks.push(h);
         }
         Err(e) if cfg.admin.required => {
             return Err(anyhow::anyhow!(
@@ -262,6 +275,19 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
             warn!(addr = %cfg.admin.listen, error = %e, "admin endpoint not available (admin.required = false): running without it")
         }
     }
+    let serve = {
+        let (view, token, stop) = (view.clone(), token.clone(), stop_rx.clone());
+        Box::new(move |l: tokio::net::TcpListener| {
+            let view: Arc<dyn admin::AdminView> = view.clone();
+            tokio::spawn(admin::serve(l, view, token.clone(), stop.clone())).abort_handle()
+        })
+    };
+    live.lock().await.attach_admin(crate::reload::AdminParts {
+        view,
+        token,
+        tcp: admin_tcp,
+        serve,
+    });
 
     // systemd (Type=notify): started. Nothing happens without
     // NOTIFY_SOCKET.

@@ -722,6 +722,80 @@ data_dir = "{d}/state"
     }
 }
 
+/// `GET path` on the TCP admin endpoint, with a bearer token: the status
+/// line and the body; `None` if nothing accepts there.
+fn get_tcp(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Option<(String, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+/// The admin endpoint moves, takes a token and new load intervals by
+/// reload: the old address no longer answers, the new one refuses a
+/// request without the token and shows the new intervals with it.
+#[test]
+fn the_admin_endpoint_moves_and_takes_a_token_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let free = || unifab_testkit::peers::free_tcp_port().unwrap();
+    let (p1, p2) = (free(), free());
+    let first: std::net::SocketAddr = format!("127.0.0.1:{p1}").parse().unwrap();
+    let second: std::net::SocketAddr = format!("127.0.0.1:{p2}").parse().unwrap();
+    let base = config(d, &[], None, 0).replace(
+        "[admin]\nlisten = \"127.0.0.1:0\"",
+        &format!("[admin]\nlisten = \"{first}\""),
+    );
+    let gw = Gateway::start(d, &base);
+    let (status, _) = get_tcp(first, "/show/luns", None).expect("the first address answers");
+    assert!(status.contains("200"), "{status}");
+
+    let token = "a-token-of-24-bytes-long";
+    let moved = base.replace(
+        &format!("[admin]\nlisten = \"{first}\""),
+        &format!("[admin]\nlisten = \"{second}\"\ntoken = \"{token}\"\nload_interval = [30]"),
+    );
+    std::fs::write(&gw.config, &moved).unwrap();
+    let out = reload(&gw.config, false);
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        plan.contains("~ [admin] [live]: listen, token, load_interval"),
+        "{plan}"
+    );
+    assert!(!plan.contains(token), "the token in the plan: {plan}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while get_tcp(first, "/show/luns", None).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{first} still answers"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, _) = get_tcp(second, "/show/luns", None).unwrap();
+    assert!(status.contains("401"), "{status}");
+    let (status, body) = get_tcp(second, "/show/interface", Some(token)).unwrap();
+    assert!(status.contains("200"), "{status}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        rows[0]["load_intervals"],
+        serde_json::json!(["30s"]),
+        "{body}"
+    );
+}
+
 /// The admin socket is the gateway user's alone: mode 0600, and a peer of
 /// another user is refused even where the mode would let it in. Needs
 /// root (to run the client as another user); CI runs as root.

@@ -27,6 +27,10 @@ use tracing::{debug, info, warn};
 
 use super::{AdminView, Unshown, VIEWS};
 
+/// The token the TCP endpoint asks for (`[admin] token`; a reload
+/// changes it for the connections that follow).
+pub type AdminToken = Arc<std::sync::RwLock<Option<Arc<str>>>>;
+
 /// The reload a request on the admin socket may ask for.
 pub type Reloader = Arc<tokio::sync::Mutex<crate::reload::Live>>;
 
@@ -180,10 +184,9 @@ where
 pub async fn serve(
     listener: TcpListener,
     view: Arc<dyn AdminView>,
-    token: Option<String>,
+    token: AdminToken,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let token: Option<Arc<str>> = token.map(Arc::from);
     let limit = Arc::new(Semaphore::new(64));
     if let Ok(a) = listener.local_addr() {
         info!(addr = %a, "admin endpoint listening");
@@ -198,7 +201,7 @@ pub async fn serve(
                 };
                 let rights = Rights {
                     view: view.clone(),
-                    token: token.clone(),
+                    token: token.read().unwrap_or_else(|e| e.into_inner()).clone(),
                     reloader: None,
                     peer: Arc::from(peer.to_string()),
                 };

@@ -22,7 +22,8 @@
 //!
 //! Remote LUs come and go live too (`iscsi://` always, `fc://` where the
 //! FC plane and its initiator run): a removed one's sessions to the
-//! remote log out. FCIP tunnels come and go live, and an enhanced-mode
+//! remote log out. FCoE FCF ports come and go live, and so do FCIP
+//! tunnels, and an enhanced-mode
 //! tunnel's circuits change live at the end of its list.
 //!
 //! Needs a restart: a changed LU definition (backend, block size, a
@@ -288,7 +289,6 @@ impl Plan {
             }
         };
         section("[fabric]", rest_same);
-        section("[fcoe]", old.fcoe == new.fcoe);
         section("[tuning]", old.tuning == new.tuning);
         // The admin endpoint's address, token and load intervals change
         // live; where state is kept, and `required`, at a restart.
@@ -306,6 +306,9 @@ impl Plan {
             .filter_map(|(k, changed)| changed.then_some(k))
             .collect();
             push(Action::Change, "[admin]".into(), keys.join(", "), true);
+        }
+        for (action, what, detail, live) in fcoe_changes(old, new) {
+            push(action, what, detail, live);
         }
         for (action, what, detail, live) in fcip_changes(old.fcip.as_ref(), new.fcip.as_ref()) {
             push(action, what, detail, live);
@@ -379,6 +382,42 @@ fn target_diff(a: &TargetConfig, b: &TargetConfig) -> String {
         keys.push("iqn (case)".to_string());
     }
     keys.join(", ")
+}
+
+/// What changed in `[fcoe]`, by interface: FCF ports added or removed
+/// change live where the fabric runs (as it did, and does); an ENode port,
+/// or a changed FCF port, needs a restart.
+fn fcoe_changes(old: &Config, new: &Config) -> Vec<(Action, String, String, bool)> {
+    use crate::config::fcoe::FcoePortSection;
+    let ports = |c: &Config| -> Vec<FcoePortSection> {
+        c.fcoe.as_ref().map_or_else(Vec::new, |f| f.port.clone())
+    };
+    let (a, b) = (ports(old), ports(new));
+    if a == b {
+        return Vec::new();
+    }
+    let enodes = |v: &[FcoePortSection]| -> Vec<FcoePortSection> {
+        v.iter().filter(|p| p.mode == "enode").cloned().collect()
+    };
+    let fabric = old.fabric.is_some() && new.fabric.is_some();
+    if enodes(&a) != enodes(&b) || !fabric {
+        return vec![(Action::Change, "[fcoe]".into(), String::new(), false)];
+    }
+    let what = |p: &FcoePortSection| format!("[fcoe] port {:?}", p.interface);
+    let mut out = Vec::new();
+    for x in a.iter().filter(|p| p.mode == "fcf") {
+        match b.iter().find(|y| y.interface == x.interface) {
+            None => out.push((Action::Remove, what(x), String::new(), true)),
+            Some(y) if y != x => out.push((Action::Change, what(x), String::new(), false)),
+            Some(_) => {}
+        }
+    }
+    for y in b.iter().filter(|p| p.mode == "fcf") {
+        if !a.iter().any(|x| x.interface == y.interface) {
+            out.push((Action::Add, what(y), String::new(), true));
+        }
+    }
+    out
 }
 
 /// What changed in `[fcip]`, by tunnel name: tunnels added or removed
@@ -512,6 +551,11 @@ struct Prepared {
     lus: Vec<(LuConfig, Added)>,
     /// The admin endpoint's new address, bound.
     admin: Option<tokio::net::TcpListener>,
+    /// New FCoE FCF ports, their links opened.
+    fcfs: Vec<(
+        crate::config::fcoe::FcoePortSection,
+        unifab_fcoe::link::EthLink,
+    )>,
     /// New portal addresses, bound: as configured, and the listener.
     listeners: Vec<(std::net::SocketAddr, tokio::net::TcpListener)>,
 }
@@ -550,6 +594,7 @@ pub struct Live {
     published: Running,
     fc: Option<Arc<crate::plane::fc::FcPlane>>,
     fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
+    fcoe: Option<Arc<crate::plane::fcoe::FcoePorts>>,
     remotes: IscsiRemotes,
     fc_remotes: FcRemotes,
     admin: Option<AdminParts>,
@@ -610,6 +655,8 @@ pub struct LiveParts {
     pub fc: Option<Arc<crate::plane::fc::FcPlane>>,
     /// The FCIP plane (circuits).
     pub fcip: Option<Arc<crate::plane::fcip::FcipPlane>>,
+    /// The FCoE ports (FCFs).
+    pub fcoe: Option<Arc<crate::plane::fcoe::FcoePorts>>,
     /// The `iscsi://` LUs `show remotes` lists.
     pub remotes: IscsiRemotes,
     /// The `fc://` LUs `show remotes` lists.
@@ -638,6 +685,7 @@ impl Live {
             published: p.published,
             fc: p.fc,
             fcip: p.fcip,
+            fcoe: p.fcoe,
             remotes: p.remotes,
             fc_remotes: p.fc_remotes,
             admin: None,
@@ -725,10 +773,22 @@ impl Live {
                     .map_err(|e| format!("[admin] listen: cannot listen on {a}: {e}"))?,
             );
         }
+        let mut fcfs = Vec::new();
+        if let (Some(fcoe), Some(f)) = (&self.fcoe, &new.fcoe) {
+            for p in &f.port {
+                if live(&format!("[fcoe] port {:?}", p.interface), Action::Add) {
+                    let link = fcoe
+                        .open_fcf(p)
+                        .map_err(|e| format!("[fcoe] port {:?}: {e:#}", p.interface))?;
+                    fcfs.push((p.clone(), link));
+                }
+            }
+        }
         Ok(Prepared {
             lus,
             listeners,
             admin,
+            fcfs,
         })
     }
 
@@ -898,6 +958,29 @@ impl Live {
                         r.circuit = t.circuit.clone();
                     }
                 }
+            }
+        }
+        // FCoE FCF ports.
+        if let Some(fcoe) = &self.fcoe {
+            let ports = |c: &Config| c.fcoe.as_ref().map_or_else(Vec::new, |f| f.port.clone());
+            for p in ports(&self.running) {
+                if live(&format!("[fcoe] port {:?}", p.interface), Action::Remove) {
+                    fcoe.remove_fcf(&p.interface).await;
+                    info!(interface = %p.interface, "reload: FCoE FCF port removed");
+                    if let Some(f) = self.running.fcoe.as_mut() {
+                        f.port.retain(|x| x.interface != p.interface);
+                    }
+                }
+            }
+            for (p, link) in prepared.fcfs {
+                fcoe.add_fcf(&p, link)
+                    .map_err(|e| format!("[fcoe] port {:?}: {e:#}", p.interface))?;
+                info!(interface = %p.interface, "reload: FCoE FCF port added");
+                self.running
+                    .fcoe
+                    .get_or_insert_with(|| crate::config::fcoe::FcoeSection { port: Vec::new() })
+                    .port
+                    .push(p);
             }
         }
         // The admin endpoint.
@@ -1104,6 +1187,53 @@ luns = ["a"]
         let p = Plan::diff(&cfg(&more), &cfg(&fcip("enhanced", &[one])));
         assert_eq!(p.changes[0].action, Action::Remove, "{p}");
         assert!(p.changes[0].live && p.changes.len() == 1, "{p}");
+    }
+
+    #[test]
+    fn fcf_ports_come_and_go_live_and_an_enode_port_does_not() {
+        let fabric = "[fabric]\ndomain = 1\n\n";
+        let port = |iface: &str, mode: &str| {
+            format!("[[fcoe.port]]\ninterface = \"{iface}\"\nmode = \"{mode}\"\nio = \"af_packet\"\n\n")
+        };
+        let with = |ports: &str| BASE.replace("[iscsi]", &format!("{fabric}{ports}[iscsi]"));
+        let plan = |a: &str, b: &str| {
+            Plan::diff(&cfg(a), &cfg(b))
+                .changes
+                .into_iter()
+                .map(|c| (c.action, c.what, c.live))
+                .collect::<Vec<_>>()
+        };
+        let one = with(&port("veth0", "fcf"));
+        let two = with(&(port("veth0", "fcf") + &port("veth1", "fcf")));
+        assert_eq!(
+            plan(&one, &two),
+            vec![(Action::Add, "[fcoe] port \"veth1\"".to_string(), true)]
+        );
+        assert_eq!(
+            plan(&two, &with("")),
+            vec![
+                (Action::Remove, "[fcoe] port \"veth0\"".to_string(), true),
+                (Action::Remove, "[fcoe] port \"veth1\"".to_string(), true)
+            ]
+        );
+        let changed = with(&port("veth0", "fcf").replace("af_packet", "af_xdp"));
+        assert_eq!(
+            plan(&one, &changed),
+            vec![(Action::Change, "[fcoe] port \"veth0\"".to_string(), false)]
+        );
+        let enode = with(&(port("veth0", "fcf") + &port("veth9", "enode")));
+        assert_eq!(
+            plan(&one, &enode),
+            vec![(Action::Change, "[fcoe]".to_string(), false)]
+        );
+        // A fabric that starts with the file: at a restart.
+        assert_eq!(
+            plan(BASE, &one)
+                .into_iter()
+                .filter(|c| c.1 == "[fcoe]")
+                .collect::<Vec<_>>(),
+            vec![(Action::Change, "[fcoe]".to_string(), false)]
+        );
     }
 
     #[test]

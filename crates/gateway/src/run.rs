@@ -183,6 +183,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         published: running.clone(),
         fc: fc.clone(),
         fcip: fcip.clone(),
+        fcoe: fcoe.clone(),
         remotes: remotes.clone(),
         fc_remotes: fc_remotes.clone(),
     })));

@@ -22,7 +22,7 @@
 mod fcoe_support;
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fcoe_support::*;
 use unifab_testkit::peers::IscsiTestCu;
@@ -457,4 +457,89 @@ fn deep_queues_of_1mib_commands_through_the_hop_over_af_xdp_lose_nothing() {
 #[test]
 fn deep_queues_of_1mib_commands_through_the_hop_over_af_packet_lose_nothing() {
     deep_queues("af_packet");
+}
+
+/// Gateway B's FCF port removed by reload while gateway A's ENode is
+/// logged in through it: B clears the virtual link (A's ENode loses its
+/// FCF) and `show fcoe` lists no port; added again by reload: A's ENode
+/// finds the FCF, logs in, and verified I/O through the hop works again.
+#[test]
+fn an_fcf_port_is_removed_and_added_by_reload() {
+    require_root("the FCoE hop");
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let hop = Hop::start(dir.path(), "af_packet", "");
+    let login = || {
+        RawSession::login(
+            hop.a.iscsi.unwrap(),
+            IQN,
+            &RawOptions {
+                timeout: Duration::from_secs(10),
+                clear_unit_attention: false,
+                ..RawOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let mut s = login();
+    let _ = s.command(&[0; 6], &[], 0);
+    verified_io(&mut s, 4, 0);
+    drop(s);
+
+    assert!(hop.a.show("fcoe")[0]["fcf"].is_string(), "{}", hop.a.show("fcoe"));
+    let path = dir.path().join("b.toml");
+    let with_port = std::fs::read_to_string(&path).unwrap();
+    let start = with_port.find("[[fcoe.port]]").unwrap();
+    let end = with_port.find("[admin]").unwrap();
+    let without = format!("{}{}", &with_port[..start], &with_port[end..]);
+    let reload = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(unifab_testkit::peers::unifab_bin().unwrap())
+            .args(["reload", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let plan = reload(&without);
+    let iface = &hop.veth.b;
+    assert!(
+        plan.contains(&format!("- [fcoe] port \"{iface}\" [live]")),
+        "{plan}"
+    );
+    assert_eq!(hop.b.show("fcoe"), serde_json::json!([]));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !hop.a.show("fcoe")[0]["fcf"].is_null() {
+        assert!(
+            Instant::now() < deadline,
+            "A's ENode kept its FCF: {}",
+            hop.a.show("fcoe")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let plan = reload(&with_port);
+    assert!(
+        plan.contains(&format!("+ [fcoe] port \"{iface}\" [live]")),
+        "{plan}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut s = login();
+        let ok = (0..3).any(|_| {
+            s.write16(0, &[0x5c; 4096], 512, false)
+                .is_ok_and(|r| r.status == 0)
+        });
+        if ok {
+            verified_io(&mut s, 4, 4096);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no I/O through the re-added FCF port: A {} B {}",
+            hop.a.show("fcoe"),
+            hop.b.show("fcoe")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

@@ -49,10 +49,13 @@ fn open_xdp(p: &FcoePortSection) -> anyhow::Result<EthLink> {
 }
 
 /// The running FCoE ports.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FcoePorts {
-    fcfs: Vec<FcfHandle>,
+    fcfs: std::sync::RwLock<Vec<FcfHandle>>,
     enode: Option<EnodeHandle>,
+    /// The switch FCF ports attach to, and its name.
+    switch: Switch,
+    switch_name: Wwn,
 }
 
 /// Ports opened before the fabric starts: the ENode's uplink goes to the
@@ -121,36 +124,91 @@ impl Opened {
     pub fn start(self, switch: &Switch, switch_name: Wwn) -> anyhow::Result<FcoePorts> {
         let mut fcfs = Vec::new();
         for (p, link) in self.fcf_links {
-            let mac = mac_of(&p, &link)?;
-            let mut c = FcfConfig::new(mac, p.vlan, switch_name);
-            c.pcp = p.priority.unwrap_or(3);
-            if let Some(pr) = p.fcf_priority {
-                c.priority = pr;
-            }
-            if let Some(d) = p
-                .fka_adv_period
-                .and_then(|t| crate::config::seconds_in(t, FKA_ADV_PERIOD_SECS))
-            {
-                c.fka_adv_period = d;
-            }
-            crate::notice!(
-                "FCoE FCF on {} ({mac}, VLAN {})",
-                p.interface,
-                p.vlan.map_or("none".to_string(), |v| v.to_string())
-            );
-            fcfs.push(spawn_fcf(c, link, switch.clone(), &p.interface));
+            fcfs.push(start_fcf(&p, link, switch, switch_name)?);
         }
         Ok(FcoePorts {
-            fcfs,
+            fcfs: std::sync::RwLock::new(fcfs),
             enode: self.enode,
+            switch: switch.clone(),
+            switch_name,
         })
     }
 }
 
+/// Starts an FCF on an opened link.
+fn start_fcf(
+    p: &FcoePortSection,
+    link: EthLink,
+    switch: &Switch,
+    switch_name: Wwn,
+) -> anyhow::Result<FcfHandle> {
+    let mac = mac_of(p, &link)?;
+    let mut c = FcfConfig::new(mac, p.vlan, switch_name);
+    c.pcp = p.priority.unwrap_or(3);
+    if let Some(pr) = p.fcf_priority {
+        c.priority = pr;
+    }
+    if let Some(d) = p
+        .fka_adv_period
+        .and_then(|t| crate::config::seconds_in(t, FKA_ADV_PERIOD_SECS))
+    {
+        c.fka_adv_period = d;
+    }
+    crate::notice!(
+        "FCoE FCF on {} ({mac}, VLAN {})",
+        p.interface,
+        p.vlan.map_or("none".to_string(), |v| v.to_string())
+    );
+    Ok(spawn_fcf(c, link, switch.clone(), &p.interface))
+}
+
 impl FcoePorts {
+    fn fcfs(&self) -> Vec<FcfHandle> {
+        self.fcfs.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Opens the link of FCF port `p`, to be added with
+    /// [`FcoePorts::add_fcf`] (what can fail is done here).
+    pub fn open_fcf(&self, p: &FcoePortSection) -> anyhow::Result<EthLink> {
+        anyhow::ensure!(
+            !self.fcfs().iter().any(|f| f.interface == p.interface),
+            "fcoe.port {:?} runs already",
+            p.interface
+        );
+        let link = open_link(p)?;
+        mac_of(p, &link)?;
+        info!(interface = %p.interface, link = %link.name, "FCoE port opened");
+        Ok(link)
+    }
+
+    /// Attaches FCF port `p` on its opened link to the fabric while the
+    /// gateway runs (ENodes on the link find it by FIP discovery and log
+    /// in).
+    pub fn add_fcf(&self, p: &FcoePortSection, link: EthLink) -> anyhow::Result<()> {
+        let f = start_fcf(p, link, &self.switch, self.switch_name)?;
+        self.fcfs.write().unwrap_or_else(|e| e.into_inner()).push(f);
+        Ok(())
+    }
+
+    /// Stops FCF port `interface`: it clears its virtual links (a Clear
+    /// Virtual Links to each ENode; their VN_Ports leave the fabric) and
+    /// closes its link. False if none runs there.
+    pub async fn remove_fcf(&self, interface: &str) -> bool {
+        let f = {
+            let mut all = self.fcfs.write().unwrap_or_else(|e| e.into_inner());
+            let Some(i) = all.iter().position(|f| f.interface == interface) else {
+                return false;
+            };
+            all.remove(i)
+        };
+        f.stop().await;
+        crate::notice!("FCoE FCF on {interface} stopped");
+        true
+    }
+
     /// Stops every port (FCFs clear their virtual links first).
     pub async fn stop(&self) {
-        for f in &self.fcfs {
+        for f in &self.fcfs() {
             f.stop().await;
         }
         if let Some(e) = &self.enode {
@@ -161,7 +219,7 @@ impl FcoePorts {
     /// Adds the FCoE columns to `show flogi` rows (from the fabric), and
     /// the ENode's own logins at a remote FCF.
     pub fn flogi(&self, rows: &mut Vec<Value>, fabric_port_of: impl Fn(&str) -> Option<usize>) {
-        for f in &self.fcfs {
+        for f in &self.fcfs() {
             let ports = f.fabric_ports();
             for v in f.vn_ports() {
                 let fcid = v.fc_id.to_string();
@@ -205,7 +263,7 @@ impl FcoePorts {
     /// Each port's counters for `show interface`: name, kind, counters.
     pub fn interfaces(&self) -> Vec<crate::admin::view::Interface> {
         let mut v = Vec::new();
-        for f in &self.fcfs {
+        for f in &self.fcfs() {
             let c = f.counters();
             v.push(crate::admin::view::Interface {
                 name: f.interface.clone(),
@@ -238,7 +296,7 @@ impl FcoePorts {
     /// `show fcoe`: every port, its link and counters.
     pub fn show(&self) -> Value {
         let mut v = Vec::new();
-        for f in &self.fcfs {
+        for f in &self.fcfs() {
             let c = f.counters();
             v.push(json!({
                 "interface": f.interface, "mode": "fcf", "link": f.link, "vlan": f.vlan,

@@ -1193,7 +1193,9 @@ luns = ["a"]
     fn fcf_ports_come_and_go_live_and_an_enode_port_does_not() {
         let fabric = "[fabric]\ndomain = 1\n\n";
         let port = |iface: &str, mode: &str| {
-            format!("[[fcoe.port]]\ninterface = \"{iface}\"\nmode = \"{mode}\"\nio = \"af_packet\"\n\n")
+            format!(
+                "[[fcoe.port]]\ninterface = \"{iface}\"\nmode = \"{mode}\"\nio = \"af_packet\"\n\n"
+            )
         };
         let with = |ports: &str| BASE.replace("[iscsi]", &format!("{fabric}{ports}[iscsi]"));
         let plan = |a: &str, b: &str| {

@@ -485,7 +485,11 @@ fn an_fcf_port_is_removed_and_added_by_reload() {
     verified_io(&mut s, 4, 0);
     drop(s);
 
-    assert!(hop.a.show("fcoe")[0]["fcf"].is_string(), "{}", hop.a.show("fcoe"));
+    assert!(
+        hop.a.show("fcoe")[0]["fcf"].is_string(),
+        "{}",
+        hop.a.show("fcoe")
+    );
     let path = dir.path().join("b.toml");
     let with_port = std::fs::read_to_string(&path).unwrap();
     let start = with_port.find("[[fcoe.port]]").unwrap();

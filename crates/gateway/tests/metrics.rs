@@ -167,91 +167,21 @@ fn an_fcip_failover_moves_exactly_its_counters() {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let listen: SocketAddr = format!("127.0.0.1:{}", free()).parse().unwrap();
     let admin_a: SocketAddr = format!("127.0.0.1:{}", free()).parse().unwrap();
-    let tunnel = |peer: &str, circuits: &str| {
-        format!(
-            "[[fcip.tunnel]]\nname = \"fcip0\"\npeer = \"{peer}\"\nmode = \"enhanced\"\nkeepalive_ms = 100\ndead_ms = 2000\n{circuits}"
-        )
-    };
     let b = Gateway::start(
         dir_b.path(),
-        &format!(
-            r#"
-[[lu]]
-name = "disk"
-backend = "file:{d}/disk.img"
-size = "16MiB"
-
-[fabric]
-domain = 2
-switch_wwn = "10:00:00:00:c9:00:00:b1"
-
-[[fabric.target]]
-wwpn = "21:00:00:00:c9:00:0b:0a"
-luns = ["disk"]
-
-[fcip]
-listen = "{listen}"
-
-{t}
-
-[iscsi]
-listen = ["127.0.0.1:0"]
-
-[[iscsi.target]]
-iqn = "iqn.2026-11.io.unifab:metrics-b"
-luns = ["disk"]
-
-[admin]
-listen = "127.0.0.1:0"
-data_dir = "{d}/state"
-"#,
-            d = dir_b.path().display(),
-            t = tunnel(
-                "10:00:00:00:c9:00:00:a1",
-                "[[fcip.tunnel.circuit]]\n[[fcip.tunnel.circuit]]\n"
-            ),
-        ),
+        &common::fcip_far_site(dir_b.path(), &listen.to_string(), "fcip0", 2),
     );
     let relays: Vec<WanLink> = (0..2)
         .map(|_| WanLink::start("127.0.0.1:0".parse().unwrap(), listen, WanProfile::lan()).unwrap())
         .collect();
-    let circuits: String = relays
-        .iter()
-        .map(|r| format!("[[fcip.tunnel.circuit]]\npeer = \"{}\"\n", r.addr()))
-        .collect();
+    let circuits: Vec<Option<String>> = relays.iter().map(|r| Some(r.addr().to_string())).collect();
     let a = Gateway::start(
         dir_a.path(),
-        &format!(
-            r#"
-[[lu]]
-name = "far"
-backend = "fc://21:00:00:00:c9:00:0b:0a/0"
-
-[fabric]
-domain = 1
-switch_wwn = "10:00:00:00:c9:00:00:a1"
-
-[fabric.initiator]
-wwpn = "21:00:00:00:c9:00:0a:0b"
-
-[fcip]
-
-{t}
-
-[iscsi]
-listen = ["127.0.0.1:0"]
-nop_in_interval = 0
-
-[[iscsi.target]]
-iqn = "iqn.2026-11.io.unifab:metrics-a"
-luns = ["far"]
-
-[admin]
-listen = "{admin_a}"
-data_dir = "{d}/state"
-"#,
-            d = dir_a.path().display(),
-            t = tunnel("10:00:00:00:c9:00:00:b1", &circuits),
+        &common::fcip_near_site(
+            dir_a.path(),
+            "iqn.2026-11.io.unifab:metrics-a",
+            &common::fcip_tunnel("fcip0", "10:00:00:00:c9:00:00:b1", &circuits),
+            &admin_a.to_string(),
         ),
     );
     let at = |m: &HashMap<String, f64>, k: &str| {

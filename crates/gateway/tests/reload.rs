@@ -590,82 +590,17 @@ fn an_fcip_tunnel_is_added_and_removed_live() {
     );
     let _b = Gateway::start(
         dir_b.path(),
-        &format!(
-            r#"
-[[lu]]
-name = "disk"
-backend = "file:{d}/disk.img"
-size = "16MiB"
-
-[fabric]
-domain = 2
-switch_wwn = "10:00:00:00:c9:00:00:b1"
-
-[[fabric.target]]
-wwpn = "21:00:00:00:c9:00:0b:0a"
-luns = ["disk"]
-
-[fcip]
-listen = "{listen}"
-
-[[fcip.tunnel]]
-name = "to-a"
-peer = "10:00:00:00:c9:00:00:a1"
-mode = "enhanced"
-keepalive_ms = 100
-dead_ms = 2000
-
-[[fcip.tunnel.circuit]]
-
-[iscsi]
-listen = ["127.0.0.1:0"]
-
-[[iscsi.target]]
-iqn = "iqn.2026-11.io.unifab:reload-far"
-luns = ["disk"]
-
-[admin]
-listen = "127.0.0.1:0"
-data_dir = "{d}/state"
-"#,
-            d = dir_b.path().display()
-        ),
+        &common::fcip_far_site(dir_b.path(), &listen, "to-a", 1),
     );
     let d = dir_a.path();
-    let base = format!(
-        r#"
-[[lu]]
-name = "far"
-backend = "fc://21:00:00:00:c9:00:0b:0a/0"
-
-[fabric]
-domain = 1
-switch_wwn = "10:00:00:00:c9:00:00:a1"
-
-[fabric.initiator]
-wwpn = "21:00:00:00:c9:00:0a:0b"
-
-[fcip]
-
-[iscsi]
-listen = ["127.0.0.1:0"]
-nop_in_interval = 0
-
-[[iscsi.target]]
-iqn = "{IQN_A}"
-luns = ["far"]
-
-[admin]
-listen = "127.0.0.1:0"
-data_dir = "{d}/state"
-"#,
-        d = d.display()
-    );
+    let base = common::fcip_near_site(d, IQN_A, "", "127.0.0.1:0");
     let a = Gateway::start(d, &base);
-    let tunnel = format!(
-        "[fcip]\n\n[[fcip.tunnel]]\nname = \"to-b\"\npeer = \"10:00:00:00:c9:00:00:b1\"\nmode = \"enhanced\"\nkeepalive_ms = 100\ndead_ms = 2000\n\n[[fcip.tunnel.circuit]]\npeer = \"{listen}\"\n"
+    let with_tunnel = common::fcip_near_site(
+        d,
+        IQN_A,
+        &common::fcip_tunnel("to-b", "10:00:00:00:c9:00:00:b1", &[Some(listen.clone())]),
+        "127.0.0.1:0",
     );
-    let with_tunnel = base.replace("[fcip]\n", &tunnel);
     std::fs::write(&a.config, &with_tunnel).unwrap();
     let out = reload(&a.config, false);
     let plan = String::from_utf8_lossy(&out.stdout);

@@ -166,3 +166,98 @@ wwpn = "21:00:00:00:c9:00:00:0b"
         initiator_extra = extra.initiator,
     )
 }
+
+/// The far site of a two-gateway FCIP test: FC target
+/// 21:00:00:00:c9:00:0b:0a on switch 10:00:00:00:c9:00:00:b1 (domain 2)
+/// exports a 16 MiB file LU; it accepts FCIP on `listen` for the
+/// enhanced-mode tunnel `name` with `circuits` accepting circuits
+/// (100 ms keep-alive, 2 s dead timer); iSCSI (the readiness line) and the
+/// admin endpoint on ephemeral ports.
+pub fn fcip_far_site(dir: &Path, listen: &str, name: &str, circuits: usize) -> String {
+    format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{d}/disk.img"
+size = "16MiB"
+
+[fabric]
+domain = 2
+switch_wwn = "10:00:00:00:c9:00:00:b1"
+
+[[fabric.target]]
+wwpn = "21:00:00:00:c9:00:0b:0a"
+luns = ["disk"]
+
+[fcip]
+listen = "{listen}"
+
+{tunnel}
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:fcip-far"
+luns = ["disk"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{d}/state"
+"#,
+        d = dir.display(),
+        tunnel = fcip_tunnel(name, "10:00:00:00:c9:00:00:a1", &vec![None; circuits]),
+    )
+}
+
+/// The near site: LU "far" (`fc://` to the far site's target) on iSCSI
+/// target `iqn` (NOP-Ins off), initiator 21:00:00:00:c9:00:0a:0b on switch
+/// 10:00:00:00:c9:00:00:a1 (domain 1), `[fcip]` with `tunnels`, the admin
+/// endpoint at `admin`.
+pub fn fcip_near_site(dir: &Path, iqn: &str, tunnels: &str, admin: &str) -> String {
+    format!(
+        r#"
+[[lu]]
+name = "far"
+backend = "fc://21:00:00:00:c9:00:0b:0a/0"
+
+[fabric]
+domain = 1
+switch_wwn = "10:00:00:00:c9:00:00:a1"
+
+[fabric.initiator]
+wwpn = "21:00:00:00:c9:00:0a:0b"
+
+[fcip]
+
+{tunnels}
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = 0
+
+[[iscsi.target]]
+iqn = "{iqn}"
+luns = ["far"]
+
+[admin]
+listen = "{admin}"
+data_dir = "{d}/state"
+"#,
+        d = dir.display()
+    )
+}
+
+/// An enhanced-mode `[[fcip.tunnel]]` to switch `peer` (100 ms keep-alive,
+/// 2 s dead timer) with a circuit per entry: connecting to the address, or
+/// accepting (`None`).
+pub fn fcip_tunnel(name: &str, peer: &str, circuits: &[Option<String>]) -> String {
+    let mut s = format!(
+        "[[fcip.tunnel]]\nname = \"{name}\"\npeer = \"{peer}\"\nmode = \"enhanced\"\nkeepalive_ms = 100\ndead_ms = 2000\n\n"
+    );
+    for c in circuits {
+        s.push_str("[[fcip.tunnel.circuit]]\n");
+        if let Some(a) = c {
+            s.push_str(&format!("peer = \"{a}\"\n"));
+        }
+    }
+    s
+}

@@ -317,6 +317,13 @@ impl Plan {
         Plan { changes }
     }
 
+    /// Whether the change `action` of `what` is applied live.
+    pub fn applies(&self, what: &str, action: Action) -> bool {
+        self.changes
+            .iter()
+            .any(|c| c.live && c.action == action && c.what == what)
+    }
+
     /// Whether some change waits for a restart.
     pub fn needs_restart(&self) -> bool {
         self.changes.iter().any(|c| !c.live)
@@ -384,15 +391,17 @@ fn target_diff(a: &TargetConfig, b: &TargetConfig) -> String {
     keys.join(", ")
 }
 
+/// A configuration's FCoE ports (none without `[fcoe]`).
+fn fcoe_ports(c: &Config) -> Vec<crate::config::fcoe::FcoePortSection> {
+    c.fcoe.as_ref().map_or_else(Vec::new, |f| f.port.clone())
+}
+
 /// What changed in `[fcoe]`, by interface: FCF ports added or removed
 /// change live where the fabric runs (as it did, and does); an ENode port,
 /// or a changed FCF port, needs a restart.
 fn fcoe_changes(old: &Config, new: &Config) -> Vec<(Action, String, String, bool)> {
     use crate::config::fcoe::FcoePortSection;
-    let ports = |c: &Config| -> Vec<FcoePortSection> {
-        c.fcoe.as_ref().map_or_else(Vec::new, |f| f.port.clone())
-    };
-    let (a, b) = (ports(old), ports(new));
+    let (a, b) = (fcoe_ports(old), fcoe_ports(new));
     if a == b {
         return Vec::new();
     }
@@ -722,11 +731,7 @@ impl Live {
     /// Makes what the plan adds (LUs opened, remote LUs built, new portal
     /// addresses bound) without changing anything that runs.
     async fn prepare(&self, plan: &Plan, new: &Config) -> Result<Prepared, String> {
-        let live = |what: &str, action: Action| {
-            plan.changes
-                .iter()
-                .any(|c| c.live && c.action == action && c.what == what)
-        };
+        let live = |what: &str, action: Action| plan.applies(what, action);
         let mut lus = Vec::new();
         for lu in &new.lu {
             if !live(&format!("lu {:?}", lu.name), Action::Add) {
@@ -793,11 +798,7 @@ impl Live {
     }
 
     async fn apply(&mut self, plan: &Plan, new: &Config) -> Result<(), String> {
-        let live = |what: &str, action: Action| {
-            plan.changes
-                .iter()
-                .any(|c| c.live && c.action == action && c.what == what)
-        };
+        let live = |what: &str, action: Action| plan.applies(what, action);
         // Everything that can fail is made first: a failure changes nothing.
         let prepared = self.prepare(plan, new).await?;
         // New LUs first: targets may map them.
@@ -962,8 +963,7 @@ impl Live {
         }
         // FCoE FCF ports.
         if let Some(fcoe) = &self.fcoe {
-            let ports = |c: &Config| c.fcoe.as_ref().map_or_else(Vec::new, |f| f.port.clone());
-            for p in ports(&self.running) {
+            for p in fcoe_ports(&self.running) {
                 if live(&format!("[fcoe] port {:?}", p.interface), Action::Remove) {
                     fcoe.remove_fcf(&p.interface).await;
                     info!(interface = %p.interface, "reload: FCoE FCF port removed");

@@ -77,12 +77,14 @@ impl Listener {
                     continue;
                 };
                 if handshakes.len() >= MAX_HANDSHAKES {
-                    drop(tcp);
+                    // Counted before the peer sees the close, so that what
+                    // the counters say never lags behind what it saw.
                     refused(
                         &st,
                         peer,
                         &format!("{MAX_HANDSHAKES} special frame exchanges already in progress"),
                     );
+                    drop(tcp);
                     continue;
                 }
                 let tunnels = served.read().unwrap_or_else(|p| p.into_inner()).clone();

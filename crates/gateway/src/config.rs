@@ -57,7 +57,8 @@ pub struct Config {
 pub struct LuConfig {
     /// Name, referenced by targets' `luns`.
     pub name: String,
-    /// `"memory"` or `"file:/path"`.
+    /// `"memory"`, `"file:/path"`, `"rbd:POOL/IMAGE"` (a Ceph RBD image),
+    /// `"iscsi://…"` or `"fc://…"`.
     pub backend: String,
     /// Size such as `"1GiB"`, `"512MiB"`, `"4096"`; a missing file is
     /// created sparse with this size. Required for memory backends.
@@ -101,6 +102,20 @@ pub struct LuConfig {
     /// Unit serial number (VPD 0x80); derived from the name if absent.
     #[serde(default)]
     pub serial: Option<String>,
+    /// For an `rbd:` backend: the cluster's ceph.conf (default:
+    /// `$CEPH_CONF`, else `/etc/ceph/ceph.conf`); the keyring is the one
+    /// it names.
+    #[serde(default)]
+    pub ceph_conf: Option<PathBuf>,
+    /// For an `rbd:` backend: the Ceph client id (default `admin`, i.e.
+    /// `client.admin`).
+    #[serde(default)]
+    pub ceph_id: Option<String>,
+    /// For an `rbd:` backend: seconds an operation may wait for the
+    /// cluster before the host gets a retryable error (ABORTED COMMAND,
+    /// LOGICAL UNIT COMMUNICATION TIME-OUT); 0 waits for ever. Default 30.
+    #[serde(default)]
+    pub ceph_op_timeout: Option<u64>,
     /// For an `iscsi://` backend: how the gateway reaches the remote LU
     /// (`[lu.iscsi]`).
     #[serde(default)]
@@ -489,6 +504,9 @@ pub enum Backend {
     Memory,
     /// A file (created sparse if missing).
     File(PathBuf),
+    /// A Ceph RBD image, `rbd:POOL/IMAGE` (created if missing and a size
+    /// is given).
+    Rbd(String),
     /// A LU of a remote iSCSI target (`iscsi://[user%secret@]host[:port]/iqn/lun`).
     Iscsi(unifab_iscsi::initiator::IscsiUrl),
     /// A LU behind an FC target port, through the gateway's fabric
@@ -509,6 +527,17 @@ impl LuConfig {
                 ));
             }
             Ok(Backend::File(PathBuf::from(p)))
+        } else if let Some(spec) = self.backend.strip_prefix("rbd:") {
+            #[cfg(feature = "rbd")]
+            unifab_scsi_core::rbd::RbdOptions::parse(spec)
+                .map_err(|e| format!("lu {:?}: backend \"rbd:POOL/IMAGE\": {e}", self.name))?;
+            #[cfg(not(feature = "rbd"))]
+            return Err(format!(
+                "lu {:?}: this build of unifab has no rbd: backends (cargo feature rbd)",
+                self.name
+            ));
+            #[cfg(feature = "rbd")]
+            Ok(Backend::Rbd(spec.to_owned()))
         } else if self.backend.starts_with("iscsi://") {
             let url: unifab_iscsi::initiator::IscsiUrl = self
                 .backend
@@ -528,7 +557,7 @@ impl LuConfig {
                 .map_err(|e| format!("lu {:?}: backend {e}", self.name))
         } else {
             Err(format!(
-                "lu {:?}: unknown backend {:?} (expected \"memory\", \"file:/path\", \"iscsi://host[:port]/iqn/lun\" or \"fc://WWPN/LUN\")",
+                "lu {:?}: unknown backend {:?} (expected \"memory\", \"file:/path\", \"rbd:POOL/IMAGE\", \"iscsi://host[:port]/iqn/lun\" or \"fc://WWPN/LUN\")",
                 self.name, self.backend
             ))
         }
@@ -564,6 +593,9 @@ impl Config {
                 write_cache: None,
                 soft_threshold: None,
                 serial: None,
+                ceph_conf: None,
+                ceph_id: None,
+                ceph_op_timeout: None,
                 iscsi: None,
                 fc: None,
             }],
@@ -678,6 +710,24 @@ impl Config {
             if backend == Backend::Memory && lu.size.is_none() {
                 return Err(format!("lu {:?}: a memory backend needs a size", lu.name));
             }
+            let ceph =
+                lu.ceph_conf.is_some() || lu.ceph_id.is_some() || lu.ceph_op_timeout.is_some();
+            if ceph && !matches!(backend, Backend::Rbd(_)) {
+                return Err(format!(
+                    "lu {:?}: ceph_conf, ceph_id and ceph_op_timeout need an rbd: backend",
+                    lu.name
+                ));
+            }
+            if lu
+                .ceph_id
+                .as_ref()
+                .is_some_and(|id| id.is_empty() || id.contains('\0'))
+            {
+                return Err(format!(
+                    "lu {:?}: ceph_id must be a non-empty name",
+                    lu.name
+                ));
+            }
             let bs = lu.block_size.unwrap_or(512);
             if bs != 512 && bs != 4096 {
                 return Err(format!(
@@ -697,7 +747,7 @@ impl Config {
             if lu.soft_threshold.is_some() && !matches!(backend, Backend::Memory | Backend::File(_))
             {
                 return Err(format!(
-                    "lu {:?}: soft_threshold applies to memory and file LUs, not to a remote LU",
+                    "lu {:?}: soft_threshold applies to memory and file LUs, not to an rbd or remote LU",
                     lu.name
                 ));
             }

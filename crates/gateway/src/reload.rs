@@ -112,8 +112,12 @@ impl Plan {
                 live,
             });
         };
-        let local =
-            |lu: &LuConfig| matches!(lu.parsed_backend(), Ok(Backend::Memory | Backend::File(_)));
+        let local = |lu: &LuConfig| {
+            matches!(
+                lu.parsed_backend(),
+                Ok(Backend::Memory | Backend::File(_) | Backend::Rbd(_))
+            )
+        };
         // A remote LU comes and goes live where its initiator runs: any
         // iscsi:// LU, an fc:// one where the FC plane runs and stays.
         let remote_live = |lu: &LuConfig| match lu.parsed_backend() {
@@ -520,7 +524,8 @@ fn lu_change(old: &LuConfig, new: &LuConfig) -> Result<String, String> {
         return Err("its definition changed (the running LU stays as it is)".into());
     }
     let backend = new.parsed_backend();
-    let file = matches!(backend, Ok(Backend::File(_)));
+    // A file or an RBD image grows in place.
+    let file = matches!(backend, Ok(Backend::File(_) | Backend::Rbd(_)));
     if !file && !matches!(backend, Ok(Backend::Memory)) {
         return Err("a remote LU's settings change at a restart".into());
     }

@@ -71,6 +71,16 @@ pub enum BackendError {
     /// An operating-system error.
     #[error(transparent)]
     Io(#[from] io::Error),
+    /// The storage behind the backend (a Ceph cluster) did not answer or
+    /// cannot be reached now; nothing is known lost, and the host should
+    /// retry (ABORTED COMMAND, LOGICAL UNIT COMMUNICATION FAILURE or
+    /// TIME-OUT, never a medium error).
+    #[error("the storage cannot be reached: {0}")]
+    Unreachable(io::Error),
+    /// The storage has fenced this gateway off (Ceph blocklisted its
+    /// client): the LU stops serving until the operator opens it again.
+    #[error("fenced off by the storage: {0}")]
+    Fenced(String),
     /// An error at a known byte: the first byte that could not be read or
     /// written (the LU reports its LBA in the sense data).
     #[error("at byte {offset}: {source}")]
@@ -226,6 +236,45 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         let _ = (offset, len);
         None
     }
+
+    /// The backend's asynchronous interface, when it has one
+    /// ([`AsyncBackend`]); `None` (the default): the blocking calls.
+    fn aio(&self) -> Option<&dyn AsyncBackend> {
+        None
+    }
+
+    /// Waits until every operation submitted through [`BlockBackend::aio`]
+    /// has completed. The LU calls it (on a thread that may block) after
+    /// taking its write lock exclusively, so a COMPARE AND WRITE sees no
+    /// write still in flight. The default has nothing to wait for.
+    fn quiesce(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+}
+
+/// What an asynchronous backend operation resolves to.
+pub type IoFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, BackendError>> + Send>>;
+
+/// Submission without a thread, for a backend whose library completes I/O
+/// by callback (librbd): the emulated LU awaits these for READ, WRITE and
+/// SYNCHRONIZE CACHE instead of sending [`BlockBackend`]'s blocking calls
+/// to tokio's blocking pool, so a thousand commands in flight are a
+/// thousand small futures, not a thousand threads.
+///
+/// Each method submits the operation before it returns (the LU relies on
+/// that to order a write under its write lock); the future only waits for
+/// the completion. Dropping the future does not cancel the operation, and
+/// the backend keeps the buffers alive until the library is done with
+/// them.
+pub trait AsyncBackend: Send + Sync {
+    /// Reads `len` bytes at `offset`.
+    fn read(&self, offset: u64, len: usize) -> IoFuture<Bytes>;
+    /// Writes the slices, in order, at `offset`; with `fua` the data is
+    /// durable when the future resolves.
+    fn write(&self, offset: u64, data: Vec<Bytes>, fua: bool) -> IoFuture<()>;
+    /// Makes every write that completed before the call durable.
+    fn flush(&self) -> IoFuture<()>;
 }
 
 /// Writes zeroes over `buf` and returns it as initialised bytes.

@@ -67,7 +67,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_utils::CachePadded;
-use crossbeam_utils::sync::ShardedLock;
+use crossbeam_utils::sync::{ShardedLock, ShardedLockWriteGuard};
 
 use bytes::{Bytes, BytesMut};
 
@@ -371,6 +371,25 @@ fn backend_failed(e: &BackendError, write: bool, shift: u32) -> TaskResult {
         BackendError::ForeignBuffer => {
             return check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
         }
+        // The host retries these (as for a remote LU's lost transport).
+        BackendError::Unreachable(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            return check(
+                SenseKey::ABORTED_COMMAND,
+                asc::LOGICAL_UNIT_COMMUNICATION_TIME_OUT,
+            );
+        }
+        BackendError::Unreachable(_) => {
+            return check(
+                SenseKey::ABORTED_COMMAND,
+                asc::LOGICAL_UNIT_COMMUNICATION_FAILURE,
+            );
+        }
+        BackendError::Fenced(_) => {
+            return check(
+                SenseKey::NOT_READY,
+                asc::LOGICAL_UNIT_NOT_READY_MANUAL_INTERVENTION_REQUIRED,
+            );
+        }
         _ if write && e.is_out_of_space() => Sense::new(
             SenseKey::DATA_PROTECT,
             asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,
@@ -673,6 +692,12 @@ impl Inner {
         if e.is_out_of_space() || e.offset().is_some() || matches!(e, BackendError::ReadOnly) {
             return;
         }
+        // A storage cluster that did not answer in time failed the
+        // operation itself; without a write cache in this process no
+        // acknowledged write was waiting on it.
+        if matches!(e, BackendError::Unreachable(_)) && !self.backend.caps().volatile_cache {
+            return;
+        }
         if !self.flush_failed.swap(true, Ordering::AcqRel) {
             tracing::error!(
                 lu = %self.cfg.name,
@@ -680,6 +705,15 @@ impl Inner {
                 "flush failed: every later flush of this LU fails until it is opened again"
             );
         }
+    }
+
+    /// Takes the write lock exclusively and waits for every asynchronous
+    /// write submitted before it ([`BlockBackend::quiesce`]): until the
+    /// guard drops, nothing else writes the medium.
+    fn exclusive(&self) -> Result<ShardedLockWriteGuard<'_, ()>, BackendError> {
+        let g = self.write_lock.write().unwrap_or_else(|p| p.into_inner());
+        self.backend.quiesce()?;
+        Ok(g)
     }
 
     fn lock(&self) -> MutexGuard<'_, LuState> {

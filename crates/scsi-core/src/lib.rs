@@ -28,6 +28,8 @@ pub mod idmap;
 pub mod initiator;
 pub mod lu;
 pub mod pr;
+#[cfg(feature = "rbd")]
+pub mod rbd;
 pub mod remote;
 pub mod sense;
 pub mod stats;

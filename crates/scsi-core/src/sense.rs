@@ -188,6 +188,7 @@ pub mod asc {
     pub const NO_ADDITIONAL_SENSE: Asc = Asc(0x00, 0x00);
     pub const LOGICAL_UNIT_NOT_READY_CAUSE_NOT_REPORTABLE: Asc = Asc(0x04, 0x00);
     pub const LOGICAL_UNIT_NOT_READY_SANITIZE_IN_PROGRESS: Asc = Asc(0x04, 0x1b);
+    pub const LOGICAL_UNIT_NOT_READY_MANUAL_INTERVENTION_REQUIRED: Asc = Asc(0x04, 0x03);
     pub const LOGICAL_UNIT_COMMUNICATION_FAILURE: Asc = Asc(0x08, 0x00);
     pub const LOGICAL_UNIT_COMMUNICATION_TIME_OUT: Asc = Asc(0x08, 0x01);
     pub const WRITE_ERROR: Asc = Asc(0x0c, 0x00);

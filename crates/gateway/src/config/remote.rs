@@ -76,7 +76,7 @@ pub fn validate(lu: &LuConfig, backend: &Backend) -> Result<(), String> {
     let kind = match backend {
         Backend::Iscsi(_) => "an iscsi",
         Backend::Fc(_) => "an fc",
-        Backend::Memory | Backend::File(_) => return Ok(()),
+        Backend::Memory | Backend::File(_) | Backend::Rbd(_) => return Ok(()),
     };
     // What an emulated LU decides is the remote's: refused, not ignored.
     // `read_only` is the exception: the gateway enforces it (a read-only

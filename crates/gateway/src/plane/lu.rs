@@ -6,6 +6,8 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use unifab_scsi_core::backend::{BlockBackend, FileBackend, FileOptions, MemoryBackend};
 use unifab_scsi_core::emulated::{EmulatedLu, EmulatedLuConfig};
+#[cfg(feature = "rbd")]
+use unifab_scsi_core::rbd::{RbdBackend, RbdOptions};
 
 use crate::config::{Backend, LuConfig};
 
@@ -14,6 +16,8 @@ pub fn build_lu(
     lu: &LuConfig,
     data_dir: &std::path::Path,
 ) -> anyhow::Result<(Arc<EmulatedLu>, Arc<dyn BlockBackend>)> {
+    #[cfg(feature = "rbd")]
+    let mut rbd: Option<Arc<RbdBackend>> = None;
     let backend: Arc<dyn BlockBackend> = match lu.parsed_backend().map_err(anyhow::Error::msg)? {
         Backend::Memory => {
             let size = lu.size.map(|s| s.0).context("a memory LU needs a size")?;
@@ -36,6 +40,14 @@ pub fn build_lu(
             .with_context(|| format!("lu {:?}: opening {}", lu.name, path.display()))?;
             Arc::new(b)
         }
+        #[cfg(feature = "rbd")]
+        Backend::Rbd(spec) => {
+            let b = Arc::new(open_rbd(lu, &spec)?);
+            rbd = Some(b.clone());
+            b
+        }
+        #[cfg(not(feature = "rbd"))]
+        Backend::Rbd(_) => bail!("lu {:?}: this build has no rbd: backends", lu.name),
         Backend::Iscsi(_) => {
             bail!(
                 "lu {:?}: an iscsi:// LU is built by plane::remote::build_remote_lu",
@@ -61,9 +73,61 @@ pub fn build_lu(
         soft_threshold: lu.soft_threshold.map(|s| s.0),
         ..defaults
     };
-    let emulated = EmulatedLu::new(cfg, backend.clone())
-        .with_context(|| format!("lu {:?}: cannot build the logical unit", lu.name))?;
-    Ok((Arc::new(emulated), backend))
+    let emulated = Arc::new(
+        EmulatedLu::new(cfg, backend.clone())
+            .with_context(|| format!("lu {:?}: cannot build the logical unit", lu.name))?,
+    );
+    #[cfg(feature = "rbd")]
+    if let Some(rbd) = rbd {
+        watch_rbd_size(&emulated, &rbd)?;
+    }
+    Ok((emulated, backend))
+}
+
+/// Opens (or creates, with a size) the LU's RBD image.
+#[cfg(feature = "rbd")]
+fn open_rbd(lu: &LuConfig, spec: &str) -> anyhow::Result<RbdBackend> {
+    let mut opts = RbdOptions::parse(spec).map_err(anyhow::Error::msg)?;
+    opts.ceph_conf = lu.ceph_conf.clone();
+    if let Some(id) = &lu.ceph_id {
+        opts.ceph_id = id.clone();
+    }
+    if let Some(s) = lu.ceph_op_timeout {
+        opts.op_timeout = std::time::Duration::from_secs(s);
+    }
+    opts.size = lu.size.map(|s| s.0);
+    opts.read_only = lu.read_only;
+    let conf = opts.conf_path();
+    RbdBackend::open(opts)
+        .with_context(|| format!("lu {:?}: opening rbd:{spec} ({})", lu.name, conf.display()))
+}
+
+/// An RBD image resized by someone else (`rbd resize`) is a capacity
+/// change the hosts hear: librbd calls back when the image's header
+/// changes, and a short thread re-reads the size and raises CAPACITY DATA
+/// HAS CHANGED (the callback itself may not call back into librbd).
+#[cfg(feature = "rbd")]
+fn watch_rbd_size(lu: &Arc<EmulatedLu>, rbd: &Arc<RbdBackend>) -> anyhow::Result<()> {
+    let lu_w = Arc::downgrade(lu);
+    let be_w = Arc::downgrade(rbd);
+    rbd.watch(Box::new(move || {
+        let (lu_w, be_w) = (lu_w.clone(), be_w.clone());
+        let spawned = std::thread::Builder::new()
+            .name("rbd-resize".into())
+            .spawn(move || {
+                let (Some(lu), Some(rbd)) = (lu_w.upgrade(), be_w.upgrade()) else {
+                    return;
+                };
+                match rbd.refresh_size() {
+                    Ok(_) => lu.refresh_capacity(),
+                    Err(e) => tracing::warn!(error = %e, "rbd: re-reading the image size failed"),
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "rbd: cannot start the resize thread");
+        }
+    }))
+    .map_err(anyhow::Error::from)
 }
 
 fn sanitize(name: &str) -> String {

@@ -258,7 +258,11 @@ impl Inner {
                 if let Some(refused) = self.flush_refused() {
                     return refused;
                 }
-                match self.io(|me| me.backend.flush()).await {
+                let flushed = match self.backend.aio() {
+                    Some(aio) => Some(aio.flush().await),
+                    None => self.io(|me| me.backend.flush()).await,
+                };
+                match flushed {
                     Some(Ok(())) => TaskResult::good(),
                     Some(Err(e)) => {
                         self.note_flush_failure(&e);

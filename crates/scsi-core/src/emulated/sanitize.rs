@@ -138,7 +138,7 @@ impl Inner {
         let size = self.blocks() << self.shift;
         match job {
             SanitizeJob::Erase => {
-                let _g = self.write_lock.write().unwrap_or_else(|p| p.into_inner());
+                let _g = self.exclusive()?;
                 if self.thin {
                     self.backend.discard(0, size)?;
                 } else {

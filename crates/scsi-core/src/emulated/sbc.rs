@@ -58,6 +58,13 @@ impl Inner {
             return TaskResult::good();
         }
         let off = io.lba << self.shift;
+        if let Some(aio) = self.backend.aio() {
+            return match aio.read(off, len).await {
+                Ok(b) if b.len() == len => TaskResult::with_data(b),
+                Ok(_) => backend_failed(&BackendError::ForeignBuffer, false, self.shift),
+                Err(e) => backend_failed(&e, false, self.shift),
+            };
+        }
         if self.cfg.io_mode != IoMode::Blocking {
             match self.backend.read_shared(off, len) {
                 Some(Ok(b)) => return TaskResult::with_data(b),
@@ -150,12 +157,25 @@ impl Inner {
         }
         let data = first_bytes(std::mem::take(&mut task.data_out), n as usize);
         let off = io.lba << self.shift;
-        let res = self
-            .io(move |me| {
+        let aio = self.backend.aio().filter(|_| !exclusive && !verify);
+        let res = if let Some(aio) = aio {
+            // Submitted under the shared write lock, so an exclusive writer
+            // that takes it next finds this write in the backend's queue
+            // (and waits for it in `quiesce`).
+            let done = {
+                let _shared = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                aio.write(off, data, fua)
+            };
+            Some(done.await.map(|()| None))
+        } else {
+            self.io(move |me| {
                 let _shared =
                     (!exclusive).then(|| me.write_lock.read().unwrap_or_else(|p| p.into_inner()));
-                let _exclusive =
-                    exclusive.then(|| me.write_lock.write().unwrap_or_else(|p| p.into_inner()));
+                let _exclusive = if exclusive {
+                    Some(me.exclusive()?)
+                } else {
+                    None
+                };
                 me.backend.write_at(off, &data, fua)?;
                 if verify {
                     let mut back = vec![0u8; n as usize];
@@ -170,7 +190,8 @@ impl Inner {
                 }
                 Ok::<_, BackendError>(None)
             })
-            .await;
+            .await
+        };
         self.check_threshold(&task.nexus, n);
         match res {
             Some(Ok(None)) => result,
@@ -259,7 +280,7 @@ impl Inner {
         let off = io.lba << self.shift;
         let res = self
             .io(move |me| {
-                let _g = me.write_lock.write().unwrap_or_else(|p| p.into_inner());
+                let _g = me.exclusive()?;
                 let mut medium = vec![0u8; n];
                 me.backend.read_at(off, &mut medium)?;
                 for (m, d) in medium.iter_mut().zip(data.iter()) {
@@ -299,7 +320,7 @@ impl Inner {
         let off = io.lba << self.shift;
         let res = self
             .io(move |me| {
-                let _g = me.write_lock.write().unwrap_or_else(|p| p.into_inner());
+                let _g = me.exclusive()?;
                 let mut medium = vec![0u8; half];
                 me.backend.read_at(off, &mut medium)?;
                 if let Some(at) = medium.iter().zip(verify.iter()).position(|(a, b)| a != b) {

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# scripts/ceph.sh — a throwaway one-node Ceph cluster for tests and benchmarks.
+#
+#   bash scripts/ceph.sh up DIR     start it; prints the ceph.conf path last
+#   bash scripts/ceph.sh down DIR   stop it (DIR is left for the caller)
+#
+# Everything lives under DIR: ceph.conf, the keyring, the monitor's and the
+# OSD's data, admin sockets, logs and pid files. One ceph-mon on 127.0.0.1
+# (messenger v2 only, on a free port), one ceph-osd with the memstore object
+# store (data in RAM: fast, and gone with the process), pool "rbd" with one
+# replica, cephx on (client.admin's key is in DIR/keyring, which ceph.conf
+# names). No ceph-mgr: I/O does not need one.
+#
+# Every wait is bounded (UP_TIMEOUT seconds for the whole start, 60 by
+# default). `down` sends SIGTERM, then SIGKILL after 10 s, and waits until
+# each daemon is gone or a zombie (PID 1 may reap late here).
+#
+# Needs (Debian 12): ceph-mon ceph-osd ceph-common (scripts/setup.sh).
+set -euo pipefail
+
+die() { printf 'ceph.sh: %s\n' "$*" >&2; exit 1; }
+
+[[ $# -eq 2 ]] || die "usage: ceph.sh up|down DIR"
+cmd=$1
+dir=$(realpath -m "$2")
+UP_TIMEOUT=${UP_TIMEOUT:-60}
+
+# A daemon is gone when its pid no longer exists or is a zombie.
+alive() {
+    local st
+    st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ "$st" != Z ]]
+}
+
+stop() {
+    local pids=() f p
+    for f in "$dir"/run/*.pid; do
+        [[ -f "$f" ]] || continue
+        p=$(cat "$f" 2>/dev/null || true)
+        [[ -n "$p" ]] && alive "$p" && pids+=("$p")
+    done
+    [[ ${#pids[@]} -eq 0 ]] && return 0
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    local i
+    for i in $(seq 1 100); do
+        local left=0
+        for p in "${pids[@]}"; do alive "$p" && left=1; done
+        [[ $left -eq 0 ]] && return 0
+        [[ $i -eq 50 ]] && kill -KILL "${pids[@]}" 2>/dev/null || true
+        sleep 0.2
+    done
+    die "daemons still alive after 20 s: ${pids[*]}"
+}
+
+case "$cmd" in
+down)
+    stop
+    exit 0
+    ;;
+up) ;;
+*) die "usage: ceph.sh up|down DIR" ;;
+esac
+
+for b in ceph-mon ceph-osd ceph ceph-authtool monmaptool; do
+    command -v "$b" >/dev/null || die "$b not found: run scripts/setup.sh (Debian ceph-mon ceph-osd ceph-common)"
+done
+
+deadline=$((SECONDS + UP_TIMEOUT))
+mkdir -p "$dir"/{run,log,mon,osd0}
+stop
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+fsid=$(cat /proc/sys/kernel/random/uuid)
+conf=$dir/ceph.conf
+cat >"$conf" <<EOF
+[global]
+fsid = $fsid
+mon host = [v2:127.0.0.1:$port]
+ms bind msgr1 = false
+ms bind msgr2 = true
+public addr = 127.0.0.1
+keyring = $dir/keyring
+run dir = $dir/run
+admin socket = $dir/run/\$name.\$pid.asok
+log file = $dir/log/\$name.log
+pid file = $dir/run/\$name.pid
+auth cluster required = cephx
+auth service required = cephx
+auth client required = cephx
+osd pool default size = 1
+osd pool default min size = 1
+mon allow pool size one = true
+mon allow pool delete = true
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon warn on pool no redundancy = false
+rbd cache = false
+[mon]
+mon data = $dir/mon/\$id
+[osd]
+osd objectstore = memstore
+osd data = $dir/osd0
+memstore device bytes = ${MEMSTORE_BYTES:-4294967296}
+osd max object name len = 256
+osd max object namespace len = 64
+EOF
+
+q() { "$@" >>"$dir/log/setup.log" 2>&1 || die "failed: $* (see $dir/log/setup.log)"; }
+
+q ceph-authtool --create-keyring "$dir/keyring" --gen-key -n mon. --cap mon 'allow *'
+q ceph-authtool "$dir/keyring" --gen-key -n client.admin \
+    --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' --cap mds 'allow *'
+q monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monmap"
+q ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
+q ceph-mon -c "$conf" -i a
+
+c() { timeout 20 ceph -c "$conf" --connect-timeout 15 "$@"; }
+
+until c mon stat >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "the monitor did not answer within ${UP_TIMEOUT}s (log: $dir/log/mon.a.log)"
+    sleep 0.2
+done
+
+osd_uuid=$(cat /proc/sys/kernel/random/uuid)
+osd_key=$(ceph-authtool --gen-print-key)
+printf '{"cephx_secret": "%s"}\n' "$osd_key" >"$dir/osd0-secret.json"
+id=$(c osd new "$osd_uuid" -i "$dir/osd0-secret.json") || die "ceph osd new failed"
+[[ "$id" == 0 ]] || die "expected OSD id 0, got '$id'"
+q ceph-authtool --create-keyring "$dir/osd0/keyring" --name osd.0 --add-key "$osd_key"
+q ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" --keyring "$dir/osd0/keyring"
+q ceph-osd -c "$conf" -i 0 --keyring "$dir/osd0/keyring"
+
+until [[ "$(c osd dump --format json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(o["up"] for o in d["osds"]))' 2>/dev/null)" == 1 ]]; do
+    ((SECONDS < deadline)) || die "the OSD did not come up within ${UP_TIMEOUT}s (log: $dir/log/osd.0.log)"
+    sleep 0.2
+done
+
+q c osd pool create rbd 8 8
+q c osd pool set rbd size 1 --yes-i-really-mean-it
+q timeout 30 rbd -c "$conf" pool init rbd
+echo "$conf"

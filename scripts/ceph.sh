@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # scripts/ceph.sh — a throwaway one-node Ceph cluster for tests and benchmarks.
 #
-#   bash scripts/ceph.sh up DIR     start it; prints the ceph.conf path last
-#   bash scripts/ceph.sh down DIR   stop it (DIR is left for the caller)
+#   bash scripts/ceph.sh up DIR         start it; prints the ceph.conf path last
+#   bash scripts/ceph.sh down DIR       stop it (DIR is left for the caller)
+#   bash scripts/ceph.sh osd-kill DIR   SIGKILL the OSD (a failure, for tests)
+#   bash scripts/ceph.sh osd-start DIR  start the OSD again; waits until it is up
+#
+# OBJECTSTORE=bluestore keeps the OSD's data in a sparse file under DIR
+# (it then survives osd-kill); the default, memstore, keeps it in RAM.
 #
 # Everything lives under DIR: ceph.conf, the keyring, the monitor's and the
 # OSD's data, admin sockets, logs and pid files. One ceph-mon on 127.0.0.1
@@ -46,10 +51,29 @@ stop() {
         local left=0
         for p in "${pids[@]}"; do alive "$p" && left=1; done
         [[ $left -eq 0 ]] && return 0
-        [[ $i -eq 50 ]] && kill -KILL "${pids[@]}" 2>/dev/null || true
+        if [[ $i -eq 50 ]]; then kill -KILL "${pids[@]}" 2>/dev/null || true; fi
         sleep 0.2
     done
     die "daemons still alive after 20 s: ${pids[*]}"
+}
+
+conf=$dir/ceph.conf
+deadline=$((SECONDS + UP_TIMEOUT))
+
+c() { timeout 20 ceph -c "$conf" --connect-timeout 15 "$@"; }
+q() { "$@" >>"$dir/log/setup.log" 2>&1 || die "failed: $* (see $dir/log/setup.log)"; }
+
+start_osd() {
+    # A killed OSD can hold its pid file's lock for a moment after it shows
+    # as a zombie (its threads still exiting): retry until the deadline.
+    until ceph-osd -c "$conf" -i 0 --keyring "$dir/osd0/keyring" >>"$dir/log/setup.log" 2>&1; do
+        ((SECONDS < deadline)) || die "the OSD would not start within ${UP_TIMEOUT}s (see $dir/log/setup.log)"
+        sleep 0.2
+    done
+    until [[ "$(c osd dump --format json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(o["up"] for o in d["osds"]))' 2>/dev/null)" == 1 ]]; do
+        ((SECONDS < deadline)) || die "the OSD did not come up within ${UP_TIMEOUT}s (log: $dir/log/osd.0.log)"
+        sleep 0.2
+    done
 }
 
 case "$cmd" in
@@ -57,21 +81,49 @@ down)
     stop
     exit 0
     ;;
+osd-kill)
+    p=$(cat "$dir/run/osd.0.pid" 2>/dev/null) || die "no OSD pid file in $dir/run"
+    kill -KILL "$p" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+        alive "$p" || exit 0
+        sleep 0.1
+    done
+    die "the OSD (pid $p) did not die within 10 s"
+    ;;
+osd-start)
+    [[ -f "$conf" ]] || die "no cluster in $dir"
+    start_osd
+    exit 0
+    ;;
 up) ;;
-*) die "usage: ceph.sh up|down DIR" ;;
+*) die "usage: ceph.sh up|down|osd-kill|osd-start DIR" ;;
 esac
 
 for b in ceph-mon ceph-osd ceph ceph-authtool monmaptool; do
     command -v "$b" >/dev/null || die "$b not found: run scripts/setup.sh (Debian ceph-mon ceph-osd ceph-common)"
 done
 
-deadline=$((SECONDS + UP_TIMEOUT))
 mkdir -p "$dir"/{run,log,mon,osd0}
 stop
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 fsid=$(cat /proc/sys/kernel/random/uuid)
-conf=$dir/ceph.conf
+case "${OBJECTSTORE:-memstore}" in
+memstore)
+    store="osd objectstore = memstore
+memstore device bytes = ${MEMSTORE_BYTES:-4294967296}"
+    ;;
+bluestore)
+    store="osd objectstore = bluestore
+bluestore block path = $dir/osd0.block
+bluestore block create = true
+bluestore block size = ${BLUESTORE_BYTES:-8589934592}
+bluestore cache size = 134217728
+bluestore fsck on mkfs = false
+bluestore fsck on mount = false"
+    ;;
+*) die "OBJECTSTORE is memstore or bluestore" ;;
+esac
 cat >"$conf" <<EOF
 [global]
 fsid = $fsid
@@ -95,17 +147,18 @@ osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
 mon warn on pool no redundancy = false
 rbd cache = false
+# A gateway killed and restarted finds its old incarnation holding the
+# image's exclusive lock; librbd breaks it once the dead client's watch has
+# expired (30 s by default): 5 s keeps the tests' restarts quick.
+osd client watch timeout = 5
 [mon]
 mon data = $dir/mon/\$id
 [osd]
-osd objectstore = memstore
 osd data = $dir/osd0
-memstore device bytes = ${MEMSTORE_BYTES:-4294967296}
+$store
 osd max object name len = 256
 osd max object namespace len = 64
 EOF
-
-q() { "$@" >>"$dir/log/setup.log" 2>&1 || die "failed: $* (see $dir/log/setup.log)"; }
 
 q ceph-authtool --create-keyring "$dir/keyring" --gen-key -n mon. --cap mon 'allow *'
 q ceph-authtool "$dir/keyring" --gen-key -n client.admin \
@@ -113,8 +166,6 @@ q ceph-authtool "$dir/keyring" --gen-key -n client.admin \
 q monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monmap"
 q ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
 q ceph-mon -c "$conf" -i a
-
-c() { timeout 20 ceph -c "$conf" --connect-timeout 15 "$@"; }
 
 until c mon stat >/dev/null 2>&1; do
     ((SECONDS < deadline)) || die "the monitor did not answer within ${UP_TIMEOUT}s (log: $dir/log/mon.a.log)"
@@ -128,12 +179,7 @@ id=$(c osd new "$osd_uuid" -i "$dir/osd0-secret.json") || die "ceph osd new fail
 [[ "$id" == 0 ]] || die "expected OSD id 0, got '$id'"
 q ceph-authtool --create-keyring "$dir/osd0/keyring" --name osd.0 --add-key "$osd_key"
 q ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" --keyring "$dir/osd0/keyring"
-q ceph-osd -c "$conf" -i 0 --keyring "$dir/osd0/keyring"
-
-until [[ "$(c osd dump --format json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(o["up"] for o in d["osds"]))' 2>/dev/null)" == 1 ]]; do
-    ((SECONDS < deadline)) || die "the OSD did not come up within ${UP_TIMEOUT}s (log: $dir/log/osd.0.log)"
-    sleep 0.2
-done
+start_osd
 
 q c osd pool create rbd 8 8
 q c osd pool set rbd size 1 --yes-i-really-mean-it

@@ -22,6 +22,9 @@
 #   iproute2 iputils-ping                       netns/veth for the FCoE and FCIP tests; IP across
 #                                               the veth next to the XDP filter
 #   (shell linter)    the "shellcheck" package, used by test-all.sh
+#   ceph-mon ceph-osd ceph-common   a throwaway one-node Ceph cluster
+#                     (scripts/ceph.sh) for the rbd: backend's tests and bench
+#   librbd-dev librados-dev         librbd's C API, linked by the rbd feature
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
 # Usage: bash scripts/setup.sh
@@ -29,11 +32,13 @@
 # debootstrap chroot) apt takes ~25 s (125 packages, 182 MB) and building
 # cargo-deny ~4.5 min on 2 cores.
 set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 APT_PACKAGES=(
     libiscsi-bin tgt qemu-utils qemu-block-extra tshark fcoe-utils iperf3
     clang m4 libelf-dev pkg-config libpcap-dev shellcheck
     zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping ethtool
+    ceph-mon ceph-osd ceph-common librbd-dev librados-dev
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }
@@ -152,6 +157,18 @@ check "shellcheck --version" shellcheck --version
 check "pkg-config finds libpcap" pkg-config --exists libpcap
 check "pkg-config finds libelf" pkg-config --exists libelf
 check "tmpfs at /dev/shm" test -d /dev/shm -a -w /dev/shm
+check "qemu-img has the rbd driver" bash -c 'qemu-img --help | grep -qw rbd'
+check "librbd and librados to link" test -e /usr/lib/x86_64-linux-gnu/librbd.so -a -e /usr/lib/x86_64-linux-gnu/librados.so
+ceph_check() {
+    local d rc=0
+    d=$(mktemp -d)
+    bash "$here/ceph.sh" up "$d" >/dev/null \
+        && timeout 30 rbd -c "$d/ceph.conf" create rbd/setup-check --size 16M || rc=$?
+    bash "$here/ceph.sh" down "$d" || rc=$?
+    rm -rf "$d"
+    return "$rc"
+}
+check "a one-node Ceph cluster starts, makes an image, stops (scripts/ceph.sh)" ceph_check
 if ! python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 3260))' 2>/dev/null; then
     echo "  note: 127.0.0.1:3260 (unifab run's default portal) is taken by another process here" >&2
 fi

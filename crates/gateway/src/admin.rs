@@ -152,6 +152,38 @@ pub fn lu_families(
     v
 }
 
+/// The per-LU backend families (label `lu`), for LUs whose backend counts
+/// its operations (an RBD image): operations in flight, completed, and the
+/// time they took (`…_latency_microseconds` over `…_operations` is the
+/// mean latency; a float counter in seconds the encoder does not have).
+pub fn lu_backend_families(
+    lus: &[(String, unifab_scsi_core::backend::BackendIoStats)],
+) -> Vec<(Family, MetricType)> {
+    let mut in_flight = Family::new(
+        "unifab_lu_backend_in_flight",
+        "Backend operations submitted and not yet completed.",
+    );
+    let mut ops = Family::new(
+        "unifab_lu_backend_operations",
+        "Backend operations completed.",
+    );
+    let mut secs = Family::new(
+        "unifab_lu_backend_latency_microseconds",
+        "Time completed backend operations took, submission to completion, in microseconds.",
+    );
+    for (lu, t) in lus {
+        let l = || vec![("lu", lu.clone())];
+        in_flight = in_flight.with(l(), Value::Gauge(t.in_flight as i64));
+        ops = ops.with(l(), Value::Counter(t.completed));
+        secs = secs.with(l(), Value::Counter(t.latency_us_total));
+    }
+    vec![
+        metrics::gauge(in_flight),
+        metrics::counter(ops),
+        metrics::counter(secs),
+    ]
+}
+
 /// The interface families (`show interface`'s counters, all counters):
 /// fabric ports (`unifab_fabric_port_*`, label `port`), FCoE ports
 /// (`unifab_fcoe_port_*`, labels `interface` and `mode`) and FCIP circuits

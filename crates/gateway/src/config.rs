@@ -116,6 +116,16 @@ pub struct LuConfig {
     /// LOGICAL UNIT COMMUNICATION TIME-OUT); 0 waits for ever. Default 30.
     #[serde(default)]
     pub ceph_op_timeout: Option<u64>,
+    /// For an `rbd:` backend: hold the image's exclusive lock while the LU
+    /// is open, so a second gateway outside this one's cluster refuses to
+    /// open it (default true; ignored for a read-only LU).
+    #[serde(default)]
+    pub ceph_exclusive_lock: Option<bool>,
+    /// For an `rbd:` backend: seconds opening waits for another client's
+    /// exclusive lock before it fails (a dead gateway's is broken once its
+    /// watch expires); default 45.
+    #[serde(default)]
+    pub ceph_lock_timeout: Option<u64>,
     /// For an `iscsi://` backend: how the gateway reaches the remote LU
     /// (`[lu.iscsi]`).
     #[serde(default)]
@@ -596,6 +606,8 @@ impl Config {
                 ceph_conf: None,
                 ceph_id: None,
                 ceph_op_timeout: None,
+                ceph_exclusive_lock: None,
+                ceph_lock_timeout: None,
                 iscsi: None,
                 fc: None,
             }],
@@ -714,7 +726,7 @@ impl Config {
                 lu.ceph_conf.is_some() || lu.ceph_id.is_some() || lu.ceph_op_timeout.is_some();
             if ceph && !matches!(backend, Backend::Rbd(_)) {
                 return Err(format!(
-                    "lu {:?}: ceph_conf, ceph_id and ceph_op_timeout need an rbd: backend",
+                    "lu {:?}: the ceph_* keys need an rbd: backend",
                     lu.name
                 ));
             }

@@ -140,6 +140,19 @@ pub struct BackendCaps {
     pub read_only: bool,
 }
 
+/// Operations a backend has in flight and has completed, for operators
+/// (`unifab show luns`, `unifab_lu_backend_*` metrics); a backend that
+/// sends I/O over a network (RBD) keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BackendIoStats {
+    /// Operations submitted and not yet completed.
+    pub in_flight: u64,
+    /// Operations completed.
+    pub completed: u64,
+    /// Sum of their latencies (submission to completion), in microseconds.
+    pub latency_us_total: u64,
+}
+
 /// A run of equal allocation state starting at the queried offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AllocationRun {
@@ -237,6 +250,12 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Operations in flight and completed, with their latency, for a
+    /// backend that counts them; `None` (the default) otherwise.
+    fn io_stats(&self) -> Option<BackendIoStats> {
+        None
+    }
+
     /// The backend's asynchronous interface, when it has one
     /// ([`AsyncBackend`]); `None` (the default): the blocking calls.
     fn aio(&self) -> Option<&dyn AsyncBackend> {
@@ -275,6 +294,28 @@ pub trait AsyncBackend: Send + Sync {
     fn write(&self, offset: u64, data: Vec<Bytes>, fua: bool) -> IoFuture<()>;
     /// Makes every write that completed before the call durable.
     fn flush(&self) -> IoFuture<()>;
+    /// Deallocates a range (as [`BlockBackend::discard`]); `None` (the
+    /// default): the LU calls the blocking one.
+    fn discard(&self, offset: u64, len: u64) -> Option<IoFuture<()>> {
+        let _ = (offset, len);
+        None
+    }
+    /// COMPARE AND WRITE done by the storage itself, atomically against
+    /// every other writer of the medium (other gateways included): if the
+    /// bytes at `offset` equal `compare`, writes `write` there
+    /// (`Ok(None)`), else writes nothing (`Ok(Some(i))`, `i` the first
+    /// byte that differs). `None` (the default): the storage cannot do it
+    /// for this range, and the LU compares and writes under its own lock.
+    fn compare_and_write(
+        &self,
+        offset: u64,
+        compare: Bytes,
+        write: Bytes,
+        fua: bool,
+    ) -> Option<IoFuture<Option<u64>>> {
+        let _ = (offset, compare, write, fua);
+        None
+    }
 }
 
 /// Writes zeroes over `buf` and returns it as initialised bytes.

@@ -897,6 +897,7 @@ impl LogicalUnit for EmulatedLu {
             block_size: self.inner.bs as u32,
             blocks: self.inner.blocks(),
             write_protected: self.inner.write_protected.load(Ordering::Acquire),
+            backend_io: self.inner.backend.io_stats(),
         }
     }
 

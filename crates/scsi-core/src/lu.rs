@@ -96,6 +96,9 @@ pub struct LuDescription {
     /// Hosts see the LU as write-protected (`read_only`, a read-only
     /// medium, or SWP set in the Control mode page).
     pub write_protected: bool,
+    /// The backend's operations in flight and done, where it counts them
+    /// (an RBD image).
+    pub backend_io: Option<crate::backend::BackendIoStats>,
 }
 
 /// A task management function (SAM-5 §7.1).

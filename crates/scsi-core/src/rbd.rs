@@ -28,7 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::backend::{
-    AllocationRun, AsyncBackend, BackendCaps, BackendError, BlockBackend, IoFuture,
+    AllocationRun, AsyncBackend, BackendCaps, BackendError, BackendIoStats, BlockBackend, IoFuture,
 };
 
 #[cfg(unifab_rbd)]
@@ -59,6 +59,14 @@ pub struct RbdOptions {
     pub connect_timeout: Duration,
     /// Refuses writes.
     pub read_only: bool,
+    /// Holds the image's exclusive lock for as long as it is open
+    /// (`rbd_lock_acquire`): no other client writes it meanwhile, and a
+    /// second gateway that is not in one cluster with this one refuses to
+    /// open it instead of interleaving writes. A writable image only.
+    pub exclusive: bool,
+    /// How long opening waits for another client's exclusive lock (a dead
+    /// gateway's lock is broken once its watch expires).
+    pub lock_timeout: Duration,
 }
 
 impl RbdOptions {
@@ -82,6 +90,8 @@ impl RbdOptions {
             op_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             read_only: false,
+            exclusive: true,
+            lock_timeout: Duration::from_secs(45),
         })
     }
 
@@ -111,17 +121,6 @@ impl fmt::Debug for RbdBackend {
             .field("size", &self.size.load(Ordering::Relaxed))
             .finish()
     }
-}
-
-/// librbd's counters of one image, for operators.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RbdStats {
-    /// Asynchronous operations submitted and not yet completed.
-    pub in_flight: u64,
-    /// Operations completed.
-    pub completed: u64,
-    /// Sum of their latencies, in microseconds.
-    pub latency_us_total: u64,
 }
 
 impl RbdBackend {
@@ -169,18 +168,6 @@ impl RbdBackend {
     /// serves.
     pub fn is_fenced(&self) -> bool {
         self.fenced.load(Ordering::Acquire)
-    }
-
-    /// In-flight and completed operations and their latency.
-    pub fn stats(&self) -> RbdStats {
-        #[cfg(unifab_rbd)]
-        {
-            self.img.stats()
-        }
-        #[cfg(not(unifab_rbd))]
-        {
-            RbdStats::default()
-        }
     }
 
     /// Calls `f` (on librbd's thread: keep it short, and do not call back
@@ -259,6 +246,32 @@ impl AsyncBackend for RbdBackend {
             return ready(Err(e));
         }
         self.img.aio_flush()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Option<IoFuture<()>> {
+        if let Err(e) = self.check(offset, len, true) {
+            return Some(ready(Err(e)));
+        }
+        Some(self.img.aio_discard(offset, len))
+    }
+
+    /// `rbd_aio_compare_and_write`: atomic at the OSD, so against other
+    /// gateways on the image too. librbd refuses (EINVAL) a range that
+    /// spans two objects; the LU then does it under its own lock.
+    fn compare_and_write(
+        &self,
+        offset: u64,
+        compare: Bytes,
+        write: Bytes,
+        fua: bool,
+    ) -> Option<IoFuture<Option<u64>>> {
+        if compare.len() != write.len() {
+            return None;
+        }
+        if let Err(e) = self.check(offset, write.len() as u64, true) {
+            return Some(ready(Err(e)));
+        }
+        Some(self.img.aio_compare_and_write(offset, compare, write, fua))
     }
 }
 
@@ -385,6 +398,13 @@ impl BlockBackend for RbdBackend {
 
     fn aio(&self) -> Option<&dyn AsyncBackend> {
         Some(self)
+    }
+
+    fn io_stats(&self) -> Option<BackendIoStats> {
+        #[cfg(unifab_rbd)]
+        return Some(self.img.stats());
+        #[cfg(not(unifab_rbd))]
+        None
     }
 
     fn quiesce(&self) -> Result<(), BackendError> {

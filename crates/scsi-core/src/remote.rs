@@ -897,6 +897,7 @@ impl LogicalUnit for RemoteLu {
             block_size: self.inner.block_size.load(Ordering::Relaxed),
             blocks: self.inner.blocks.load(Ordering::Relaxed),
             write_protected: self.inner.cfg.read_only,
+            backend_io: None,
         }
     }
 

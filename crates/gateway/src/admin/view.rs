@@ -280,11 +280,15 @@ impl AdminView for View {
                     .iter()
                     .map(|(name, lu)| {
                         let d = lu.lu().describe();
+                        let io = d.backend_io;
                         serde_json::json!({
                             "name": name, "backend": d.backend, "block_size": d.block_size,
                             "blocks": d.blocks, "bytes": u64::from(d.block_size) * d.blocks,
                             "write_protected": d.write_protected,
                             "naa": lu.naa().map(|n| format!("{n:016x}")).unwrap_or_else(|| "remote".into()),
+                            "backend_in_flight": io.map(|s| s.in_flight),
+                            "backend_operations": io.map(|s| s.completed),
+                            "backend_latency_us": io.and_then(|s| s.latency_us_total.checked_div(s.completed)),
                         })
                     })
                     .collect();
@@ -337,6 +341,14 @@ impl AdminView for View {
             .filter_map(|(name, lu)| lu.lu().stats().map(|s| (name.clone(), s.snapshot())))
             .collect();
         families.extend(super::lu_families(&lus));
+        let backends: Vec<(String, unifab_scsi_core::backend::BackendIoStats)> = self
+            .luns
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(name, lu)| lu.lu().describe().backend_io.map(|s| (name.clone(), s)))
+            .collect();
+        families.extend(super::lu_backend_families(&backends));
         families.extend(super::interface_families(&self.interfaces()));
         families.extend(self.session_and_remote_families());
         if let Some(fc) = &self.fc {

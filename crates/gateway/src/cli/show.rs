@@ -51,7 +51,16 @@ pub async fn show(
             "digests",
             "commands",
         ],
-        "luns" => &["name", "backend", "block_size", "blocks", "bytes", "naa"],
+        "luns" => &[
+            "name",
+            "backend",
+            "block_size",
+            "blocks",
+            "bytes",
+            "naa",
+            "in flight",
+            "latency us",
+        ],
         "remotes" => &[
             "lu",
             "remote",
@@ -159,6 +168,10 @@ fn column_value(row: &Value, column: &str) -> Value {
     let text = |k: &str| row.get(k).and_then(Value::as_str);
     let made = match column {
         "for" => num("seconds").map(|s| format!("{s:.1} s")),
+        // A backend that counts its operations (RBD): in flight now, and
+        // the mean time one took.
+        "in flight" => num("backend_in_flight").map(|n| format!("{n:.0}")),
+        "latency us" => num("backend_latency_us").map(|n| format!("{n:.0}")),
         "uptime" => num("uptime_seconds").map(|s| format!("{s:.0}s")),
         "tx MB/s" => num("tx_mb_per_s").map(|x| format!("{x:.2}")),
         "rx MB/s" => num("rx_mb_per_s").map(|x| format!("{x:.2}")),

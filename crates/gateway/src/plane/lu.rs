@@ -95,6 +95,12 @@ fn open_rbd(lu: &LuConfig, spec: &str) -> anyhow::Result<RbdBackend> {
     if let Some(s) = lu.ceph_op_timeout {
         opts.op_timeout = std::time::Duration::from_secs(s);
     }
+    if let Some(x) = lu.ceph_exclusive_lock {
+        opts.exclusive = x;
+    }
+    if let Some(s) = lu.ceph_lock_timeout {
+        opts.lock_timeout = std::time::Duration::from_secs(s);
+    }
     opts.size = lu.size.map(|s| s.0);
     opts.read_only = lu.read_only;
     let conf = opts.conf_path();

@@ -6,6 +6,8 @@
     clippy::zombie_processes
 )]
 
+pub mod stable;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

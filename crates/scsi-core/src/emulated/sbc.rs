@@ -318,6 +318,27 @@ impl Inner {
         let write = gather(&task.data_out, half, half);
         let fua = io.fua || !self.wce.load(Ordering::Acquire);
         let off = io.lba << self.shift;
+        if let Some(aio) = self.backend.aio() {
+            let (v, w) = (Bytes::from(verify.clone()), Bytes::from(write.clone()));
+            if let Some(done) = aio.compare_and_write(off, v, w, fua) {
+                match done.await {
+                    Ok(None) => return TaskResult::good(),
+                    Ok(Some(at)) => {
+                        return TaskResult::check_condition(
+                            Sense::new(
+                                SenseKey::MISCOMPARE,
+                                asc::MISCOMPARE_DURING_VERIFY_OPERATION,
+                            )
+                            .with_information(at as u32),
+                        );
+                    }
+                    // The storage could not do it for this range after all
+                    // (librbd: one that spans two objects): under the lock.
+                    Err(BackendError::Io(e)) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                    Err(e) => return backend_failed(&e, true, self.shift),
+                }
+            }
+        }
         let res = self
             .io(move |me| {
                 let _g = me.exclusive()?;
@@ -485,6 +506,29 @@ impl Inner {
         }
         if ranges.is_empty() {
             return TaskResult::good();
+        }
+        if let Some(aio) = self.backend.aio() {
+            // Every range submitted under the shared write lock, then all
+            // awaited: the first error (if any) is the command's.
+            let pending: Option<Vec<_>> = {
+                let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                ranges
+                    .iter()
+                    .map(|&(off, len)| aio.discard(off, len))
+                    .collect()
+            };
+            if let Some(pending) = pending {
+                let mut first_err = None;
+                for p in pending {
+                    if let Err(e) = p.await {
+                        first_err.get_or_insert(e);
+                    }
+                }
+                return match first_err {
+                    None => TaskResult::good(),
+                    Some(e) => backend_failed(&e, true, self.shift),
+                };
+            }
         }
         let res = self
             .io(move |me| {

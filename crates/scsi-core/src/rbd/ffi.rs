@@ -18,6 +18,8 @@ pub type RbdUpdateCallbackT = Option<unsafe extern "C" fn(arg: *mut c_void)>;
 pub type DiffCallbackT =
     Option<unsafe extern "C" fn(off: u64, len: usize, exists: c_int, arg: *mut c_void) -> c_int>;
 
+/// `RBD_LOCK_MODE_EXCLUSIVE`.
+pub const RBD_LOCK_MODE_EXCLUSIVE: c_int = 0;
 /// No `LIBRADOS_OP_FLAG_*` hints.
 pub const OP_FLAG_NONE: c_int = 0;
 
@@ -95,6 +97,7 @@ unsafe extern "C" {
         arg: *mut c_void,
     ) -> c_int;
     pub fn rbd_update_unwatch(image: RbdImageT, handle: u64) -> c_int;
+    pub fn rbd_lock_acquire(image: RbdImageT, lock_mode: c_int) -> c_int;
 
     pub fn rbd_aio_create_completion(
         cb_arg: *mut c_void,
@@ -119,4 +122,15 @@ unsafe extern "C" {
         c: RbdCompletionT,
     ) -> c_int;
     pub fn rbd_aio_flush(image: RbdImageT, c: RbdCompletionT) -> c_int;
+    pub fn rbd_aio_discard(image: RbdImageT, off: u64, len: u64, c: RbdCompletionT) -> c_int;
+    pub fn rbd_aio_compare_and_write(
+        image: RbdImageT,
+        off: u64,
+        len: usize,
+        cmp_buf: *const c_char,
+        buf: *const c_char,
+        c: RbdCompletionT,
+        mismatch_off: *mut u64,
+        op_flags: c_int,
+    ) -> isize;
 }

@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 
+use super::RbdOptions;
 use super::ffi::*;
-use super::{RbdOptions, RbdStats};
-use crate::backend::{AllocationRun, BackendError, IoFuture};
+use crate::backend::{AllocationRun, BackendError, BackendIoStats, IoFuture};
 
 /// Ceph's `EBLOCKLISTED` (`ESHUTDOWN` on Linux): the cluster has
 /// blocklisted this client.
@@ -181,7 +181,46 @@ impl Image {
                 fail("opening the image", r)
             });
         }
+        if opts.exclusive && !opts.read_only {
+            img.lock(opts)?;
+        }
         Ok(img)
+    }
+
+    /// Takes the image's exclusive lock, waiting up to `lock_timeout` for
+    /// another client to give it up: librbd breaks a dead client's lock
+    /// (and blocklists it) once that client's watch has expired; a live
+    /// one keeps it, and opening fails naming the image.
+    fn lock(&self, opts: &RbdOptions) -> Result<(), BackendError> {
+        let deadline = Instant::now() + opts.lock_timeout;
+        let mut logged = false;
+        loop {
+            // SAFETY: an open image.
+            let r = unsafe { rbd_lock_acquire(self.image, RBD_LOCK_MODE_EXCLUSIVE) };
+            if r == 0 {
+                return Ok(());
+            }
+            let busy = r == -libc::EROFS || r == -libc::EBUSY || r == -libc::EAGAIN;
+            if !busy || Instant::now() >= deadline {
+                return Err(BackendError::Io(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "rbd {}: another client holds the image's exclusive lock ({}); \
+                         is another gateway serving it?",
+                        self.name,
+                        os_error(r as isize)
+                    ),
+                )));
+            }
+            if !logged {
+                tracing::warn!(
+                    image = %self.name,
+                    "another client holds the image's exclusive lock: waiting for it (a dead client's lock is broken when its watch expires)"
+                );
+                logged = true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
     }
 
     /// Maps a librbd error: fencing, an unreachable cluster, or an I/O
@@ -385,9 +424,9 @@ impl Image {
         Ok(())
     }
 
-    pub(super) fn stats(&self) -> RbdStats {
+    pub(super) fn stats(&self) -> BackendIoStats {
         let c = &self.counters;
-        RbdStats {
+        BackendIoStats {
             in_flight: c.in_flight.load(Ordering::Relaxed),
             completed: c.completed.load(Ordering::Relaxed),
             latency_us_total: c.latency_us.load(Ordering::Relaxed),
@@ -505,6 +544,67 @@ impl Image {
         })
     }
 
+    pub(super) fn aio_compare_and_write(
+        self: &Arc<Self>,
+        offset: u64,
+        compare: Bytes,
+        write: Bytes,
+        fua: bool,
+    ) -> IoFuture<Option<u64>> {
+        let len = write.len();
+        let mut mismatch = Box::new(u64::MAX);
+        let (cmp, buf, at) = (
+            compare.as_ptr().cast::<c_char>(),
+            write.as_ptr().cast::<c_char>(),
+            &mut *mismatch as *mut u64,
+        );
+        let image = self.image;
+        // SAFETY: both buffers and the mismatch word move into the
+        // operation (heap allocations that do not move) and live until
+        // librbd completes it.
+        let wait = self.submit(Keep::Compare(compare, write, mismatch), |c| unsafe {
+            rbd_aio_compare_and_write(image, offset, len, cmp, buf, c, at, OP_FLAG_NONE) as c_int
+        });
+        let me = self.clone();
+        Box::pin(async move {
+            let (r, keep) = wait?.await;
+            if r == -(libc::EILSEQ as isize) {
+                let Keep::Compare(_, _, at) = keep else {
+                    return Err(BackendError::ForeignBuffer);
+                };
+                // librbd gives the first differing byte as an image offset;
+                // relative to the range is what SBC reports.
+                let at = *at;
+                let rel = if (offset..offset + len as u64).contains(&at) {
+                    at - offset
+                } else if at < len as u64 {
+                    at
+                } else {
+                    0
+                };
+                return Ok(Some(rel));
+            }
+            me.ok(r)?;
+            if fua {
+                me.aio_flush().await?;
+            }
+            Ok(None)
+        })
+    }
+
+    pub(super) fn aio_discard(self: &Arc<Self>, offset: u64, len: u64) -> IoFuture<()> {
+        let image = self.image;
+        // SAFETY: an open image; no buffer.
+        let wait = self.submit(Keep::None, |c| unsafe {
+            rbd_aio_discard(image, offset, len, c)
+        });
+        let me = self.clone();
+        Box::pin(async move {
+            let (r, _) = wait?.await;
+            me.ok(r)
+        })
+    }
+
     pub(super) fn aio_flush(self: &Arc<Self>) -> IoFuture<()> {
         let image = self.image;
         // SAFETY: an open image.
@@ -556,6 +656,13 @@ enum Keep {
     Write(
         #[allow(dead_code)] Vec<Bytes>,
         #[allow(dead_code)] Vec<libc::iovec>,
+    ),
+    /// COMPARE AND WRITE's two buffers and the word librbd writes the
+    /// first differing offset into.
+    Compare(
+        #[allow(dead_code)] Bytes,
+        #[allow(dead_code)] Bytes,
+        Box<u64>,
     ),
 }
 

@@ -30,6 +30,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod ceph;
 mod iscsi_test_cu;
 mod net;
 mod process;
@@ -41,6 +42,7 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+pub use ceph::{Ceph, ObjectStore};
 pub use iscsi_test_cu::{
     IscsiTestCu, Outcome, ParsedConsole, RunSummary, SuiteResult, TestResult, list_tests,
     parse_console, suites_except,

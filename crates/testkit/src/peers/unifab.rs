@@ -75,6 +75,8 @@ pub fn unifab_bin() -> Result<PathBuf, PeerError> {
 enum Backend {
     File(PathBuf),
     Memory,
+    /// `rbd:POOL/IMAGE` on the cluster of a ceph.conf.
+    Rbd(String, PathBuf),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +125,19 @@ impl UnifabBuilder {
         self.lus.push(LuSpec {
             name,
             backend: Backend::Memory,
+            size,
+            settings: Vec::new(),
+        });
+        self
+    }
+
+    /// Adds an RBD image `POOL/IMAGE` of `size` bytes (created if missing)
+    /// on the cluster `ceph_conf` describes.
+    pub fn rbd_lu(mut self, spec: &str, ceph_conf: impl Into<PathBuf>, size: u64) -> Self {
+        let name = format!("lu{}", self.lus.len());
+        self.lus.push(LuSpec {
+            name,
+            backend: Backend::Rbd(spec.to_owned(), ceph_conf.into()),
             size,
             settings: Vec::new(),
         });
@@ -181,6 +196,7 @@ impl UnifabBuilder {
             let backend = match &lu.backend {
                 Backend::File(path) => format!("file:{}", path.display()),
                 Backend::Memory => "memory".to_owned(),
+                Backend::Rbd(spec, _) => format!("rbd:{spec}"),
             };
             out.push_str(&format!(
                 "[[lu]]\nname = {}\nbackend = {}\nsize = {}\n",
@@ -188,6 +204,12 @@ impl UnifabBuilder {
                 toml_string(&backend),
                 toml_string(&size_string(lu.size)),
             ));
+            if let Backend::Rbd(_, conf) = &lu.backend {
+                out.push_str(&format!(
+                    "ceph_conf = {}\n",
+                    toml_string(&conf.display().to_string())
+                ));
+            }
             for (key, value) in &lu.settings {
                 out.push_str(&format!("{key} = {value}\n"));
             }

@@ -1,0 +1,442 @@
+//! The `rbd:` backend against a real one-node Ceph cluster
+//! (`scripts/ceph.sh`, started per test and stopped on drop): libiscsi's
+//! suite passes what it passes on a file LU, acknowledged stable writes
+//! survive SIGKILL, a killed OSD gives the host retryable errors and no
+//! corruption, an image resized underneath raises CAPACITY DATA HAS
+//! CHANGED, and a blocklisted gateway fences the LU.
+//!
+//! Needs Debian ceph-mon, ceph-osd, ceph-common and a build with librbd
+//! (`bash scripts/setup.sh`); without them each test fails and says why.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::Gateway;
+use common::stable::{BS, apply, survive_sigkill};
+use rand::{Rng, RngExt, SeedableRng};
+use unifab_scsi_core::sense::asc;
+use unifab_scsi_core::{Sense, SenseKey};
+use unifab_testkit::peers::{
+    Ceph, IscsiTestCu, ObjectStore, Outcome, PassList, Unifab, conformance_dir,
+};
+use unifab_testkit::raw_iscsi::{CommandResult, RawOptions, RawSession};
+
+const CHECK_CONDITION: u8 = 0x02;
+
+/// A gateway config serving `rbd:rbd/IMAGE` over iSCSI on an ephemeral port.
+fn rbd_config(dir: &Path, conf: &Path, image: &str, size: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "rbd:rbd/{image}"
+size = "{size}"
+ceph_conf = "{conf}"
+{extra}
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:rbd"
+luns = ["disk"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{dir}/state"
+"#,
+        conf = conf.display(),
+        dir = dir.display()
+    )
+}
+
+fn cluster(store: ObjectStore) -> Ceph {
+    Ceph::start(store).unwrap_or_else(|e| panic!("the test Ceph cluster did not start: {e}"))
+}
+
+fn session(gw: &Gateway) -> RawSession {
+    let opts = RawOptions {
+        timeout: Duration::from_secs(60),
+        ..RawOptions::default()
+    };
+    RawSession::login(gw.addr, &gw.iqn, &opts).unwrap()
+}
+
+fn sense(r: &CommandResult) -> Sense {
+    assert_eq!(r.status, CHECK_CONDITION, "{r:?}");
+    Sense::parse(&r.sense).expect("fixed or descriptor sense")
+}
+
+/// The file LU's pass list, less what RBD cannot do
+/// (`conformance/unifab-rbd.except`: one test per line with the reason),
+/// is in the RBD LU's list, and the RBD run passes its list.
+#[test]
+fn the_rbd_lu_passes_what_the_file_lu_passes() {
+    let ceph = cluster(ObjectStore::Memstore);
+    let gw = Unifab::builder()
+        .rbd_lu("rbd/conformance", ceph.conf(), 1 << 30)
+        .start()
+        .expect("unifab starts");
+    let result = IscsiTestCu::new(gw.url()).run().expect("suite runs");
+    result.record("unifab-rbd").expect("record the run");
+    assert!(
+        result.is_complete(),
+        "the suite did not reach its end ({}):\n{}",
+        result.status,
+        result.stderr_tail
+    );
+    let failed: Vec<&str> = result
+        .tests
+        .iter()
+        .filter(|t| t.outcome == Outcome::Failed)
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "tests FAILED against the rbd LU: {failed:?}\n{}",
+        result.to_table()
+    );
+    let file = PassList::load(conformance_dir().join("unifab.pass")).expect("pass list");
+    let rbd = PassList::load(conformance_dir().join("unifab-rbd.pass")).expect("pass list");
+    let except = std::fs::read_to_string(conformance_dir().join("unifab-rbd.except"))
+        .expect("conformance/unifab-rbd.except");
+    let excepted: BTreeSet<String> = except
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+        .collect();
+    let behind: Vec<&String> = file
+        .names
+        .iter()
+        .filter(|t| !rbd.names.contains(*t) && !excepted.contains(*t))
+        .collect();
+    assert!(
+        behind.is_empty(),
+        "unifab-rbd.pass lacks tests the file LU passes (pass them, or name each with its reason in unifab-rbd.except): {behind:?}"
+    );
+    match rbd.check(&result) {
+        Ok(report) => println!("{report}"),
+        Err(f) => panic!("{f}"),
+    }
+}
+
+#[test]
+fn acknowledged_stable_writes_on_rbd_survive_sigkill() {
+    let ceph = cluster(ObjectStore::Memstore);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = rbd_config(dir.path(), &ceph.conf(), "durable", "64MiB", "");
+    survive_sigkill(
+        Gateway::start(dir.path(), &cfg),
+        25,
+        (64 << 20) / u64::from(BS),
+    );
+}
+
+/// Sends `write` until it is GOOD, at most `limit`; each failure on the
+/// way must be one a host retries (ABORTED COMMAND, LOGICAL UNIT
+/// COMMUNICATION FAILURE or TIME-OUT), never a medium error.
+fn until_good(
+    s: &mut RawSession,
+    limit: Duration,
+    mut cmd: impl FnMut(&mut RawSession) -> CommandResult,
+) -> u32 {
+    let deadline = Instant::now() + limit;
+    let mut retryable = 0;
+    loop {
+        let r = cmd(s);
+        if r.status == 0 {
+            return retryable;
+        }
+        let sn = sense(&r);
+        assert!(
+            sn.key == SenseKey::ABORTED_COMMAND
+                && (sn.asc == asc::LOGICAL_UNIT_COMMUNICATION_TIME_OUT
+                    || sn.asc == asc::LOGICAL_UNIT_COMMUNICATION_FAILURE),
+            "not a retryable error while the OSD is away: {sn:?}"
+        );
+        retryable += 1;
+        assert!(
+            Instant::now() < deadline,
+            "I/O did not resume within {limit:?} after the OSD came back"
+        );
+    }
+}
+
+#[test]
+fn a_killed_osd_gives_retryable_errors_and_io_resumes_without_corruption() {
+    let ceph = cluster(ObjectStore::Bluestore);
+    let dir = tempfile::tempdir().unwrap();
+    // Operations fail after 3 s without an OSD, so the host sees errors
+    // rather than a stall.
+    let cfg = rbd_config(
+        dir.path(),
+        &ceph.conf(),
+        "osdkill",
+        "64MiB",
+        "ceph_op_timeout = 3",
+    );
+    let gw = Gateway::start(dir.path(), &cfg);
+    let mut s = session(&gw);
+    let seed: u64 = rand::rng().random();
+    eprintln!("osd-kill seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let blocks = (64u64 << 20) / u64::from(BS);
+    // Acknowledged FUA writes in the first half of the LU.
+    let mut expected = Vec::new();
+    for _ in 0..32 {
+        let n = rng.random_range(1..=64u32);
+        let lba = rng.random_range(0..blocks / 2 - u64::from(n));
+        let mut data = vec![0u8; (n * BS) as usize];
+        rng.fill_bytes(&mut data);
+        let r = s.write16(lba, &data, BS, true).unwrap();
+        assert_eq!(r.status, 0, "write before the OSD died");
+        apply(&mut expected, lba, data);
+    }
+
+    ceph.kill_osd().expect("kill the OSD");
+    // While it is away, a read and a write each fail, retryably. The write
+    // goes to the second half, which the model does not cover: a host may
+    // not assume anything of a write that failed.
+    let r = s.read16(0, 8, BS).unwrap();
+    let sn = sense(&r);
+    assert_eq!(
+        sn.key,
+        SenseKey::ABORTED_COMMAND,
+        "read with the OSD dead: {sn:?}"
+    );
+    let probe = vec![0xa5u8; 16 * BS as usize];
+    let late_lba = blocks / 2 + 100;
+    let r = s.write16(late_lba, &probe, BS, true).unwrap();
+    let sn = sense(&r);
+    assert_eq!(
+        sn.key,
+        SenseKey::ABORTED_COMMAND,
+        "write with the OSD dead: {sn:?}"
+    );
+
+    ceph.start_osd().expect("restart the OSD");
+    // The host retries the failed write; it succeeds once the OSD is back.
+    until_good(&mut s, Duration::from_secs(90), |s| {
+        s.write16(late_lba, &probe, BS, true).unwrap()
+    });
+    apply(&mut expected, late_lba, probe);
+    // Nothing acknowledged was lost or changed; the session lived through it.
+    for (lba, data) in &expected {
+        let r = s.read16(*lba, data.len() as u32 / BS, BS).unwrap();
+        assert_eq!(r.status, 0, "read of LBA {lba} after the OSD came back");
+        assert!(r.data == *data, "LBA {lba} changed across the OSD's death");
+    }
+}
+
+fn read_capacity16(s: &mut RawSession) -> CommandResult {
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x9e;
+    cdb[1] = 0x10;
+    cdb[13] = 32;
+    s.command(&cdb, &[], 32).unwrap()
+}
+
+#[test]
+fn an_image_resized_underneath_raises_capacity_data_has_changed() {
+    let ceph = cluster(ObjectStore::Memstore);
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = unifab_testkit::peers::free_tcp_port().unwrap();
+    let admin = format!("127.0.0.1:{admin_port}");
+    let cfg = rbd_config(dir.path(), &ceph.conf(), "grows", "64MiB", "").replace(
+        "listen = \"127.0.0.1:0\"\ndata_dir",
+        &format!("listen = \"{admin}\"\ndata_dir"),
+    );
+    assert!(cfg.contains(&admin));
+    let gw = Gateway::start(dir.path(), &cfg);
+    let mut s = session(&gw);
+    s.clear_unit_attentions().unwrap();
+    let r = read_capacity16(&mut s);
+    assert_eq!(r.status, 0);
+    let last = u64::from_be_bytes(r.data[..8].try_into().unwrap());
+    assert_eq!(last + 1, (64 << 20) / u64::from(BS));
+
+    ceph.rbd(&["resize", "--size", "128M", "rbd/grows"])
+        .expect("rbd resize");
+    // librbd calls back when the header changes; the host hears it on its
+    // next command.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = s.command(&[0, 0, 0, 0, 0, 0], &[], 0).unwrap();
+        if r.status == CHECK_CONDITION {
+            let sn = sense(&r);
+            assert_eq!(
+                (sn.key, sn.asc),
+                (SenseKey::UNIT_ATTENTION, asc::CAPACITY_DATA_HAS_CHANGED)
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no CAPACITY DATA HAS CHANGED within 30 s of the resize"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = read_capacity16(&mut s);
+    assert_eq!(r.status, 0);
+    let last = u64::from_be_bytes(r.data[..8].try_into().unwrap());
+    assert_eq!(last + 1, (128 << 20) / u64::from(BS));
+    // The new blocks work.
+    let data = vec![0x5au8; 8 * BS as usize];
+    assert_eq!(s.write16(last - 7, &data, BS, true).unwrap().status, 0);
+    assert_eq!(s.read16(last - 7, 8, BS).unwrap().data, data);
+
+    // The operations librbd did show: in `unifab show luns` and /metrics.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args(["show", "luns", "--json", "--admin", &admin])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &rows[0];
+    assert_eq!(row["backend"], "rbd:rbd/grows");
+    // At least the write (and its flush) and the read just done.
+    assert!(row["backend_operations"].as_u64().unwrap() >= 3, "{row}");
+    assert_eq!(row["backend_in_flight"].as_u64(), Some(0), "{row}");
+    assert!(row["backend_latency_us"].as_u64().unwrap() > 0, "{row}");
+    let mut c = std::net::TcpStream::connect(&admin).unwrap();
+    std::io::Write::write_all(
+        &mut c,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut c, &mut text).unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+    };
+    assert!(value("unifab_lu_backend_operations_total{lu=\"disk\"}") >= 3.0);
+    assert_eq!(value("unifab_lu_backend_in_flight{lu=\"disk\"}"), 0.0);
+    assert!(value("unifab_lu_backend_latency_microseconds_total{lu=\"disk\"}") > 0.0);
+}
+
+#[test]
+fn a_blocklisted_gateway_fences_the_lu() {
+    let ceph = cluster(ObjectStore::Memstore);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = rbd_config(dir.path(), &ceph.conf(), "fenced", "64MiB", "");
+    let gw = Gateway::start(dir.path(), &cfg);
+    let mut s = session(&gw);
+    s.clear_unit_attentions().unwrap();
+    let data = vec![0x11u8; 8 * BS as usize];
+    assert_eq!(s.write16(0, &data, BS, true).unwrap().status, 0);
+
+    // The gateway's librados client is the image's watcher.
+    let status = ceph.rbd(&["status", "rbd/fenced"]).expect("rbd status");
+    let addr = status
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("watcher="))
+        .and_then(|w| w.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no watcher in `rbd status`: {status}"))
+        .to_owned();
+    ceph.ceph(&["osd", "blocklist", "add", &addr])
+        .expect("ceph osd blocklist add");
+
+    // The next write meets the blocklist: NOT READY, MANUAL INTERVENTION
+    // REQUIRED; so does everything after it, reads included, even once the
+    // blocklist entry is gone: a fenced LU stays fenced until reopened.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = s.write16(8, &data, BS, true).unwrap();
+        if r.status == CHECK_CONDITION {
+            let sn = sense(&r);
+            if sn.key == SenseKey::NOT_READY {
+                assert_eq!(
+                    sn.asc,
+                    asc::LOGICAL_UNIT_NOT_READY_MANUAL_INTERVENTION_REQUIRED
+                );
+                break;
+            }
+            assert_eq!(
+                sn.key,
+                SenseKey::ABORTED_COMMAND,
+                "a blocklisted write failed otherwise: {sn:?}"
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "writes still succeed 60 s after the blocklist"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ceph.ceph(&["osd", "blocklist", "rm", &addr])
+        .expect("ceph osd blocklist rm");
+    let r = s.read16(0, 8, BS).unwrap();
+    let sn = sense(&r);
+    assert_eq!(
+        (sn.key, sn.asc),
+        (
+            SenseKey::NOT_READY,
+            asc::LOGICAL_UNIT_NOT_READY_MANUAL_INTERVENTION_REQUIRED
+        ),
+        "a fenced LU served a read"
+    );
+}
+
+#[test]
+fn a_second_gateway_refuses_an_image_another_holds() {
+    let ceph = cluster(ObjectStore::Memstore);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = rbd_config(dir.path(), &ceph.conf(), "held", "64MiB", "");
+    let gw = Gateway::start(dir.path(), &cfg);
+    let mut s = session(&gw);
+    s.clear_unit_attentions().unwrap();
+    let data = vec![0x22u8; 8 * BS as usize];
+    assert_eq!(s.write16(0, &data, BS, true).unwrap().status, 0);
+
+    // A second gateway on the same image waits 3 s for the lock, then
+    // refuses to start, naming the image.
+    let dir2 = tempfile::tempdir().unwrap();
+    let cfg2 = rbd_config(
+        dir2.path(),
+        &ceph.conf(),
+        "held",
+        "64MiB",
+        "ceph_lock_timeout = 3",
+    );
+    let path = dir2.path().join("unifab.toml");
+    std::fs::write(&path, cfg2).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the second gateway still runs 60 s later: it took a held image");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "the second gateway started");
+    assert!(
+        err.contains("exclusive lock") && err.contains("rbd/held"),
+        "the refusal does not name the lock and the image: {err}"
+    );
+    // The first gateway still serves, its data intact.
+    assert_eq!(s.read16(0, 8, BS).unwrap().data, data);
+    assert_eq!(s.write16(8, &data, BS, true).unwrap().status, 0);
+}

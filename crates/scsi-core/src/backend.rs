@@ -294,6 +294,14 @@ pub trait AsyncBackend: Send + Sync {
     fn write(&self, offset: u64, data: Vec<Bytes>, fua: bool) -> IoFuture<()>;
     /// Makes every write that completed before the call durable.
     fn flush(&self) -> IoFuture<()>;
+    /// Writes `pattern` (one logical block) over `offset..offset + len`
+    /// (a whole number of blocks): WRITE SAME by the storage itself, the
+    /// block sent once rather than `len` bytes. `None` (the default): the
+    /// LU writes the blocks itself.
+    fn write_same(&self, offset: u64, len: u64, pattern: Bytes) -> Option<IoFuture<()>> {
+        let _ = (offset, len, pattern);
+        None
+    }
     /// Deallocates a range (as [`BlockBackend::discard`]); `None` (the
     /// default): the LU calls the blocking one.
     fn discard(&self, offset: u64, len: u64) -> Option<IoFuture<()>> {

@@ -248,6 +248,18 @@ impl AsyncBackend for RbdBackend {
         self.img.aio_flush()
     }
 
+    /// `rbd_aio_writesame`: the OSDs replicate the block.
+    fn write_same(&self, offset: u64, len: u64, pattern: Bytes) -> Option<IoFuture<()>> {
+        if pattern.is_empty() || len % pattern.len() as u64 != 0 {
+            return None;
+        }
+        let len = usize::try_from(len).ok()?;
+        if let Err(e) = self.check(offset, len as u64, true) {
+            return Some(ready(Err(e)));
+        }
+        Some(self.img.aio_write_same(offset, len, pattern))
+    }
+
     fn discard(&self, offset: u64, len: u64) -> Option<IoFuture<()>> {
         if let Err(e) = self.check(offset, len, true) {
             return Some(ready(Err(e)));

@@ -421,6 +421,25 @@ impl Inner {
         let fua = !self.wce.load(Ordering::Acquire);
         let off = lba << self.shift;
         let len = count << self.shift;
+        if !unmap
+            && !zero
+            && let Some(aio) = self.backend.aio()
+        {
+            let submitted = {
+                let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                aio.write_same(off, len, Bytes::from(pattern.clone()))
+            };
+            if let Some(done) = submitted {
+                let mut res = done.await;
+                if res.is_ok() && fua {
+                    res = aio.flush().await;
+                }
+                return match res {
+                    Ok(()) => TaskResult::good(),
+                    Err(e) => backend_failed(&e, true, self.shift),
+                };
+            }
+        }
         let res = self
             .io(move |me| {
                 let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());

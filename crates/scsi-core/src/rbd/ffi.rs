@@ -123,6 +123,15 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn rbd_aio_flush(image: RbdImageT, c: RbdCompletionT) -> c_int;
     pub fn rbd_aio_discard(image: RbdImageT, off: u64, len: u64, c: RbdCompletionT) -> c_int;
+    pub fn rbd_aio_writesame(
+        image: RbdImageT,
+        off: u64,
+        len: usize,
+        buf: *const c_char,
+        data_len: usize,
+        c: RbdCompletionT,
+        op_flags: c_int,
+    ) -> c_int;
     pub fn rbd_aio_compare_and_write(
         image: RbdImageT,
         off: u64,

@@ -592,6 +592,26 @@ impl Image {
         })
     }
 
+    pub(super) fn aio_write_same(
+        self: &Arc<Self>,
+        offset: u64,
+        len: usize,
+        pattern: Bytes,
+    ) -> IoFuture<()> {
+        let (at, n) = (pattern.as_ptr().cast::<c_char>(), pattern.len());
+        let image = self.image;
+        // SAFETY: the pattern moves into the operation (its heap bytes do
+        // not move) and lives until librbd completes it.
+        let wait = self.submit(Keep::Pattern(pattern), |c| unsafe {
+            rbd_aio_writesame(image, offset, len, at, n, c, OP_FLAG_NONE)
+        });
+        let me = self.clone();
+        Box::pin(async move {
+            let (r, _) = wait?.await;
+            me.ok(r)
+        })
+    }
+
     pub(super) fn aio_discard(self: &Arc<Self>, offset: u64, len: u64) -> IoFuture<()> {
         let image = self.image;
         // SAFETY: an open image; no buffer.
@@ -657,6 +677,8 @@ enum Keep {
         #[allow(dead_code)] Vec<Bytes>,
         #[allow(dead_code)] Vec<libc::iovec>,
     ),
+    /// WRITE SAME's block.
+    Pattern(#[allow(dead_code)] Bytes),
     /// COMPARE AND WRITE's two buffers and the word librbd writes the
     /// first differing offset into.
     Compare(

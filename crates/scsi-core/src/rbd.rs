@@ -250,7 +250,7 @@ impl AsyncBackend for RbdBackend {
 
     /// `rbd_aio_writesame`: the OSDs replicate the block.
     fn write_same(&self, offset: u64, len: u64, pattern: Bytes) -> Option<IoFuture<()>> {
-        if pattern.is_empty() || len % pattern.len() as u64 != 0 {
+        if pattern.is_empty() || !len.is_multiple_of(pattern.len() as u64) {
             return None;
         }
         let len = usize::try_from(len).ok()?;

@@ -61,6 +61,25 @@ conf=$dir/ceph.conf
 deadline=$((SECONDS + UP_TIMEOUT))
 
 c() { timeout 20 ceph -c "$conf" --connect-timeout 15 "$@"; }
+
+# mon JSON [ceph CLI words…]: one monitor command, through CEPH_MON_CMD (a
+# program taking CONF JSON [INPUT], e.g. unifab-benches' ceph_mon, for a
+# machine without the Python `ceph` command) or else the `ceph` command.
+# MON_INPUT names an input file.
+mon() {
+    local json=$1
+    shift
+    if [[ -n "${CEPH_MON_CMD:-}" ]]; then
+        timeout 30 "$CEPH_MON_CMD" "$conf" "$json" ${MON_INPUT:+"$MON_INPUT"}
+    else
+        c "$@" ${MON_INPUT:+-i "$MON_INPUT"}
+    fi
+}
+
+osds_up() {
+    mon '{"prefix": "osd dump", "format": "json"}' osd dump --format json 2>/dev/null \
+        | grep -o '"up": *1[,}]' | wc -l
+}
 q() { "$@" >>"$dir/log/setup.log" 2>&1 || die "failed: $* (see $dir/log/setup.log)"; }
 
 start_osd() {
@@ -70,7 +89,7 @@ start_osd() {
         ((SECONDS < deadline)) || die "the OSD would not start within ${UP_TIMEOUT}s (see $dir/log/setup.log)"
         sleep 0.2
     done
-    until [[ "$(c osd dump --format json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(o["up"] for o in d["osds"]))' 2>/dev/null)" == 1 ]]; do
+    until [[ "$(osds_up)" == 1 ]]; do
         ((SECONDS < deadline)) || die "the OSD did not come up within ${UP_TIMEOUT}s (log: $dir/log/osd.0.log)"
         sleep 0.2
     done
@@ -99,14 +118,20 @@ up) ;;
 *) die "usage: ceph.sh up|down|osd-kill|osd-start DIR" ;;
 esac
 
-for b in ceph-mon ceph-osd ceph ceph-authtool monmaptool; do
+tools=(ceph-mon ceph-osd ceph-authtool monmaptool rbd)
+[[ -n "${CEPH_MON_CMD:-}" ]] || tools+=(ceph)
+for b in "${tools[@]}"; do
     command -v "$b" >/dev/null || die "$b not found: run scripts/setup.sh (Debian ceph-mon ceph-osd ceph-common)"
 done
 
 mkdir -p "$dir"/{run,log,mon,osd0}
 stop
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# A port nothing listens on (a refused connection), from the ephemeral range.
+for _ in $(seq 1 50); do
+    port=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+done
 fsid=$(cat /proc/sys/kernel/random/uuid)
 case "${OBJECTSTORE:-memstore}" in
 memstore)
@@ -145,6 +170,9 @@ mon allow pool size one = true
 mon allow pool delete = true
 osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
+${CEPH_PLUGIN_DIR:+plugin dir = $CEPH_PLUGIN_DIR
+erasure code dir = $CEPH_PLUGIN_DIR/erasure-code
+osd class dir = $CEPH_PLUGIN_DIR/rados-classes}
 mon warn on pool no redundancy = false
 rbd cache = false
 # A gateway killed and restarted finds its old incarnation holding the
@@ -167,7 +195,7 @@ q monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monma
 q ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
 q ceph-mon -c "$conf" -i a
 
-until c mon stat >/dev/null 2>&1; do
+until mon '{"prefix": "mon stat"}' mon stat >/dev/null 2>&1; do
     ((SECONDS < deadline)) || die "the monitor did not answer within ${UP_TIMEOUT}s (log: $dir/log/mon.a.log)"
     sleep 0.2
 done
@@ -175,13 +203,17 @@ done
 osd_uuid=$(cat /proc/sys/kernel/random/uuid)
 osd_key=$(ceph-authtool --gen-print-key)
 printf '{"cephx_secret": "%s"}\n' "$osd_key" >"$dir/osd0-secret.json"
-id=$(c osd new "$osd_uuid" -i "$dir/osd0-secret.json") || die "ceph osd new failed"
+id=$(MON_INPUT="$dir/osd0-secret.json" mon "{\"prefix\": \"osd new\", \"uuid\": \"$osd_uuid\"}" \
+    osd new "$osd_uuid") || die "ceph osd new failed"
+id=$(printf '%s' "$id" | tr -d '[:space:]')
 [[ "$id" == 0 ]] || die "expected OSD id 0, got '$id'"
 q ceph-authtool --create-keyring "$dir/osd0/keyring" --name osd.0 --add-key "$osd_key"
 q ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" --keyring "$dir/osd0/keyring"
 start_osd
 
-q c osd pool create rbd 8 8
-q c osd pool set rbd size 1 --yes-i-really-mean-it
+q mon '{"prefix": "osd pool create", "pool": "rbd", "pg_num": 8, "pgp_num": 8}' \
+    osd pool create rbd 8 8
+q mon '{"prefix": "osd pool set", "pool": "rbd", "var": "size", "val": "1", "yes_i_really_mean_it": true}' \
+    osd pool set rbd size 1 --yes-i-really-mean-it
 q timeout 30 rbd -c "$conf" pool init rbd
 echo "$conf"

@@ -32,7 +32,10 @@
 # run) in OUT_DIR with unifab's and the cluster's logs.
 #
 # Environment: UNIFAB_BIN (default target/release/unifab), REPEATS (3),
-# RUN_SECONDS (4), OUT_DIR (target/bench-peers/rbd-<date-time>).
+# RUN_SECONDS (4), OUT_DIR (target/bench-peers/rbd-<date-time>),
+# RBD_BUNDLE (an unpacked benches/peers/rbd-bundle.sh output, for a machine
+# without the peers: its programs go first on PATH), UNIFAB_ISCSI_EXTRA
+# (lines added to unifab's [iscsi] section, e.g. "coalesce_responses = 0").
 # Needs: ceph-mon ceph-osd ceph-common qemu-utils qemu-block-extra
 # libiscsi-bin, and unifab built with librbd (scripts/setup.sh).
 # Takes about 3 min with the defaults.
@@ -50,6 +53,14 @@ esac
 
 REPEATS=${REPEATS:-3}
 RUN_SECONDS=${RUN_SECONDS:-4}
+# On a machine without the peers: the unpacked rbd-bundle.sh output.
+if [[ -n "${RBD_BUNDLE:-}" ]]; then
+    [[ -x "$RBD_BUNDLE/w/ceph_mon" ]] || die "RBD_BUNDLE=$RBD_BUNDLE is not an unpacked rbd-bundle.sh output"
+    export PATH="$RBD_BUNDLE/w:$PATH"
+    export CEPH_MON_CMD="$RBD_BUNDLE/w/ceph_mon"
+    export CEPH_PLUGIN_DIR="$RBD_BUNDLE/ceph-plugins"
+    UNIFAB_BIN=${UNIFAB_BIN:-$RBD_BUNDLE/w/unifab}
+fi
 UNIFAB_BIN=${UNIFAB_BIN:-$ROOT/target/release/unifab}
 OUT_DIR=${OUT_DIR:-$ROOT/target/bench-peers/rbd-$(date +%Y%m%d-%H%M%S)}
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die "REPEATS must be a positive integer"
@@ -93,6 +104,7 @@ ceph_exclusive_lock = false
 
 [iscsi]
 listen = ["127.0.0.1:$port"]
+${UNIFAB_ISCSI_EXTRA:-}
 
 [[iscsi.target]]
 iqn = "$UNIFAB_IQN"
@@ -177,7 +189,7 @@ pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "—"; else printf "%
     echo "## unifab on Ceph RBD vs QEMU's rbd driver on the same image"
     echo
     echo "Medians of $REPEATS runs of ~${RUN_SECONDS}s; MB/s = 10^6 bytes/s; one-node cluster (memstore OSD) on 127.0.0.1; $(nproc) cores;"
-    echo "ceph $(dpkg-query -W -f='${Version}' ceph-osd), qemu-img $(dpkg-query -W -f='${Version}' qemu-utils)."
+    echo "ceph $(ceph-osd --version 2>/dev/null | awk '{print $3}'), $(qemu-img --version 2>/dev/null | head -1)."
     echo
     echo "| workload | QD | unifab (iSCSI) IOPS | MB/s | qemu-rbd IOPS | MB/s | unifab / qemu-rbd | rbd bench IOPS |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|"

@@ -220,6 +220,28 @@ impl RbdBackend {
     }
 }
 
+/// Sends one monitor command (Ceph's JSON form, e.g.
+/// `{"prefix": "osd blocklist", "blocklistop": "add", "addr": "…"}`) as
+/// `client.<ceph_id>` of the cluster `ceph_conf` names, with `input` as
+/// its input buffer, and returns its output (`-o`). For tooling and
+/// fencing, where the Python `ceph` command is not at hand.
+pub fn mon_command(
+    ceph_conf: &std::path::Path,
+    ceph_id: &str,
+    command: &str,
+    input: &[u8],
+) -> Result<Vec<u8>, BackendError> {
+    #[cfg(unifab_rbd)]
+    return image::mon_command(ceph_conf, ceph_id, command, input);
+    #[cfg(not(unifab_rbd))]
+    {
+        let _ = (ceph_conf, ceph_id, command, input);
+        Err(BackendError::Io(std::io::Error::other(
+            "this build of unifab has no librados",
+        )))
+    }
+}
+
 fn ready<T: Send + 'static>(r: Result<T, BackendError>) -> IoFuture<T> {
     Box::pin(std::future::ready(r))
 }

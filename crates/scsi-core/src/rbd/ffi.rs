@@ -40,6 +40,18 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn rados_connect(cluster: RadosT) -> c_int;
     pub fn rados_shutdown(cluster: RadosT);
+    pub fn rados_mon_command(
+        cluster: RadosT,
+        cmd: *const *const c_char,
+        cmdlen: usize,
+        inbuf: *const c_char,
+        inbuflen: usize,
+        outbuf: *mut *mut c_char,
+        outbuflen: *mut usize,
+        outs: *mut *mut c_char,
+        outslen: *mut usize,
+    ) -> c_int;
+    pub fn rados_buffer_free(buf: *mut c_char);
     pub fn rados_ioctx_create(
         cluster: RadosT,
         pool_name: *const c_char,

@@ -637,6 +637,95 @@ impl Image {
     }
 }
 
+/// See [`super::mon_command`].
+pub(super) fn mon_command(
+    conf: &std::path::Path,
+    ceph_id: &str,
+    command: &str,
+    input: &[u8],
+) -> Result<Vec<u8>, BackendError> {
+    struct Cluster(RadosT);
+    impl Drop for Cluster {
+        fn drop(&mut self) {
+            if !self.0.is_null() {
+                // SAFETY: created by rados_create2, shut down once.
+                unsafe { rados_shutdown(self.0) };
+            }
+        }
+    }
+    let conf_c = cstring("ceph_conf", &conf.to_string_lossy())?;
+    let id = cstring("ceph_id", &format!("client.{ceph_id}"))?;
+    let name = cstring("cluster", "ceph")?;
+    let cmd = cstring("command", command)?;
+    let err = |what: &str, r: c_int| {
+        BackendError::Io(io::Error::new(
+            os_error(r as isize).kind(),
+            format!("{what}: {}", os_error(r as isize)),
+        ))
+    };
+    let mut c = Cluster(ptr::null_mut());
+    // SAFETY: out-pointer to a handle `c` owns; C strings.
+    let r = unsafe { rados_create2(&mut c.0, name.as_ptr(), id.as_ptr(), 0) };
+    if r < 0 {
+        c.0 = ptr::null_mut();
+        return Err(err("rados_create2", r));
+    }
+    // SAFETY: an unconnected handle; a C string.
+    let r = unsafe { rados_conf_read_file(c.0, conf_c.as_ptr()) };
+    if r < 0 {
+        return Err(err(&format!("reading {}", conf.display()), r));
+    }
+    for (k, v) in [("client_mount_timeout", "15"), ("rados_mon_op_timeout", "30")] {
+        let (k, v) = (cstring("option", k)?, cstring("value", v)?);
+        // SAFETY: an unconnected handle; C strings.
+        unsafe { rados_conf_set(c.0, k.as_ptr(), v.as_ptr()) };
+    }
+    // SAFETY: a configured handle.
+    let r = unsafe { rados_connect(c.0) };
+    if r < 0 {
+        return Err(BackendError::Unreachable(os_error(r as isize)));
+    }
+    let cmds = [cmd.as_ptr()];
+    let (mut out, mut out_len, mut outs, mut outs_len) =
+        (ptr::null_mut(), 0usize, ptr::null_mut(), 0usize);
+    // SAFETY: a connected handle; one C string; `input` readable for its
+    // length; librados allocates the outputs, freed below.
+    let r = unsafe {
+        rados_mon_command(
+            c.0,
+            cmds.as_ptr(),
+            1,
+            input.as_ptr().cast::<c_char>(),
+            input.len(),
+            &mut out,
+            &mut out_len,
+            &mut outs,
+            &mut outs_len,
+        )
+    };
+    let take = |p: *mut c_char, n: usize| -> Vec<u8> {
+        if p.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: librados returned `n` bytes at `p`, freed once here.
+        let v = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) }.to_vec();
+        unsafe { rados_buffer_free(p) };
+        v
+    };
+    let (out, status) = (take(out, out_len), take(outs, outs_len));
+    if r < 0 {
+        return Err(BackendError::Io(io::Error::new(
+            os_error(r as isize).kind(),
+            format!(
+                "{command}: {}: {}",
+                os_error(r as isize),
+                String::from_utf8_lossy(&status)
+            ),
+        )));
+    }
+    Ok(out)
+}
+
 fn img_name(opts: &RbdOptions) -> String {
     format!("{}/{}", opts.pool, opts.image)
 }

@@ -675,7 +675,10 @@ pub(super) fn mon_command(
     if r < 0 {
         return Err(err(&format!("reading {}", conf.display()), r));
     }
-    for (k, v) in [("client_mount_timeout", "15"), ("rados_mon_op_timeout", "30")] {
+    for (k, v) in [
+        ("client_mount_timeout", "15"),
+        ("rados_mon_op_timeout", "30"),
+    ] {
         let (k, v) = (cstring("option", k)?, cstring("value", v)?);
         // SAFETY: an unconnected handle; C strings.
         unsafe { rados_conf_set(c.0, k.as_ptr(), v.as_ptr()) };

@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 
 use unifab_testkit::peers::{
-    IscsiTestCu, Outcome, PassList, SuiteResult, Unifab, UnifabBuilder, conformance_dir,
+    IscsiTestCu, PassList, SuiteResult, Unifab, UnifabBuilder, assert_run_passes, conformance_dir,
     list_tests, suites_except,
 };
 
@@ -28,31 +28,7 @@ const PASS_LISTS: &[&str] = &[
 ];
 
 fn check(list_name: &str, result: &SuiteResult) {
-    assert!(
-        result.is_complete(),
-        "the suite did not reach its end ({}):\n{}",
-        result.status,
-        result.stderr_tail
-    );
-    let failed: Vec<&str> = result
-        .tests
-        .iter()
-        .filter(|t| t.outcome == Outcome::Failed)
-        .map(|t| t.name.as_str())
-        .collect();
-    let list = PassList::load(conformance_dir().join(list_name)).expect("pass list");
-    let report = list.check(result);
-    if let Ok(r) = &report {
-        println!("{r}");
-    }
-    assert!(
-        failed.is_empty(),
-        "tests FAILED against unifab: {failed:?}\n{}",
-        result.to_table()
-    );
-    if let Err(f) = report {
-        panic!("{f}");
-    }
+    assert_run_passes(list_name, result);
 }
 
 fn lu() -> (tempfile::TempDir, std::path::PathBuf) {

@@ -21,7 +21,7 @@ use rand::{Rng, RngExt, SeedableRng};
 use unifab_scsi_core::sense::asc;
 use unifab_scsi_core::{Sense, SenseKey};
 use unifab_testkit::peers::{
-    Ceph, IscsiTestCu, ObjectStore, Outcome, PassList, Unifab, conformance_dir,
+    Ceph, IscsiTestCu, ObjectStore, PassList, Unifab, assert_run_passes, conformance_dir,
 };
 use unifab_testkit::raw_iscsi::{CommandResult, RawOptions, RawSession};
 
@@ -83,23 +83,7 @@ fn the_rbd_lu_passes_what_the_file_lu_passes() {
         .expect("unifab starts");
     let result = IscsiTestCu::new(gw.url()).run().expect("suite runs");
     result.record("unifab-rbd").expect("record the run");
-    assert!(
-        result.is_complete(),
-        "the suite did not reach its end ({}):\n{}",
-        result.status,
-        result.stderr_tail
-    );
-    let failed: Vec<&str> = result
-        .tests
-        .iter()
-        .filter(|t| t.outcome == Outcome::Failed)
-        .map(|t| t.name.as_str())
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "tests FAILED against the rbd LU: {failed:?}\n{}",
-        result.to_table()
-    );
+    assert_run_passes("unifab-rbd.pass", &result);
     let file = PassList::load(conformance_dir().join("unifab.pass")).expect("pass list");
     let rbd = PassList::load(conformance_dir().join("unifab-rbd.pass")).expect("pass list");
     let except = std::fs::read_to_string(conformance_dir().join("unifab-rbd.except"))
@@ -119,10 +103,6 @@ fn the_rbd_lu_passes_what_the_file_lu_passes() {
         behind.is_empty(),
         "unifab-rbd.pass lacks tests the file LU passes (pass them, or name each with its reason in unifab-rbd.except): {behind:?}"
     );
-    match rbd.check(&result) {
-        Ok(report) => println!("{report}"),
-        Err(f) => panic!("{f}"),
-    }
 }
 
 #[test]

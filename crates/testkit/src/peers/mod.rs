@@ -49,7 +49,7 @@ pub use iscsi_test_cu::{
 };
 pub use net::{free_tcp_port, wait_for_port};
 pub use process::find_program;
-pub use ratchet::{Broken, PassList, RatchetFailure, RatchetReport};
+pub use ratchet::{Broken, PassList, RatchetFailure, RatchetReport, assert_run_passes};
 pub use tgtd::{Chap, Digest, Tgtd, TgtdBuilder};
 pub use unifab::{UNIFAB_DEFAULT_IQN, Unifab, UnifabBuilder, unifab_bin};
 

@@ -15,6 +15,38 @@ use std::path::{Path, PathBuf};
 use super::PeerError;
 use super::iscsi_test_cu::{Outcome, SuiteResult};
 
+/// Asserts a conformance run of record: the suite reached its end, no test
+/// FAILED, and every test of `conformance/<list_name>` passed (the
+/// ratchet); prints the ratchet's report (tests that pass and are not
+/// listed yet). Panics saying which of these did not hold.
+pub fn assert_run_passes(list_name: &str, result: &SuiteResult) {
+    assert!(
+        result.is_complete(),
+        "the suite did not reach its end ({}):\n{}",
+        result.status,
+        result.stderr_tail
+    );
+    let failed: Vec<&str> = result
+        .tests
+        .iter()
+        .filter(|t| t.outcome == Outcome::Failed)
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "tests FAILED: {failed:?}\n{}",
+        result.to_table()
+    );
+    let list = match PassList::load(super::conformance_dir().join(list_name)) {
+        Ok(l) => l,
+        Err(e) => panic!("pass list {list_name}: {e}"),
+    };
+    match list.check(result) {
+        Ok(report) => println!("{report}"),
+        Err(f) => panic!("{f}"),
+    }
+}
+
 /// A list of tests that must pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassList {

@@ -320,7 +320,14 @@ impl Inner {
         let off = io.lba << self.shift;
         if let Some(aio) = self.backend.aio() {
             let (v, w) = (Bytes::from(verify.clone()), Bytes::from(write.clone()));
-            if let Some(done) = aio.compare_and_write(off, v, w, fua) {
+            // Submitted under the shared write lock, as a write is: an
+            // exclusive read-modify-write of this gateway (ORWRITE) waits
+            // for it in `quiesce` rather than interleaving with it.
+            let submitted = {
+                let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                aio.compare_and_write(off, v, w, fua)
+            };
+            if let Some(done) = submitted {
                 match done.await {
                     Ok(None) => return TaskResult::good(),
                     Ok(Some(at)) => {

@@ -127,11 +127,23 @@ done
 mkdir -p "$dir"/{run,log,mon,osd0}
 stop
 
-# A port nothing listens on (a refused connection), from the ephemeral range.
-for _ in $(seq 1 50); do
-    port=$((20000 + RANDOM % 30000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-done
+# A port for the monitor: below the kernel's ephemeral range (a port there
+# may be the local end of some connection, and binding it then fails), and
+# refusing connections now. Another process can still take it before the
+# monitor binds: the start below tries again with another.
+pick_port() {
+    local low p
+    low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    ((low > 11000)) || low=32768
+    for _ in $(seq 1 50); do
+        p=$((10000 + RANDOM % (low - 10000)))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return
+        fi
+    done
+    die "no free port below $low"
+}
 fsid=$(cat /proc/sys/kernel/random/uuid)
 case "${OBJECTSTORE:-memstore}" in
 memstore)
@@ -149,6 +161,7 @@ bluestore fsck on mount = false"
     ;;
 *) die "OBJECTSTORE is memstore or bluestore" ;;
 esac
+write_conf() {
 cat >"$conf" <<EOF
 [global]
 fsid = $fsid
@@ -187,13 +200,27 @@ $store
 osd max object name len = 256
 osd max object namespace len = 64
 EOF
+}
 
+port=$(pick_port)
+write_conf
 q ceph-authtool --create-keyring "$dir/keyring" --gen-key -n mon. --cap mon 'allow *'
 q ceph-authtool "$dir/keyring" --gen-key -n client.admin \
     --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' --cap mds 'allow *'
-q monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monmap"
-q ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
-q ceph-mon -c "$conf" -i a
+# The monitor's address is in its monmap: a port taken meanwhile means a new
+# monmap, a new store and a new start (at most five).
+for attempt in 1 2 3 4 5; do
+    q monmaptool --create --clobber --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monmap"
+    q ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
+    if ceph-mon -c "$conf" -i a >>"$dir/log/setup.log" 2>&1; then
+        break
+    fi
+    ((attempt < 5)) || die "ceph-mon would not start in 5 tries (see $dir/log/setup.log, $dir/log/mon.a.log)"
+    echo "ceph-mon did not start on port $port: trying another" >>"$dir/log/setup.log"
+    rm -rf "$dir/mon/a"
+    port=$(pick_port)
+    write_conf
+done
 
 until mon '{"prefix": "mon stat"}' mon stat >/dev/null 2>&1; do
     ((SECONDS < deadline)) || die "the monitor did not answer within ${UP_TIMEOUT}s (log: $dir/log/mon.a.log)"

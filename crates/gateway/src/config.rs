@@ -57,6 +57,16 @@ pub struct Config {
 pub struct LuConfig {
     /// Name, referenced by targets' `luns`.
     pub name: String,
+    /// The device type: `"disk"` (the default, SBC-3 direct access) or
+    /// `"tape"` (SSC-3 sequential access: a tape drive with a cartridge
+    /// kept in the backend as a unifab tape image, `size` its capacity;
+    /// see docs/tape.md).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    /// For a tape: the early-warning zone before the end of the medium
+    /// (`"1MiB"`, the default), set when a blank image is formatted.
+    #[serde(default)]
+    pub early_warning: Option<Size>,
     /// `"memory"`, `"file:/path"`, `"rbd:POOL/IMAGE"` (a Ceph RBD image),
     /// `"iscsi://…"` or `"fc://…"`.
     pub backend: String,
@@ -525,6 +535,61 @@ pub enum Backend {
 }
 
 impl LuConfig {
+    /// A tape drive (`type = "tape"`).
+    pub fn is_tape(&self) -> bool {
+        self.kind.as_deref() == Some("tape")
+    }
+
+    /// The checks only a tape has: a local backend, and none of the
+    /// disk's keys.
+    fn validate_tape(&self, backend: &Backend) -> Result<(), String> {
+        let n = &self.name;
+        match self.kind.as_deref() {
+            None | Some("disk") => {
+                if self.early_warning.is_some() {
+                    return Err(format!("lu {n:?}: early_warning is for type = \"tape\""));
+                }
+                return Ok(());
+            }
+            Some("tape") => {}
+            Some(other) => {
+                return Err(format!(
+                    "lu {n:?}: unknown type {other:?} (expected \"disk\" or \"tape\")"
+                ));
+            }
+        }
+        if !matches!(
+            backend,
+            Backend::Memory | Backend::File(_) | Backend::Rbd(_)
+        ) {
+            return Err(format!(
+                "lu {n:?}: a tape is kept in a memory, file: or rbd: backend (a remote tape needs no type: its commands pass through)"
+            ));
+        }
+        if self.size.is_none() {
+            return Err(format!("lu {n:?}: a tape needs a size (its capacity)"));
+        }
+        if self.block_size.is_some()
+            || self.physical_block_size.is_some()
+            || self.removable
+            || self.sanitize_rate.is_some()
+            || self.write_cache.is_some()
+            || self.soft_threshold.is_some()
+        {
+            return Err(format!(
+                "lu {n:?}: block_size, physical_block_size, removable, sanitize_rate, write_cache and soft_threshold are a disk's; a tape's block length is set by its hosts (MODE SELECT)"
+            ));
+        }
+        if let (Some(Size(s)), Some(Size(ew))) = (self.size, self.early_warning)
+            && ew >= s / 2
+        {
+            return Err(format!(
+                "lu {n:?}: early_warning {ew} must be less than half the size {s}"
+            ));
+        }
+        Ok(())
+    }
+
     /// The parsed backend.
     pub fn parsed_backend(&self) -> Result<Backend, String> {
         if self.backend == "memory" {
@@ -541,6 +606,8 @@ impl LuConfig {
             #[cfg(feature = "rbd")]
             unifab_scsi_core::rbd::RbdOptions::parse(spec)
                 .map_err(|e| format!("lu {:?}: backend \"rbd:POOL/IMAGE\": {e}", self.name))?;
+            #[cfg(not(feature = "rbd"))]
+            let _ = spec;
             #[cfg(not(feature = "rbd"))]
             return Err(format!(
                 "lu {:?}: this build of unifab has no rbd: backends (cargo feature rbd)",
@@ -593,6 +660,8 @@ impl Config {
         Config {
             lu: vec![LuConfig {
                 name: "default".into(),
+                kind: None,
+                early_warning: None,
                 backend: format!("file:{DEFAULT_DATA_DIR}/default.img"),
                 size: Some(Size(1 << 30)),
                 block_size: None,
@@ -719,6 +788,7 @@ impl Config {
             }
             let backend = lu.parsed_backend()?;
             remote::validate(lu, &backend)?;
+            lu.validate_tape(&backend)?;
             if backend == Backend::Memory && lu.size.is_none() {
                 return Err(format!("lu {:?}: a memory backend needs a size", lu.name));
             }
@@ -925,6 +995,58 @@ luns = ["vol0"]                             # LUN 0, 1, … in order
 allow = ["iqn.1994-05.com.example:host1"]   # optional initiator ACL
 chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret = "mutualsecret" }
 "#;
+
+    #[test]
+    fn a_tape_is_a_local_lu_without_the_disks_keys() {
+        let tape = |extra: &str| {
+            Config::parse(
+                &EXAMPLE.replace(
+                    "size = \"1GiB\"",
+                    &format!("size = \"1GiB\"\ntype = \"tape\"\n{extra}"),
+                ),
+                "f",
+            )
+        };
+        let c = tape("early_warning = \"16MiB\"").unwrap();
+        assert!(c.lu[0].is_tape());
+        assert_eq!(c.lu[0].early_warning, Some(Size(16 << 20)));
+        for (extra, says) in [
+            ("block_size = 4096", "a disk's"),
+            ("removable = true", "a disk's"),
+            ("write_cache = false", "a disk's"),
+            ("early_warning = \"512MiB\"", "less than half"),
+        ] {
+            let e = tape(extra).unwrap_err().to_string();
+            assert!(e.contains(says), "{extra}: {e}");
+        }
+        let e = Config::parse(
+            &EXAMPLE.replace("size = \"1GiB\"", "size = \"1GiB\"\ntype = \"changer\""),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown type"), "{e}");
+        let e = Config::parse(
+            &EXAMPLE.replace(
+                "size = \"1GiB\"",
+                "size = \"1GiB\"\nearly_warning = \"1MiB\"",
+            ),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("for type = \"tape\""), "{e}");
+        let e = Config::parse(
+            &EXAMPLE.replace(
+                "backend = \"file:/var/lib/unifab/vol0.img\"   # or \"memory\"\nsize = \"1GiB\"",
+                "backend = \"iscsi://127.0.0.1/iqn.2026-11.io.example:t/1\"\ntype = \"tape\"",
+            ),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("pass through"), "{e}");
+    }
 
     #[test]
     fn secrets_are_noticed() {

@@ -523,6 +523,9 @@ fn lu_change(old: &LuConfig, new: &LuConfig) -> Result<String, String> {
     if rest(old) != rest(new) {
         return Err("its definition changed (the running LU stays as it is)".into());
     }
+    if new.is_tape() {
+        return Err("a tape's capacity and write protection change at a restart".into());
+    }
     let backend = new.parsed_backend();
     // A file or an RBD image grows in place.
     let file = matches!(backend, Ok(Backend::File(_) | Backend::Rbd(_)));
@@ -576,6 +579,7 @@ struct Prepared {
 
 /// A LU a reload adds, built.
 enum Added {
+    Tape(Arc<unifab_scsi_core::tape::TapeLu>, Arc<dyn BlockBackend>),
     Local(
         Arc<unifab_scsi_core::emulated::EmulatedLu>,
         Arc<dyn BlockBackend>,
@@ -755,6 +759,10 @@ impl Live {
                         .ok_or_else(|| format!("lu {:?}: no FC plane runs", lu.name))?;
                     Added::Fc(fc.remote_lu(lu, url), url)
                 }
+                _ if lu.is_tape() => {
+                    let (tape, backend) = crate::plane::lu::build_tape(lu).map_err(err)?;
+                    Added::Tape(tape, backend)
+                }
                 _ => {
                     let (built, backend) =
                         crate::plane::lu::build_lu(lu, self.data_dir()).map_err(err)?;
@@ -815,6 +823,13 @@ impl Live {
                         .unwrap_or_else(|e| e.into_inner())
                         .push((lu.name.clone(), backend));
                     GatewayLu::Emulated(built)
+                }
+                Added::Tape(tape, backend) => {
+                    self.backends
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((lu.name.clone(), backend));
+                    GatewayLu::Tape(tape)
                 }
                 Added::Iscsi(remote, sessions) => {
                     self.remotes

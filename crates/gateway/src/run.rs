@@ -86,6 +86,15 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
             lu_list.push((lu.name.clone(), GatewayLu::Remote(remote)));
             continue;
         }
+        if lu.is_tape() {
+            let (tape, backend) = crate::plane::lu::build_tape(lu)?;
+            backends.push((lu.name.clone(), backend));
+            let (_, objects) = tape.position();
+            info!(lu = %lu.name, backend = %tape.describe().backend, objects, "tape drive ready");
+            lus.insert(lu.name.clone(), GatewayLu::Tape(tape.clone()));
+            lu_list.push((lu.name.clone(), GatewayLu::Tape(tape)));
+            continue;
+        }
         let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir)?;
         backends.push((lu.name.clone(), backend));
         let d = built.describe();

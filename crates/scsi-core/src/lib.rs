@@ -15,6 +15,8 @@
 //! - [`initiator`]: the [`Initiator`] interface transports implement to reach
 //!   remote targets.
 //! - [`remote`]: [`RemoteLu`], a LU forwarded through an initiator.
+//! - [`tape`]: [`tape::TapeLu`], the SSC-3 sequential-access device server
+//!   over a tape image.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
@@ -33,6 +35,7 @@ pub mod rbd;
 pub mod remote;
 pub mod sense;
 pub mod stats;
+pub mod tape;
 pub mod target;
 pub mod task;
 pub mod task_set;

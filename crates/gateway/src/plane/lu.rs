@@ -8,14 +8,18 @@ use unifab_scsi_core::backend::{BlockBackend, FileBackend, FileOptions, MemoryBa
 use unifab_scsi_core::emulated::{EmulatedLu, EmulatedLuConfig};
 #[cfg(feature = "rbd")]
 use unifab_scsi_core::rbd::{RbdBackend, RbdOptions};
+use unifab_scsi_core::tape::{TapeLu, TapeLuConfig};
 
 use crate::config::{Backend, LuConfig};
 
-/// Opens a LU's backend and builds the emulated LU.
-pub fn build_lu(
-    lu: &LuConfig,
-    data_dir: &std::path::Path,
-) -> anyhow::Result<(Arc<EmulatedLu>, Arc<dyn BlockBackend>)> {
+/// A LU's backend, opened (a missing file created with the LU's size).
+struct Opened {
+    backend: Arc<dyn BlockBackend>,
+    #[cfg(feature = "rbd")]
+    rbd: Option<Arc<RbdBackend>>,
+}
+
+fn open_backend(lu: &LuConfig) -> anyhow::Result<Opened> {
     #[cfg(feature = "rbd")]
     let mut rbd: Option<Arc<RbdBackend>> = None;
     let backend: Arc<dyn BlockBackend> = match lu.parsed_backend().map_err(anyhow::Error::msg)? {
@@ -56,6 +60,39 @@ pub fn build_lu(
         }
         Backend::Fc(_) => bail!("lu {:?}: an fc:// LU is built by the FC plane", lu.name),
     };
+    Ok(Opened {
+        backend,
+        #[cfg(feature = "rbd")]
+        rbd,
+    })
+}
+
+/// Opens a tape LU's backend and the tape drive over it.
+pub fn build_tape(lu: &LuConfig) -> anyhow::Result<(Arc<TapeLu>, Arc<dyn BlockBackend>)> {
+    let opened = open_backend(lu)?;
+    let defaults = TapeLuConfig::default();
+    let cfg = TapeLuConfig {
+        name: lu.name.clone(),
+        serial: lu.serial.clone().unwrap_or_default(),
+        identity: lu.name.clone(),
+        read_only: lu.read_only,
+        early_warning: lu.early_warning.map_or(defaults.early_warning, |s| s.0),
+        ..defaults
+    };
+    let tape = TapeLu::new(cfg, opened.backend.clone())
+        .with_context(|| format!("lu {:?}: cannot open the tape", lu.name))?;
+    Ok((Arc::new(tape), opened.backend))
+}
+
+/// Opens a LU's backend and builds the emulated LU.
+pub fn build_lu(
+    lu: &LuConfig,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(Arc<EmulatedLu>, Arc<dyn BlockBackend>)> {
+    let opened = open_backend(lu)?;
+    let backend = opened.backend;
+    #[cfg(feature = "rbd")]
+    let rbd = opened.rbd;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
     let defaults = EmulatedLuConfig::default();

@@ -30,6 +30,8 @@ pub enum GatewayLu {
     Emulated(Arc<EmulatedLu>),
     /// Forwarded to a remote target.
     Remote(Arc<RemoteLu>),
+    /// A tape drive over a local backend.
+    Tape(Arc<unifab_scsi_core::tape::TapeLu>),
 }
 
 impl GatewayLu {
@@ -38,6 +40,7 @@ impl GatewayLu {
         match self {
             GatewayLu::Emulated(l) => l.clone(),
             GatewayLu::Remote(l) => l.clone(),
+            GatewayLu::Tape(l) => l.clone(),
         }
     }
 
@@ -45,6 +48,7 @@ impl GatewayLu {
     pub fn naa(&self) -> Option<u64> {
         match self {
             GatewayLu::Emulated(l) => Some(l.naa()),
+            GatewayLu::Tape(l) => Some(l.naa()),
             GatewayLu::Remote(l) => {
                 matches!(l.config().identity, Identity::Derived { .. }).then(|| l.naa())
             }

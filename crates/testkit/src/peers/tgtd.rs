@@ -99,9 +99,18 @@ pub struct TgtdBuilder {
     header_digest: Digest,
     data_digest: Digest,
     ready_timeout: Duration,
+    tape: bool,
 }
 
 impl TgtdBuilder {
+    /// Serve the backing file as a tape drive (`--device-type tape
+    /// --bstype ssc`): the file must be a tgt tape image, made by
+    /// [`Tgtd::make_tape`].
+    pub fn tape(mut self) -> Self {
+        self.tape = true;
+        self
+    }
+
     /// The target's name (default `iqn.2026-11.io.unifab:tgtd`).
     pub fn iqn(mut self, iqn: impl Into<String>) -> Self {
         self.iqn = iqn.into();
@@ -265,7 +274,7 @@ impl TgtdBuilder {
             "--targetname",
             &self.iqn,
         ])?;
-        tgtd.tgtadm(&[
+        let mut lu_args = vec![
             "--mode",
             "logicalunit",
             "--op",
@@ -276,7 +285,11 @@ impl TgtdBuilder {
             &lun,
             "--backing-store",
             &backing,
-        ])?;
+        ];
+        if self.tape {
+            lu_args.extend(["--device-type", "tape", "--bstype", "ssc"]);
+        }
+        tgtd.tgtadm(&lu_args)?;
         // Any initiator address may log in (libiscsi's tests use two
         // initiator names from the same address).
         tgtd.tgtadm(&[
@@ -398,7 +411,43 @@ impl Tgtd {
             header_digest: Digest::None,
             data_digest: Digest::None,
             ready_timeout: Duration::from_secs(10),
+            tape: false,
         }
+    }
+
+    /// Makes a blank tgt tape image of `megabytes` at `path` with `tgtimg`
+    /// (for [`TgtdBuilder::tape`]).
+    ///
+    /// # Errors
+    /// [`PeerError::MissingProgram`] without `tgt`; the command's output
+    /// when it fails.
+    pub fn make_tape(path: &std::path::Path, megabytes: u32) -> Result<(), PeerError> {
+        let tgtimg = find_program("tgtimg", PACKAGE)?;
+        let out = std::process::Command::new(&tgtimg)
+            .args([
+                "--op",
+                "new",
+                "--device-type",
+                "tape",
+                "--barcode",
+                "UNIFAB01",
+            ])
+            .arg(format!("--size={megabytes}"))
+            .args(["--type", "data", "--file"])
+            .arg(path)
+            .output()
+            .map_err(|e| PeerError::io("running tgtimg", e))?;
+        if !out.status.success() {
+            return Err(PeerError::io(
+                "tgtimg",
+                std::io::Error::other(format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                )),
+            ));
+        }
+        Ok(())
     }
 
     /// Starts an instance with default settings serving `backing`.

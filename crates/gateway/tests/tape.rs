@@ -782,3 +782,77 @@ fn a_synced_tape_survives_sigkill() {
         Outcome::check(8, 0, 5).info(10)
     );
 }
+
+/// tgtd's tape behind unifab's iSCSI bridge (`backend = "iscsi://…"`, no
+/// `type`: a remote tape's commands pass through): a backup stream of
+/// 64 KiB blocks with a filemark every four, rewound, spaced and read
+/// back, the remote drive's own sense reaching the host.
+#[test]
+fn a_remote_tape_passes_through_the_bridge() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("tgt-tape.img");
+    Tgtd::make_tape(&img, 64).unwrap_or_else(|e| panic!("{e}"));
+    let t = Tgtd::builder(&img)
+        .tape()
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let config = format!(
+        r#"
+[[lu]]
+name = "far-tape"
+backend = "iscsi://{addr}/{iqn}/{lun}"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:bridge-tape"
+luns = ["far-tape"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{dir}/state"
+"#,
+        addr = t.addr(),
+        iqn = t.iqn(),
+        lun = Tgtd::LUN,
+        dir = dir.path().display()
+    );
+    let gw = Gateway::start(dir.path(), &config);
+    let mut d = Drive::open(gw.addr, &gw.iqn, 0);
+    let inq = d.run(&[0x12, 0, 0, 0, 36, 0], &[], 36);
+    assert_eq!(&inq.data[..2], &[0x01, 0x80], "the remote's tape INQUIRY");
+    const BLK: usize = 64 * 1024;
+    for i in 0..16u32 {
+        assert_eq!(
+            d.run(&write_var(BLK as u32), &block(i, BLK), 0),
+            Outcome::good(),
+            "block {i}"
+        );
+        if i % 4 == 3 {
+            assert_eq!(d.run(&filemarks(1), &[], 0), Outcome::good());
+        }
+    }
+    assert_eq!(d.run(&REWIND, &[], 0), Outcome::good());
+    assert_eq!(d.run(&space(1, 2), &[], 0), Outcome::good());
+    let r = d.run(&read_var(BLK as u32, false), &[], BLK as u32);
+    assert_eq!(
+        r,
+        Outcome::with_data(block(8, BLK)),
+        "the third file's first block"
+    );
+    assert_eq!(d.run(&REWIND, &[], 0), Outcome::good());
+    for i in 0..16u32 {
+        let r = d.run(&read_var(BLK as u32, false), &[], BLK as u32);
+        assert_eq!(r, Outcome::with_data(block(i, BLK)), "block {i}");
+        if i % 4 == 3 {
+            let r = d.run(&read_var(BLK as u32, false), &[], BLK as u32);
+            assert_eq!(
+                r.sense,
+                Some((0, 0, 1, true, false, false, Some(BLK as i32))),
+                "filemark after block {i}: {}",
+                r.short()
+            );
+        }
+    }
+}

@@ -274,7 +274,8 @@ impl RemoteLu {
 
     /// Asks the remote for its capacity (READ CAPACITY(16), else (10)) on
     /// the gateway's own nexus, retrying through unit attentions, and keeps
-    /// it for [`LogicalUnit::describe`]. Returns (block length, blocks).
+    /// it for [`LogicalUnit::describe`]. Returns (block length, blocks);
+    /// (0, 0) for a remote that has no READ CAPACITY (a tape drive).
     pub fn probe(&self) -> BoxFuture<'static, Result<(u32, u64), InitiatorError>> {
         let inner = self.inner.clone();
         Box::pin(async move {
@@ -299,6 +300,21 @@ impl RemoteLu {
                         if bs != 0 {
                             return Ok((bs, inner.blocks.load(Ordering::Relaxed)));
                         }
+                    }
+                    // Not a direct-access device (a tape): reachable, and
+                    // without a capacity to keep.
+                    Ok(res)
+                        if res
+                            .sense
+                            .as_deref()
+                            .and_then(Sense::parse)
+                            .is_some_and(|s| {
+                                s.key == SenseKey::ILLEGAL_REQUEST
+                                    && s.asc == asc::INVALID_COMMAND_OPERATION_CODE
+                            })
+                            && !sixteen =>
+                    {
+                        return Ok((0, 0));
                     }
                     Ok(_) => {}
                     Err(e) => last = e,

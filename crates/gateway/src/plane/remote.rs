@@ -238,6 +238,14 @@ pub fn spawn_probe(name: String, lu: Arc<RemoteLu>) {
                 return;
             };
             match lu.probe().await {
+                Ok((0, _)) => {
+                    tracing::info!(
+                        lu = %name,
+                        remote = %lu.config().backend,
+                        "remote logical unit reachable (no READ CAPACITY: not a block device)"
+                    );
+                    return;
+                }
                 Ok((bs, blocks)) => {
                     tracing::info!(
                         lu = %name,

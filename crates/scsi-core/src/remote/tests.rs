@@ -448,6 +448,25 @@ async fn probe_reads_the_capacity() {
     assert_eq!(remote.describe().blocks, blocks);
 }
 
+/// A remote tape has no READ CAPACITY: the probe says it is reachable,
+/// with no capacity, instead of retrying for ever.
+#[tokio::test]
+async fn probe_of_a_tape_is_reachable_without_a_capacity() {
+    let tape = crate::tape::TapeLu::new(
+        crate::tape::TapeLuConfig::default(),
+        Arc::new(MemoryBackend::new(1 << 20)),
+    )
+    .unwrap();
+    let f = Arc::new(LoopbackFactory::new(
+        Arc::new(tape),
+        target_port(),
+        port("iqn.2026-11.io.unifab:gateway"),
+        false,
+    ));
+    let remote = RemoteLu::new(cfg(Identity::Passthrough), f);
+    assert_eq!(remote.probe().await.unwrap(), (0, 0));
+}
+
 fn designators(page: &[u8]) -> Vec<(u8, u8, Vec<u8>)> {
     let mut out = Vec::new();
     let mut at = 4;

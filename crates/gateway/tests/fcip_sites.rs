@@ -482,19 +482,24 @@ fn circuits_added_and_removed_by_reload_lose_no_command() {
 const TAPE_LU: &str =
     "name = \"disk\"\ntype = \"tape\"\nbackend = \"file:@DIR@/tape.img\"\nsize = \"512MiB\"";
 
-/// Tape across the WAN (issue 35's two sites, without tape pipelining as
-/// yet): at 1 ms RTT, in enhanced mode with FastWrite, a host writes a
-/// 256 MiB backup stream of 64 KiB variable blocks with a filemark every
-/// 32 MiB to the far site's tape, rewinds, spaces over the first three
-/// files, reads the fourth's first block, then rewinds and reads the
-/// whole stream back verifying every byte and every filemark.
-#[test]
-fn a_backup_stream_crosses_fcip_to_a_far_tape_and_reads_back() {
+/// Tape across the WAN (issue 35's two sites): at 1 ms RTT, in enhanced
+/// mode with FastWrite and tape pipelining on or off, a host reads the
+/// drive's INQUIRY, writes a 256 MiB backup stream of 64 KiB variable
+/// blocks with a filemark every 32 MiB to the far site's tape, rewinds,
+/// spaces over the first three files, reads the fourth's first block,
+/// then rewinds and reads the whole stream back verifying every byte and
+/// every filemark.
+fn backup_stream(pipelining: bool) {
     use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let extra = if pipelining {
+        "fastwrite = true\ntape_pipelining = true"
+    } else {
+        "fastwrite = true"
+    };
     let s = sites_with(
         "enhanced",
-        "fastwrite = true",
+        extra,
         WanProfile::rtt(Duration::from_millis(1), 0),
         TAPE_LU,
         "iscsi-inq",
@@ -505,25 +510,19 @@ fn a_backup_stream_crosses_fcip_to_a_far_tape_and_reads_back() {
         ..RawOptions::default()
     };
     let mut h = RawSession::login(s.iscsi, IQN, &opts).expect("login through site A");
-    const BLK: usize = 64 * 1024;
-    const BLOCKS: u32 = 4096; // 256 MiB
-    const PER_FILE: u32 = 512; // 32 MiB
-    let block = |i: u32| -> Vec<u8> {
-        let mut b = vec![(i % 251) as u8; BLK];
-        b[..4].copy_from_slice(&i.to_be_bytes());
-        b[BLK - 4..].copy_from_slice(&i.to_le_bytes());
-        b
-    };
-    let l = (BLK as u32).to_be_bytes();
-    let write6 = [0x0a, 0, l[1], l[2], l[3], 0];
-    let read6 = [0x08, 0, l[1], l[2], l[3], 0];
+    let inq = h.command(&[0x12, 0, 0, 0, 36, 0], &[], 36).unwrap();
+    assert_eq!(
+        (inq.status, inq.data[0]),
+        (0, 0x01),
+        "a tape behind the tunnel"
+    );
     let good = |r: &unifab_testkit::raw_iscsi::CommandResult, what: &str| {
         assert_eq!(r.status, 0, "{what}: sense {:02x?}", r.sense);
     };
     let t0 = Instant::now();
     for i in 0..BLOCKS {
         good(
-            &h.command(&write6, &block(i), 0).unwrap(),
+            &h.command(&WRITE6, &tape_block(i), 0).unwrap(),
             &format!("write {i}"),
         );
         if i % PER_FILE == PER_FILE - 1 {
@@ -542,39 +541,102 @@ fn a_backup_stream_crosses_fcip_to_a_far_tape_and_reads_back() {
         &h.command(&[0x11, 1, 0, 0, 3, 0], &[], 0).unwrap(),
         "space 3 filemarks",
     );
-    let r = h.command(&read6, &[], BLK as u32).unwrap();
+    let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
     good(&r, "read after space");
-    assert_eq!(r.data, block(3 * PER_FILE), "the fourth file's first block");
+    assert_eq!(
+        r.data,
+        tape_block(3 * PER_FILE),
+        "the fourth file's first block"
+    );
     good(
         &h.command(&[0x01, 0, 0, 0, 0, 0], &[], 0).unwrap(),
         "rewind",
     );
     let t1 = Instant::now();
     for i in 0..BLOCKS {
-        let r = h.command(&read6, &[], BLK as u32).unwrap();
+        let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
         good(&r, &format!("read {i}"));
-        assert!(r.data == block(i), "block {i} differs");
+        assert!(r.data == tape_block(i), "block {i} differs");
         if i % PER_FILE == PER_FILE - 1 {
-            let r = h.command(&read6, &[], BLK as u32).unwrap();
+            let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
             assert_eq!(r.status, 2, "filemark after block {i}");
             assert_eq!((r.sense[2] & 0x8f, r.sense[12], r.sense[13]), (0x80, 0, 1));
         }
     }
     let read = t1.elapsed();
-    let r = h.command(&read6, &[], BLK as u32).unwrap();
+    let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
     assert_eq!(
         (r.status, r.sense[2] & 0x0f, r.sense[13]),
         (2, 8, 5),
         "end-of-data"
     );
-    let mb = f64::from(BLOCKS) * BLK as f64 / 1e6;
+    let mb = f64::from(BLOCKS) * TAPE_BLK as f64 / 1e6;
+    let table = show_fcip(&s);
     println!(
-        "tape across FCIP at 1 ms RTT, no pipelining: writes {:.1} MB/s, reads {:.1} MB/s",
+        "tape across FCIP at 1 ms RTT, tape pipelining {}: writes {:.1} MB/s, reads {:.1} MB/s\n{table}",
+        if pipelining { "on" } else { "off" },
         mb / wrote.as_secs_f64(),
         mb / read.as_secs_f64()
     );
+    if pipelining {
+        assert!(
+            table.contains("on ("),
+            "show fcip names tape pipelining on:\n{table}"
+        );
+        let acc = tape_counter(&s, "tape_accelerated");
+        assert!(
+            acc >= u64::from(BLOCKS),
+            "{acc} commands accelerated:\n{table}"
+        );
+    } else {
+        assert_eq!(tape_counter(&s, "tape_accelerated"), 0);
+    }
     drop(h);
     let mut s = s;
     s.a.check_alive();
     s.b.check_alive();
+}
+
+const TAPE_BLK: usize = 64 * 1024;
+const BLOCKS: u32 = 4096; // 256 MiB
+const PER_FILE: u32 = 512; // 32 MiB
+const WRITE6: [u8; 6] = [0x0a, 0, 0x01, 0x00, 0x00, 0];
+const READ6: [u8; 6] = [0x08, 0, 0x01, 0x00, 0x00, 0];
+
+fn tape_block(i: u32) -> Vec<u8> {
+    let mut b = vec![(i % 251) as u8; TAPE_BLK];
+    b[..4].copy_from_slice(&i.to_be_bytes());
+    b[TAPE_BLK - 4..].copy_from_slice(&i.to_le_bytes());
+    b
+}
+
+/// A tape pipelining counter of site A's tunnel, from `show fcip --json`.
+fn tape_counter(s: &Sites, key: &str) -> u64 {
+    let out = s
+        .ns_a
+        .command(unifab_bin().unwrap().to_str().unwrap())
+        .args(["show", "fcip", "--json", "--admin", "127.0.0.1:9260"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "show fcip --json: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    v.as_array()
+        .and_then(|rows| rows.first())
+        .and_then(|r| r.get(key))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+#[test]
+fn a_backup_stream_crosses_fcip_to_a_far_tape_without_pipelining() {
+    backup_stream(false);
+}
+
+#[test]
+fn a_backup_stream_crosses_fcip_to_a_far_tape_with_pipelining() {
+    backup_stream(true);
 }

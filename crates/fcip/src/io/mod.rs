@@ -91,6 +91,9 @@ pub struct TunnelConfig {
     pub compression: compress::Mode,
     /// FastWrite (enhanced mode, both ends must want it).
     pub fastwrite: bool,
+    /// Tape pipelining (with FastWrite, both ends must want it):
+    /// `proto::tape`.
+    pub tape_pipelining: bool,
     /// Heartbeat / hello interval.
     pub keepalive: Duration,
     /// Silence after which a circuit (or the class F connection) is dead.
@@ -141,6 +144,7 @@ impl TunnelConfig {
             mode: LinkMode::Rfc,
             compression: compress::Mode::None,
             fastwrite: false,
+            tape_pipelining: false,
             keepalive: Duration::from_millis(20),
             dead_after: Duration::from_millis(80),
             k_a_tov: 10_000,

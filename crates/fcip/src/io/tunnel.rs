@@ -137,6 +137,10 @@ pub struct TunnelStats {
     pub fastwrite: bool,
     /// Writes accelerated.
     pub fastwrite_writes: u64,
+    /// Tape pipelining agreed.
+    pub tape_pipelining: bool,
+    /// What tape pipelining did.
+    pub tape: crate::proto::tape::TapeStats,
     /// Batches received twice and dropped.
     pub duplicates: u64,
     /// Frames the fabric handed over while the tunnel could not take them.

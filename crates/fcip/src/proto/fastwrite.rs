@@ -351,6 +351,14 @@ impl TargetSide {
         (Some(f), Vec::new())
     }
 
+    /// Forgets exchange (`s_id`, `ox_id`) with the data it holds (a
+    /// command tape pipelining discarded).
+    pub fn forget(&mut self, s_id: FcId, ox_id: OxId) {
+        if let Some(e) = self.table.remove(&(s_id, ox_id)) {
+            self.held_bytes -= e.held_bytes;
+        }
+    }
+
     /// Link loss: held data is dropped.
     pub fn clear(&mut self) {
         self.table.clear();

@@ -31,6 +31,7 @@ use super::fastwrite::{
     DEFAULT_MAX_BYTES, DEFAULT_TABLE, HostAction, HostSide, SWEEP_EVERY, TargetSide,
 };
 use super::stream::{ReceiveWindow, SendWindow};
+use super::tape::{self, TapeHost, TapeStats, TapeTarget};
 use crate::codec::Item;
 use crate::wire::enhanced::{self, BatchHeader, BatchKind, Codec, Reassembly, put_record, records};
 use crate::wire::frame::FcipFrame;
@@ -58,6 +59,9 @@ pub struct LinkConfig {
     pub compression: compress::Mode,
     /// FastWrite is wanted (used only if the peer offers it too).
     pub fastwrite: bool,
+    /// Tape pipelining is wanted (with FastWrite; used only if the peer
+    /// offers it too).
+    pub tape_pipelining: bool,
     /// This end originates the E_Port exchange (it connects).
     pub originates: bool,
     /// Bytes of batches in flight before the fabric is held back.
@@ -207,6 +211,8 @@ pub struct Link {
     comp: Compressor,
     host: Option<HostSide>,
     target: Option<TargetSide>,
+    tape_host: Option<TapeHost>,
+    tape_target: Option<TapeTarget>,
     rr: usize,
     /// A data batch arrived and the peer has not yet been sent the ack
     /// for it: the circuit it came on.
@@ -282,6 +288,8 @@ impl Link {
             all_silent: false,
             host: None,
             target: None,
+            tape_host: None,
+            tape_target: None,
             rr: 0,
             ack_due: None,
             ack_at: None,
@@ -360,6 +368,18 @@ impl Link {
     /// Writes FastWrite accelerated.
     pub fn accelerated(&self) -> u64 {
         self.host.as_ref().map_or(0, |h| h.accelerated)
+    }
+
+    /// What tape pipelining did (zeros while it is not agreed).
+    pub fn tape_stats(&self) -> TapeStats {
+        let mut s = self.tape_host.as_ref().map(|h| h.stats).unwrap_or_default();
+        s.discarded = self.tape_target.as_ref().map_or(0, |t| t.discarded);
+        s
+    }
+
+    /// Tape pipelining is in use.
+    pub fn tape_pipelining(&self) -> bool {
+        self.tape_host.is_some()
     }
 
     /// The circuits' weights from now on, circuit 1 first (circuits added
@@ -486,6 +506,23 @@ impl Link {
             self.host = Some(HostSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));
             self.target = Some(TargetSide::new(DEFAULT_TABLE, DEFAULT_MAX_BYTES));
         }
+        if fastwrite
+            && self.cfg.tape_pipelining
+            && peer_caps.is_some_and(|c| c.has(Capabilities::TAPE))
+        {
+            // The tapes learned before a link loss are still tapes.
+            if self.tape_host.is_none() {
+                self.tape_host = Some(TapeHost::new(
+                    tape::DEFAULT_MAX_CMDS,
+                    tape::DEFAULT_MAX_BYTES,
+                    DEFAULT_MAX_BYTES,
+                ));
+            }
+            self.tape_target = Some(TapeTarget::new());
+        } else {
+            self.tape_host = None;
+            self.tape_target = None;
+        }
         let local = io.local_switch();
         self.domain = local.domain;
         let mut e = EPort::new(local, self.cfg.originates);
@@ -514,6 +551,10 @@ impl Link {
         }
         self.host = None;
         self.target = None;
+        if let Some(t) = &mut self.tape_host {
+            t.clear();
+        }
+        self.tape_target = None;
         self.send = SendWindow::new(self.cfg.window_bytes);
         self.recv = receive_window(&self.cfg);
     }

@@ -8,3 +8,4 @@ pub mod fspf;
 pub mod handshake;
 pub mod link;
 pub mod stream;
+pub mod tape;

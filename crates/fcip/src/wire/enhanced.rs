@@ -12,7 +12,8 @@
 //! Body records (after decompression), one per FC frame:
 //! `len: u16, sof: u8, eof: u8, flags: u8, 3 reserved` then `len` bytes
 //! of FC header and payload. Record flag [`RECORD_FASTWRITE`] marks an
-//! FCP_CMND whose initiator already got a proxy XFER_RDY.
+//! FCP_CMND whose initiator already got a proxy XFER_RDY, [`RECORD_TAPE`]
+//! one that tape pipelining answered for.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use unifab_fc::wire::frame::Frame;
@@ -31,6 +32,9 @@ pub const RECORD_HEADER_LEN: usize = 8;
 pub const MAX_FRAGMENT: usize = 2112;
 /// Record flag: FCP_CMND accelerated by FastWrite.
 pub const RECORD_FASTWRITE: u8 = 0x01;
+/// Record flag: FCP_CMND to a tape answered by tape pipelining
+/// (`proto::tape`): the far side sends it to the drive in turn.
+pub const RECORD_TAPE: u8 = 0x02;
 const MAGIC: [u8; 3] = *b"ufb";
 const VERSION: u8 = 1;
 

@@ -86,6 +86,8 @@ impl Capabilities {
     pub const LZ4: u8 = 0x04;
     /// Zstandard batches.
     pub const ZSTD: u8 = 0x08;
+    /// Tape pipelining (with FastWrite).
+    pub const TAPE: u8 = 0x10;
 
     /// Whether every bit of `bits` is set.
     pub fn has(self, bits: u8) -> bool {

@@ -109,6 +109,7 @@ pub async fn show(
             "retrans",
             "rtt us",
             "fastwrite",
+            "tape",
             "tunnel state",
             "failures",
             "last error",
@@ -190,6 +191,21 @@ fn column_value(row: &Value, column: &str) -> Value {
                 (false, _) => "off".into(),
             }
         }),
+        "tape" => row
+            .get("tape_pipelining")
+            .and_then(Value::as_bool)
+            .map(|on| {
+                if on {
+                    let n = |k: &str| row.get(k).and_then(Value::as_u64).unwrap_or(0);
+                    format!(
+                        "on ({} acc, {} deferred)",
+                        n("tape_accelerated"),
+                        n("tape_deferred_errors")
+                    )
+                } else {
+                    "off".into()
+                }
+            }),
         _ => None,
     };
     if let Some(m) = made {

@@ -17,6 +17,7 @@
 //! mode = "enhanced"                    # or "rfc" (plain RFC 3821, any FCIP peer)
 //! compression = "auto"                 # none | lz4 | zstd | auto (enhanced mode)
 //! fastwrite = true                     # enhanced mode; both ends must want it
+//! tape_pipelining = true               # with fastwrite: tapes' writes answered by the tunnel
 //! keepalive_ms = 20                    # heartbeat (enhanced) / HLO (rfc) interval
 //! dead_ms = 80                         # silence that declares a circuit dead
 //!
@@ -102,6 +103,11 @@ pub struct TunnelSection {
     /// FastWrite.
     #[serde(default)]
     pub fastwrite: bool,
+    /// Tape pipelining (needs `fastwrite`; both ends must want it): a
+    /// tape's WRITE(6) and WRITE FILEMARKS IMMED answered by the tunnel,
+    /// the far drive fed one command at a time (docs/fcip.md).
+    #[serde(default)]
+    pub tape_pipelining: bool,
     /// Keep-alive interval in ms (default 20).
     #[serde(default)]
     pub keepalive_ms: Option<u64>,
@@ -162,6 +168,12 @@ pub fn validate(cfg: &Config) -> Result<(), String> {
             .unwrap_or("none")
             .parse::<compress::Mode>()
             .map_err(|e| format!("fcip.tunnel {:?}: {e}", t.name))?;
+        if t.tape_pipelining && !t.fastwrite {
+            return Err(format!(
+                "fcip.tunnel {:?}: tape_pipelining builds on FastWrite: set fastwrite = true",
+                t.name
+            ));
+        }
         if m == LinkMode::Rfc && (c != compress::Mode::None || t.fastwrite) {
             return Err(format!(
                 "fcip.tunnel {:?}: compression and fastwrite need mode = \"enhanced\"",

@@ -40,6 +40,7 @@ fn start_tunnel(
         .parse()
         .map_err(anyhow::Error::msg)?;
     tc.fastwrite = t.fastwrite;
+    tc.tape_pipelining = t.tape_pipelining;
     let ka = t.keepalive_ms.unwrap_or(20);
     tc.keepalive = Duration::from_millis(ka);
     tc.dead_after = Duration::from_millis(t.dead_ms.unwrap_or(4 * ka));
@@ -210,7 +211,7 @@ impl FcipPlane {
         use crate::admin::metrics::{Family, Value, counter, gauge};
         let stats: Vec<_> = self.tunnels().iter().map(Tunnel::stats).collect();
         type TunnelGet = fn(&unifab_fcip::io::TunnelStats) -> u64;
-        let per_tunnel: [(&str, &'static str, TunnelGet); 5] = [
+        let per_tunnel: [(&str, &'static str, TunnelGet); 10] = [
             (
                 "unifab_fcip_tunnel_frame_bytes",
                 "Bytes of FC frames the tunnel sent, before compression.",
@@ -230,6 +231,31 @@ impl FcipPlane {
                 "unifab_fcip_tunnel_fastwrite_writes",
                 "Writes FastWrite accelerated.",
                 |s| s.fastwrite_writes,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_accelerated",
+                "Tape commands tape pipelining answered for (WRITE(6), WRITE FILEMARKS with IMMED).",
+                |s| s.tape.accelerated,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_proxy_status",
+                "GOOD statuses tape pipelining gave hosts before the far drive answered.",
+                |s| s.tape.proxy_status,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_deferred_errors",
+                "Far drive errors given to hosts as deferred errors.",
+                |s| s.tape.deferred_errors,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_withheld",
+                "Tape commands withheld at a sync point or a full pipeline.",
+                |s| s.tape.withheld,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_discarded",
+                "Queued tape commands the far side discarded after a drive error.",
+                |s| s.tape.discarded,
             ),
             (
                 "unifab_fcip_tunnel_dropped_frames",
@@ -311,6 +337,12 @@ impl FcipPlane {
                     "rtt_us": c.rtt_us,
                     "fastwrite": s.fastwrite,
                     "fastwrite_writes": s.fastwrite_writes,
+                    "tape_pipelining": s.tape_pipelining,
+                    "tape_accelerated": s.tape.accelerated,
+                    "tape_proxy_status": s.tape.proxy_status,
+                    "tape_deferred_errors": s.tape.deferred_errors,
+                    "tape_withheld": s.tape.withheld,
+                    "tape_discarded": s.tape.discarded,
                     "failures": c.failures,
                     "connect_failures": c.connect_failures,
                     "last_error": c.last_error_at.map(|_| c.last_error.clone()),

@@ -52,6 +52,7 @@ pub(super) fn link_config(cfg: &TunnelConfig, port_no: u32) -> LinkConfig {
         weights: cfg.circuits.iter().map(|c| c.weight).collect(),
         compression: cfg.compression,
         fastwrite: cfg.fastwrite,
+        tape_pipelining: cfg.tape_pipelining,
         originates: cfg.connects(),
         window_bytes: cfg.window_bytes,
         keepalive: cfg.keepalive,
@@ -611,6 +612,8 @@ impl Actor {
             st.duplicates = self.link.duplicates();
             st.dropped = self.dropped.load(Ordering::Relaxed);
             st.fastwrite_writes = self.link.accelerated();
+            st.tape_pipelining = self.link.tape_pipelining();
+            st.tape = self.link.tape_stats();
         }
     }
 }

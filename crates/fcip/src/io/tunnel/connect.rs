@@ -17,6 +17,9 @@ pub(super) fn capabilities(cfg: &TunnelConfig) -> Capabilities {
     let mut c = Capabilities::ENHANCED | Capabilities::LZ4 | Capabilities::ZSTD;
     if cfg.fastwrite {
         c |= Capabilities::FASTWRITE;
+        if cfg.tape_pipelining {
+            c |= Capabilities::TAPE;
+        }
     }
     Capabilities(c)
 }

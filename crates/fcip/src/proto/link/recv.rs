@@ -137,6 +137,21 @@ impl Link {
             io.to_controller(f);
             return;
         }
+        // Near the host: tape pipelining's answers from the drive stay
+        // here and may release withheld commands.
+        let f = match &mut self.tape_host {
+            Some(t) => match t.inbound(f) {
+                Ok(got) => {
+                    for f in got.to_fabric {
+                        io.to_fabric(f);
+                    }
+                    self.tunnel_out(got.to_tunnel, io);
+                    return;
+                }
+                Err(f) => f,
+            },
+            None => f,
+        };
         let f = match &mut self.host {
             Some(h) => match h.inbound(f) {
                 Some(f) => f,
@@ -144,13 +159,26 @@ impl Link {
             },
             None => f,
         };
-        match &mut self.target {
-            Some(t) => {
-                for f in t.inbound(f, flags) {
-                    io.to_fabric(f);
-                }
+        let frames = match &mut self.target {
+            Some(t) => t.inbound(f, flags),
+            None => vec![f],
+        };
+        for f in frames {
+            let tape_cmd = flags & crate::wire::enhanced::RECORD_TAPE != 0
+                && f.header.r_ctl == unifab_fc::wire::RCtl::FCP_CMND;
+            match &mut self.tape_target {
+                Some(t) if tape_cmd => match t.command(f) {
+                    Ok(Some(f)) => io.to_fabric(f),
+                    Ok(None) => {}
+                    Err(refused) => {
+                        if let Some(fw) = &mut self.target {
+                            fw.forget(refused.header.d_id, refused.header.ox_id);
+                        }
+                        self.tunnel_out(vec![(refused, 0)], io);
+                    }
+                },
+                _ => io.to_fabric(f),
             }
-            None => io.to_fabric(f),
         }
     }
 

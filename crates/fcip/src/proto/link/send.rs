@@ -15,7 +15,10 @@ impl Link {
         let mut out: Vec<(Frame, u8)> = Vec::with_capacity(frames.len());
         for f in frames {
             tracing::trace!(tunnel = %self.cfg.name, s_id = %f.header.s_id, d_id = %f.header.d_id, r_ctl = f.header.r_ctl.0, fc_type = f.header.fc_type.0, ox = f.header.ox_id.0, "tx");
-            let f = match &mut self.target {
+            // Near the target: FastWrite swallows the target's XFER_RDYs
+            // and feeds it held data; tape pipelining sends a drive its
+            // next queued command once it answered the last.
+            let up = match &mut self.target {
                 Some(t) => {
                     let (up, fed) = t.outbound(f);
                     for d in fed {
@@ -28,18 +31,60 @@ impl Link {
                 }
                 None => f,
             };
-            match &mut self.host {
-                Some(h) => {
-                    for a in h.outbound(f) {
+            let ups = match &mut self.tape_target {
+                Some(t) => {
+                    let o = t.outbound(up);
+                    for d in o.to_fabric {
+                        io.to_fabric(d);
+                    }
+                    if let Some(fw) = &mut self.target {
+                        for (s_id, ox) in o.forget {
+                            fw.forget(s_id, ox);
+                        }
+                    }
+                    o.up
+                }
+                None => vec![up],
+            };
+            for f in ups {
+                self.near_host(f, &mut out, io);
+            }
+        }
+        self.tunnel_out(out, io);
+    }
+
+    /// Near the host: tape pipelining, then FastWrite.
+    fn near_host(&mut self, f: Frame, out: &mut Vec<(Frame, u8)>, io: &mut impl LinkIo) {
+        let f = match &mut self.tape_host {
+            Some(t) => match t.outbound(f) {
+                Ok(actions) => {
+                    for a in actions {
                         match a {
                             HostAction::Tunnel(f, fl) => out.push((f, fl)),
                             HostAction::Fabric(p) => io.to_fabric(p),
                         }
                     }
+                    return;
                 }
-                None => out.push((f, 0)),
+                Err(f) => f,
+            },
+            None => f,
+        };
+        match &mut self.host {
+            Some(h) => {
+                for a in h.outbound(f) {
+                    match a {
+                        HostAction::Tunnel(f, fl) => out.push((f, fl)),
+                        HostAction::Fabric(p) => io.to_fabric(p),
+                    }
+                }
             }
+            None => out.push((f, 0)),
         }
+    }
+
+    /// Sends frames (with their record flags) toward the peer.
+    pub(super) fn tunnel_out(&mut self, out: Vec<(Frame, u8)>, io: &mut impl LinkIo) {
         if out.is_empty() {
             return;
         }

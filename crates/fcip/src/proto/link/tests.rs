@@ -71,6 +71,7 @@ fn config(enhanced: bool, circuits: usize) -> LinkConfig {
         weights: vec![1; circuits],
         compression: compress::Mode::None,
         fastwrite: false,
+        tape_pipelining: false,
         originates: true,
         window_bytes: 64 << 10,
         keepalive: Duration::from_secs(1),

@@ -147,6 +147,7 @@ fn config(
             .collect::<Result<_>>()?,
         compression: *u.choose(&[Mode::None, Mode::Lz4, Mode::Zstd, Mode::Auto])?,
         fastwrite: u.arbitrary()?,
+        tape_pipelining: u.arbitrary()?,
         originates,
         window_bytes: u.int_in_range(1..=64)? << 12,
         keepalive: Duration::from_millis(500),
@@ -184,6 +185,7 @@ fn run(data: &[u8]) -> Result<()> {
         Capabilities(
             Capabilities::ENHANCED
                 | Capabilities::FASTWRITE
+                | Capabilities::TAPE
                 | Capabilities::LZ4
                 | Capabilities::ZSTD,
         )

@@ -640,3 +640,91 @@ fn a_backup_stream_crosses_fcip_to_a_far_tape_without_pipelining() {
 fn a_backup_stream_crosses_fcip_to_a_far_tape_with_pipelining() {
     backup_stream(true);
 }
+
+/// With tape pipelining, a far drive that reports an error for a write
+/// the host was already told succeeded (here its medium fills: early
+/// warning, at 1 ms RTT) gives the host one deferred error (response code
+/// 71h, EOM) on a later command, and no block after the failing one
+/// reaches the medium: the tape holds exactly a prefix of the stream,
+/// shorter than what was answered GOOD, and end-of-data after it.
+#[test]
+fn a_far_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
+    use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let small = "name = \"disk\"\ntype = \"tape\"\nbackend = \"file:@DIR@/tape.img\"\nsize = \"16MiB\"\nearly_warning = \"1MiB\"";
+    let s = sites_with(
+        "enhanced",
+        "fastwrite = true\ntape_pipelining = true",
+        WanProfile::rtt(Duration::from_millis(1), 0),
+        small,
+        "iscsi-inq",
+    );
+    let opts = RawOptions {
+        initiator: "iqn.2026-11.io.unifab:backup-host".into(),
+        timeout: Duration::from_secs(60),
+        ..RawOptions::default()
+    };
+    let mut h = RawSession::login(s.iscsi, IQN, &opts).expect("login through site A");
+    let inq = h.command(&[0x12, 0, 0, 0, 36, 0], &[], 36).unwrap();
+    assert_eq!((inq.status, inq.data[0]), (0, 0x01));
+    let mut acknowledged = 0u32;
+    let mut deferred = None;
+    for i in 0..400u32 {
+        let r = h.command(&WRITE6, &tape_block(i), 0).unwrap();
+        if r.status == 0 {
+            acknowledged += 1;
+            continue;
+        }
+        assert_eq!(r.status, 2, "write {i}");
+        deferred = Some((i, r.sense.clone()));
+        break;
+    }
+    let (at, sense) = deferred.expect("the drive's early warning never reached the host");
+    assert_eq!(sense[0] & 0x7f, 0x71, "a deferred error: {sense:02x?}");
+    assert_eq!(
+        (sense[2] & 0x4f, sense[12], sense[13]),
+        (0x40, 0, 2),
+        "EOM, END-OF-PARTITION/MEDIUM DETECTED: {sense:02x?}"
+    );
+    // Once: what follows is answered by the drive itself.
+    let pos = h
+        .command(&[0x34, 6, 0, 0, 0, 0, 0, 0, 0, 0], &[], 32)
+        .unwrap();
+    assert_eq!(pos.status, 0, "READ POSITION: {:02x?}", pos.sense);
+    let on_tape = u64::from_be_bytes(pos.data[8..16].try_into().unwrap()) as u32;
+    assert!(
+        on_tape < acknowledged,
+        "{on_tape} blocks on the medium, {acknowledged} answered GOOD before the deferred error at command {at}"
+    );
+    assert_eq!(h.command(&[0x01, 0, 0, 0, 0, 0], &[], 0).unwrap().status, 0);
+    for i in 0..on_tape {
+        let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
+        assert_eq!(r.status, 0, "read {i}: {:02x?}", r.sense);
+        assert!(
+            r.data == tape_block(i),
+            "block {i} on the medium is not the stream's: {} bytes, {:02x?}…",
+            r.data.len(),
+            &r.data[..r.data.len().min(8)]
+        );
+    }
+    let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
+    assert_eq!(
+        (r.status, r.sense[2] & 0x0f, r.sense[13]),
+        (2, 8, 5),
+        "end-of-data right after"
+    );
+    // The tunnels' statistics are refreshed every second or so.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tape_counter(&s, "tape_deferred_errors") == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(tape_counter(&s, "tape_deferred_errors"), 1);
+    println!(
+        "deferred error at command {at}; {acknowledged} writes answered GOOD, {on_tape} on the medium\n{}",
+        show_fcip(&s)
+    );
+    drop(h);
+    let mut s = s;
+    s.a.check_alive();
+    s.b.check_alive();
+}

@@ -669,6 +669,17 @@ impl Link {
                     warn!(tunnel = %self.cfg.name, exchanges = n, "FastWrite: idle accelerated writes dropped with their held data");
                 }
             }
+            if let Some(t) = &mut self.tape_host {
+                let before = t.outstanding();
+                let got = t.sweep();
+                if t.outstanding() < before {
+                    warn!(tunnel = %self.cfg.name, commands = before - t.outstanding(), "tape pipelining: the far drive never answered; its hosts get a deferred error");
+                }
+                for f in got.to_fabric {
+                    io.to_fabric(f);
+                }
+                self.tunnel_out(got.to_tunnel, io);
+            }
         }
     }
 

@@ -148,6 +148,8 @@ struct Accel {
     bytes: u64,
     /// The host has its proxy GOOD.
     answered: bool,
+    /// A frame of the exchange came back since the last sweep.
+    touched: bool,
 }
 
 #[derive(Debug, Default)]
@@ -399,6 +401,7 @@ impl TapeHost {
                         data_left: c.fcp_dl,
                         bytes: dl,
                         answered: dl == 0,
+                        touched: true,
                     },
                 );
                 continue;
@@ -436,9 +439,10 @@ impl TapeHost {
             }
             return Err(f);
         }
-        let Some(a) = self.accel.get(&x) else {
+        let Some(a) = self.accel.get_mut(&x) else {
             return Err(f);
         };
+        a.touched = true;
         if is_fcp(&h, RCtl::FCP_XFER_RDY) {
             return Ok(Inbound::default());
         }
@@ -486,6 +490,48 @@ impl TapeHost {
         Ok(out)
     }
 
+    /// Ends the accelerated commands no frame came back for since the last
+    /// sweep (called every `fastwrite::SWEEP_EVERY`): the far drive never
+    /// answered. Each nexus that had one fails as after a drive error, its
+    /// deferred error ABORTED COMMAND, LOGICAL UNIT COMMUNICATION TIME-OUT,
+    /// so that its sync points do not wait for ever. Returns what that
+    /// releases.
+    pub fn sweep(&mut self) -> Inbound {
+        let mut dead = Vec::new();
+        self.accel.retain(|x, a| {
+            let keep = std::mem::take(&mut a.touched);
+            if !keep {
+                dead.push((*x, a.nexus, a.bytes, a.answered));
+            }
+            keep
+        });
+        let mut out = Inbound::default();
+        let mut nexuses = Vec::new();
+        for (_, n, bytes, answered) in dead {
+            if let Some(p) = self.pipes.get_mut(&n) {
+                p.outstanding = p.outstanding.saturating_sub(1);
+                p.bytes = p.bytes.saturating_sub(bytes);
+                if answered && !p.failed {
+                    p.failed = true;
+                    let mut sense = vec![0u8; 18];
+                    sense[0] = 0x71;
+                    sense[2] = 0x0b;
+                    sense[7] = 10;
+                    sense[12] = 0x08;
+                    sense[13] = 0x01;
+                    p.deferred = Some(Bytes::from(sense));
+                }
+            }
+            if !nexuses.contains(&n) {
+                nexuses.push(n);
+            }
+        }
+        for n in nexuses {
+            self.release(n, &mut out.to_fabric, &mut out.to_tunnel);
+        }
+        out
+    }
+
     /// Link loss: the pipeline is forgotten, withheld commands with it
     /// (the host's exchange timeouts recover them); the nexuses stay
     /// known.
@@ -500,6 +546,10 @@ impl TapeHost {
 struct Queue {
     current: Option<OxId>,
     queue: VecDeque<Frame>,
+    /// An accelerated command failed: every accelerated command after it
+    /// (sent before the host side heard of the failure) is discarded,
+    /// until a command that was not accelerated comes.
+    failed: bool,
 }
 
 /// Tape pipelining near the drive: one accelerated command at a time per
@@ -538,14 +588,22 @@ impl TapeTarget {
     /// An accelerated command from the tunnel (record flag
     /// [`RECORD_TAPE`]): to the drive now (`Ok` with it), or queued
     /// (`Ok(None)`); `Err` with an answer for the tunnel when the queue is
-    /// full.
+    /// full (TASK SET FULL) or the nexus failed (TASK ABORTED).
     pub fn command(&mut self, f: Frame) -> Result<Option<Frame>, Frame> {
         let h = f.header;
         let Ok(c) = FcpCmndRepr::parse(&f.payload) else {
             return Ok(Some(f));
         };
         let nexus = (h.s_id, h.d_id, c.lun.0);
+        if !self.queues.contains_key(&nexus) && self.queues.len() >= MAX_TAPES {
+            self.discarded += 1;
+            return Err(rsp(&h, h.rx_id, TASK_SET_FULL, Bytes::new()));
+        }
         let q = self.queues.entry(nexus).or_default();
+        if q.failed {
+            self.discarded += 1;
+            return Err(rsp(&h, h.rx_id, TASK_ABORTED, Bytes::new()));
+        }
         if q.current.is_none() {
             q.current = Some(h.ox_id);
             self.by_xchg.insert((h.s_id, h.d_id, h.ox_id), nexus);
@@ -559,6 +617,27 @@ impl TapeTarget {
         q.queue.push_back(f);
         self.queued += 1;
         Ok(None)
+    }
+
+    /// A command that was not accelerated, on its way to a drive: the
+    /// host side has heard of any failure, so the nexus takes accelerated
+    /// commands again.
+    pub fn plain(&mut self, f: &Frame) {
+        let h = f.header;
+        if h.r_ctl != RCtl::FCP_CMND || h.fc_type != FcType::FCP {
+            return;
+        }
+        let Ok(c) = FcpCmndRepr::parse(&f.payload) else {
+            return;
+        };
+        let nexus = (h.s_id, h.d_id, c.lun.0);
+        if self
+            .queues
+            .get(&nexus)
+            .is_some_and(|q| q.failed && q.current.is_none() && q.queue.is_empty())
+        {
+            self.queues.remove(&nexus);
+        }
     }
 
     /// A frame from the drive toward the tunnel.
@@ -582,27 +661,29 @@ impl TapeTarget {
             q.current = None;
         } else {
             // A queued command's exchange ended (aborted by the host).
+            let before = q.queue.len();
             q.queue.retain(|c| c.header.ox_id != h.ox_id);
-            self.queued = self.queued.saturating_sub(1);
+            self.queued = self.queued.saturating_sub(before - q.queue.len());
             return out;
         }
         if good {
             if let Some(next) = q.queue.pop_front() {
-                self.queued -= 1;
+                self.queued = self.queued.saturating_sub(1);
                 q.current = Some(next.header.ox_id);
                 out.to_fabric.push(next);
             }
         } else {
+            q.failed = true;
             for c in q.queue.drain(..) {
                 let ch = c.header;
                 self.by_xchg.remove(&(ch.s_id, ch.d_id, ch.ox_id));
-                self.queued -= 1;
+                self.queued = self.queued.saturating_sub(1);
                 self.discarded += 1;
                 out.forget.push((ch.s_id, ch.ox_id));
                 out.up.push(rsp(&ch, ch.rx_id, TASK_ABORTED, Bytes::new()));
             }
         }
-        if q.current.is_none() && q.queue.is_empty() {
+        if q.current.is_none() && q.queue.is_empty() && !q.failed {
             self.queues.remove(&nexus);
         }
         out

@@ -177,7 +177,11 @@ impl Link {
                         self.tunnel_out(vec![(refused, 0)], io);
                     }
                 },
-                _ => io.to_fabric(f),
+                Some(t) => {
+                    t.plain(&f);
+                    io.to_fabric(f);
+                }
+                None => io.to_fabric(f),
             }
         }
     }

@@ -216,15 +216,21 @@ fn a_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
     let mut h = learned();
     let mut t = TapeTarget::new();
     let mut at_drive = Vec::new();
-    for ox in 30..33 {
+    let mut sent = Vec::new();
+    for ox in 30..34 {
         let acts = h
             .outbound(cmnd(ox, &[0x10, 1, 0, 0, 1, 0], 0, false))
             .unwrap();
         for (f, fl) in tunnel(&acts) {
             assert_ne!(fl & RECORD_TAPE, 0);
-            if let Ok(Some(f)) = t.command(f.clone()) {
-                at_drive.push(f.header.ox_id.0);
-            }
+            sent.push(f.clone());
+        }
+    }
+    // The fourth is still on the WAN when the drive fails the second.
+    let in_flight = sent.pop().unwrap();
+    for f in sent {
+        if let Ok(Some(f)) = t.command(f) {
+            at_drive.push(f.header.ox_id.0);
         }
     }
     // One at a time at the drive.
@@ -240,9 +246,20 @@ fn a_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
     assert_eq!(out.up.len(), 2);
     assert_eq!(rsp_status(&out.up[1]), TASK_ABORTED);
     assert_eq!(t.discarded, 1);
+    // One more the host side accelerated before it heard: discarded too.
+    let Err(late) = t.command(in_flight) else {
+        panic!("a command after the failure reached the drive")
+    };
+    assert_eq!(rsp_status(&late), TASK_ABORTED);
+    // A command that was not accelerated ends that.
+    t.plain(&cmnd(37, &[0x00, 0, 0, 0, 0, 0], 0, false));
+    assert!(matches!(
+        t.command(cmnd(38, &[0x10, 1, 0, 0, 1, 0], 0, false)),
+        Ok(Some(_))
+    ));
     // The host side: statuses swallowed, the error kept.
     h.inbound(status(30, GOOD, &[])).unwrap();
-    for f in out.up {
+    for f in out.up.into_iter().chain([late]) {
         assert_eq!(h.inbound(f), Ok(Inbound::default()));
     }
     // The next command gets it, once, as 71h; it is not sent.
@@ -299,4 +316,39 @@ fn the_drive_side_refuses_past_its_bound() {
     assert_eq!(rsp_status(&full), TASK_SET_FULL);
     t.clear();
     assert_eq!(t.queued(), 0);
+}
+
+#[test]
+fn a_drive_that_never_answers_is_swept_into_a_deferred_error() {
+    let mut h = learned();
+    h.outbound(cmnd(50, &[0x10, 1, 0, 0, 1, 0], 0, false))
+        .unwrap();
+    // REWIND waits for it.
+    assert!(
+        h.outbound(cmnd(51, &[0x01, 0, 0, 0, 0, 0], 0, false))
+            .unwrap()
+            .is_empty()
+    );
+    // Touched since it began: the first sweep keeps it.
+    assert_eq!(h.sweep(), Inbound::default());
+    assert_eq!(h.outstanding(), 1);
+    // Nothing came back: the second ends it; REWIND gets the deferred
+    // error (ABORTED COMMAND, LOGICAL UNIT COMMUNICATION TIME-OUT).
+    let got = h.sweep();
+    assert_eq!(h.outstanding(), 0);
+    assert!(got.to_tunnel.is_empty());
+    let [r] = &got.to_fabric[..] else {
+        panic!("{got:?}")
+    };
+    let rsp = FcpRspRepr::parse(&r.payload).unwrap();
+    assert_eq!(r.header.ox_id, OxId(51));
+    assert_eq!(
+        (rsp.sense[0], rsp.sense[2], rsp.sense[12], rsp.sense[13]),
+        (0x71, 0x0b, 0x08, 0x01)
+    );
+    // And the pipeline works again.
+    let acts = h
+        .outbound(cmnd(52, &[0x10, 1, 0, 0, 1, 0], 0, false))
+        .unwrap();
+    assert_eq!(rsp_status(fabric(&acts)[0]), GOOD);
 }

@@ -2,7 +2,7 @@
 # benches/peers/fcip_wan.sh — FCIP over an emulated WAN (not a test: figures).
 #
 #   bash benches/peers/fcip_wan.sh                 # latency, throughput, failover
-#   bash benches/peers/fcip_wan.sh latency         # one part (latency | throughput | failover)
+#   bash benches/peers/fcip_wan.sh latency         # one part (latency | throughput | tape | failover)
 #   FCIP_WAN_WORKERS=1 bash benches/peers/fcip_wan.sh latency   # both sites on one thread
 #   FCIP_WAN_CPU_LATENCY_US=0 bash benches/peers/fcip_wan.sh latency
 #                       # hold a CPU wake-up latency request of 0 µs for the
@@ -26,6 +26,10 @@
 #               data, per compression mode, FastWrite on (plus `none` with
 #               it off): MB/s, share of what the link alone carries
 #               (measured first, same run), ratio, CPU s/GB.
+#   tape        64 KiB WRITE(6) one at a time to a tape drive at site B
+#               through a 1 Gb/s link at RTT 0, 1 and 5 ms, tape pipelining
+#               off and on, against what the link alone carries (measured
+#               first, same run) and the one-round-trip-per-block ceiling.
 #   failover    8 writers of 8 KiB; circuit 2 black-holed at 1 s for 1.5 s:
 #               longest pause, I/O errors, data verified, batches resent,
 #               rejoin; at keep-alive 20 ms (dead after 80 ms) and 10/40 ms.

@@ -23,6 +23,7 @@ use unifab_fcip::io::{CircuitConfig, InterSwitch, LinkMode, Listener, Tunnel, Tu
 use unifab_fcip::proto::compress;
 use unifab_scsi_core::backend::MemoryBackend;
 use unifab_scsi_core::remote::Identity;
+use unifab_scsi_core::tape::{TapeLu, TapeLuConfig};
 use unifab_scsi_core::{
     Cdb, EmulatedLu, EmulatedLuConfig, ItNexus, LogicalUnit, Lun, RemoteLu, RemoteLuConfig,
     ScsiTarget, Status, Task,
@@ -80,15 +81,26 @@ impl Setup {
     }
 }
 
-fn target(switch: &Switch, name: &str) -> FcNode {
+/// Site B's FCP target: a 1 GiB memory disk, or (`tape`) a tape drive
+/// over a 4 GiB memory cartridge.
+fn target(switch: &Switch, name: &str, tape: bool) -> FcNode {
     let node = FcNode::spawn(switch, name);
     let scsi = ScsiTarget::new();
-    let lu = EmulatedLu::new(
-        EmulatedLuConfig::default(),
-        Arc::new(MemoryBackend::new(1 << 30)),
-    )
-    .unwrap();
-    scsi.insert(Lun(0), Arc::new(lu));
+    if tape {
+        let lu = TapeLu::new(
+            TapeLuConfig::default(),
+            Arc::new(MemoryBackend::new(4 << 30)),
+        )
+        .unwrap();
+        scsi.insert(Lun(0), Arc::new(lu));
+    } else {
+        let lu = EmulatedLu::new(
+            EmulatedLuConfig::default(),
+            Arc::new(MemoryBackend::new(1 << 30)),
+        )
+        .unwrap();
+        scsi.insert(Lun(0), Arc::new(lu));
+    }
     let mut t = NPortConfig::new(TARGET, Wwn(0x2000_0000_0000_0b0a));
     t.target = true;
     node.add_port("fc1/1", t, Some(scsi)).unwrap();
@@ -128,12 +140,17 @@ async fn initiator(switch: &Switch) -> (Arc<RemoteLu>, FcNode) {
 
 /// Initiator and target on one switch: the path without FCIP.
 async fn local() -> Setup {
+    local_with(false).await
+}
+
+/// [`local`], with a tape drive for the target's LU if `tape`.
+async fn local_with(tape: bool) -> Setup {
     let a = Switch::new(FabricConfig {
         domain: 1,
         switch_name: SW_A,
         ..FabricConfig::default()
     });
-    let t = target(&a, "site-b");
+    let t = target(&a, "site-b", tape);
     let (remote, n) = initiator(&a).await;
     Setup {
         remote,
@@ -147,6 +164,18 @@ async fn local() -> Setup {
 async fn sites(
     mode: LinkMode,
     fastwrite: bool,
+    comp: compress::Mode,
+    wan: Option<WanProfile>,
+) -> Setup {
+    sites_with(mode, fastwrite, None, comp, wan).await
+}
+
+/// [`sites`]; with `tape` = `Some(pipelining)`, site B's LU is a tape
+/// drive and both tunnels want tape pipelining or not.
+async fn sites_with(
+    mode: LinkMode,
+    fastwrite: bool,
+    tape: Option<bool>,
     comp: compress::Mode,
     wan: Option<WanProfile>,
 ) -> Setup {
@@ -170,8 +199,9 @@ async fn sites(
     let mut tb = TunnelConfig::new("fcip0", 0, SW_A, vec![acc.clone(), acc]);
     tb.mode = mode;
     tb.fastwrite = fastwrite;
+    tb.tape_pipelining = tape == Some(true);
     tb.compression = comp;
-    let (tunnel_b, l, tnode) = site_b(tb, cb, &b).await;
+    let (tunnel_b, l, tnode) = site_b(tb, cb, &b, tape.is_some()).await;
     let links: Vec<WanLink> = match wan {
         Some(p) => (0..2)
             .map(|_| WanLink::start("127.0.0.1:0".parse().unwrap(), l.local_addr(), p).unwrap())
@@ -186,6 +216,7 @@ async fn sites(
     let mut ta = TunnelConfig::new("fcip0", 0, SW_B, vec![peer(0), peer(1)]);
     ta.mode = mode;
     ta.fastwrite = fastwrite;
+    ta.tape_pipelining = tape == Some(true);
     ta.compression = comp;
     let tunnel = Tunnel::start(ta, ca);
     let (remote, n) = initiator(&a).await;
@@ -199,7 +230,12 @@ async fn sites(
 }
 
 /// Site B: its tunnel (accepting), the listener, and the target node.
-async fn site_b(tb: TunnelConfig, cb: InterSwitch, b: &Switch) -> (Tunnel, Listener, FcNode) {
+async fn site_b(
+    tb: TunnelConfig,
+    cb: InterSwitch,
+    b: &Switch,
+    tape: bool,
+) -> (Tunnel, Listener, FcNode) {
     let tunnel = Tunnel::start(tb, cb);
     let l = Listener::start(
         "127.0.0.1:0".parse().unwrap(),
@@ -209,7 +245,7 @@ async fn site_b(tb: TunnelConfig, cb: InterSwitch, b: &Switch) -> (Tunnel, Liste
     )
     .await
     .unwrap();
-    (tunnel, l, target(b, "site-b"))
+    (tunnel, l, target(b, "site-b", tape))
 }
 
 /// 4 KiB writes at QD1: median and 99th percentile in µs.
@@ -396,6 +432,39 @@ async fn stream(s: &Setup, data: &[Bytes], secs: f64) -> (f64, f64, f64) {
         _ => 1.0,
     };
     (bytes as f64 / dt / 1e6, ratio, cpu / (bytes as f64 / 1e9))
+}
+
+/// A tape host's backup stream: READ the drive's INQUIRY (so the tunnel
+/// knows it for a tape), then WRITE(6) of 64 KiB variable blocks one at a
+/// time, as a tape host issues them, for `secs`: MB/s.
+async fn tape_stream(s: &Setup, secs: f64) -> f64 {
+    let inq = s
+        .remote
+        .execute(task(2, vec![0x12, 0, 0, 0, 36, 0], None, 36))
+        .await;
+    assert_eq!(inq.status, Status::GOOD);
+    let block = Bytes::from(vec![0x5au8; 64 * 1024]);
+    let write6 = vec![0x0a, 0, 0x01, 0x00, 0x00, 0];
+    let t0 = Instant::now();
+    let mut bytes = 0u64;
+    let mut tag = 2_000_000u64;
+    while t0.elapsed().as_secs_f64() < secs {
+        tag += 1;
+        let r = s
+            .remote
+            .execute(task(tag, write6.clone(), Some(block.clone()), 0))
+            .await;
+        assert_eq!(r.status, Status::GOOD, "{:02x?}", r.sense);
+        bytes += 64 * 1024;
+    }
+    // The stream ends with a filemark (a sync point: every block is on
+    // the far tape when it returns), counted in the time.
+    let r = s
+        .remote
+        .execute(task(tag + 1, vec![0x10, 0, 0, 0, 1, 0], None, 0))
+        .await;
+    assert_eq!(r.status, Status::GOOD, "{:02x?}", r.sense);
+    bytes as f64 / t0.elapsed().as_secs_f64() / 1e6
 }
 
 /// What the emulated link itself carries: one plain TCP stream per circuit
@@ -633,7 +702,7 @@ async fn sites_ka(ka: u64) -> Setup {
     tb.mode = LinkMode::Enhanced;
     tb.keepalive = Duration::from_millis(ka);
     tb.dead_after = Duration::from_millis(4 * ka);
-    let (tunnel_b, l, tnode) = site_b(tb, cb, &b).await;
+    let (tunnel_b, l, tnode) = site_b(tb, cb, &b, false).await;
     let links: Vec<WanLink> = (0..2)
         .map(|_| {
             WanLink::start(
@@ -845,6 +914,71 @@ async fn run(workers: usize, spinners: usize) {
         println!(
             "| random | none, FastWrite off | {mbs:.1} | {share:.0} % | {ratio:.2} | {cpu:.2} |"
         );
+        println!();
+    }
+    if want("tape") {
+        let rate: u64 = std::env::var("TAPE_RATE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(125_000_000 / 2); // 1 Gb/s shared by the two circuits
+        println!(
+            "## Tape across the WAN: 64 KiB WRITE(6) one at a time, a filemark at the end, two circuits of 500 Mb/s each (1 Gb/s link)\n"
+        );
+        let l = local_with(true).await;
+        let drive = tape_stream(&l, 4.0).await;
+        l.stop().await;
+        let mut rows = Vec::new();
+        for rtt_ms in [0u64, 1, 5] {
+            let profile = WanProfile::rtt(Duration::from_millis(rtt_ms), rate);
+            let link = tokio::task::spawn_blocking(move || link_capacity(profile, 2, 3.0))
+                .await
+                .unwrap();
+            let off = sites_with(
+                LinkMode::Enhanced,
+                true,
+                Some(false),
+                compress::Mode::None,
+                Some(profile),
+            )
+            .await;
+            let m_off = tape_stream(&off, 4.0).await;
+            off.stop().await;
+            let on = sites_with(
+                LinkMode::Enhanced,
+                true,
+                Some(true),
+                compress::Mode::None,
+                Some(profile),
+            )
+            .await;
+            let m_on = tape_stream(&on, 4.0).await;
+            let st = on.tunnel.as_ref().map(|t| t.stats());
+            on.stop().await;
+            let ceiling = if rtt_ms == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1} MB/s", 65_536.0 / (rtt_ms as f64 / 1000.0) / 1e6)
+            };
+            rows.push(format!(
+                "| {rtt_ms} ms | {link:.1} MB/s | {m_off:.1} MB/s | {:.0} % | {ceiling} | {m_on:.1} MB/s | {:.0} % | {:.0} % |",
+                m_off / link * 100.0,
+                m_on / link * 100.0,
+                m_on / link.min(drive) * 100.0
+            ));
+            if let Some(st) = st {
+                eprintln!("tape pipelining at {rtt_ms} ms: {:?}", st.tape);
+            }
+        }
+        println!(
+            "The drive without FCIP (initiator and target on one switch, same blocks one at a time, same run): {drive:.1} MB/s\n"
+        );
+        println!(
+            "| emulated RTT | the link itself (same run) | tape pipelining off | of the link | one block per round trip | tape pipelining on | of the link | of min(link, drive) |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
+        for r in rows {
+            println!("{r}");
+        }
         println!();
     }
     if want("failover") {

@@ -189,6 +189,9 @@ struct HeldBatch {
 struct Path {
     last_rx: Instant,
     reasm: Reassembly,
+    /// Enhanced mode: batch bytes given to this circuit, for the choice of
+    /// the next one (`pick_slot`).
+    sent: u64,
 }
 
 /// The link's state machine (see the module documentation).
@@ -408,11 +411,15 @@ impl Link {
         now: Instant,
         io: &mut impl LinkIo,
     ) {
+        // A circuit that joins starts level with the least used one, so
+        // that it does not take every batch until it has caught up.
+        let sent = self.paths.values().map(|p| p.sent).min().unwrap_or(0);
         self.paths.insert(
             slot,
             Path {
                 last_rx: now,
                 reasm: Reassembly::default(),
+                sent,
             },
         );
         let peer_enhanced = peer_caps.is_some_and(|c| c.has(Capabilities::ENHANCED));

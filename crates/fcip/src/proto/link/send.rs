@@ -159,26 +159,32 @@ impl Link {
     }
 
     /// A circuit with room in its writer, by weight.
-    pub(super) fn pick_slot(&mut self, io: &impl LinkIo) -> Option<usize> {
-        let live: Vec<(usize, u32)> = self
-            .paths
-            .keys()
-            .filter(|s| io.has_room(**s, 1))
-            .map(|s| (*s, self.weight(*s)))
-            .collect();
-        if live.is_empty() {
-            return None;
-        }
-        let total: u32 = live.iter().map(|(_, w)| w).sum();
-        self.rr = self.rr.wrapping_add(1);
-        let mut x = (self.rr as u32) % total;
-        for (s, w) in &live {
-            if x < *w {
-                return Some(*s);
+    pub(super) fn pick_slot(&mut self, io: &impl LinkIo, len: usize) -> Option<usize> {
+        // Weighted by bytes, not by batches: the circuit with room that
+        // has carried the fewest bytes for its weight. (A count of batches
+        // pins a regular pattern to one circuit: a tape host's command and
+        // its data alternate, and every data batch went the same way.)
+        let mut best: Option<(usize, u64, u32)> = None;
+        for (s, p) in &self.paths {
+            if !io.has_room(*s, 1) {
+                continue;
             }
-            x -= w;
+            let w = self.weight(*s);
+            let better = match best {
+                None => true,
+                Some((_, bs, bw)) => {
+                    u128::from(p.sent) * u128::from(bw) < u128::from(bs) * u128::from(w)
+                }
+            };
+            if better {
+                best = Some((*s, p.sent, w));
+            }
         }
-        live.first().map(|l| l.0)
+        let (slot, _, _) = best?;
+        if let Some(p) = self.paths.get_mut(&slot) {
+            p.sent = p.sent.saturating_add(len as u64);
+        }
+        Some(slot)
     }
 
     /// Enhanced mode: frames into numbered batches of at most ~256 KiB.
@@ -197,7 +203,7 @@ impl Link {
             let raw = body.split().freeze();
             let raw_len = raw.len();
             let (codec, wire) = self.comp.compress(raw);
-            let Some(slot) = self.pick_slot(io) else {
+            let Some(slot) = self.pick_slot(io, wire.len()) else {
                 // No circuit with room: keep it for when one has some.
                 self.send.push(codec, raw_len, wire, usize::MAX);
                 self.unsent = true;

@@ -100,9 +100,18 @@ pub struct TgtdBuilder {
     data_digest: Digest,
     ready_timeout: Duration,
     tape: bool,
+    ip: Ipv4Addr,
 }
 
 impl TgtdBuilder {
+    /// The portal's address (default 127.0.0.1): another local address,
+    /// e.g. the root side of a network namespace's veth, so that a process
+    /// inside the namespace reaches tgtd.
+    pub fn portal_ip(mut self, ip: Ipv4Addr) -> Self {
+        self.ip = ip;
+        self
+    }
+
     /// Serve the backing file as a tape drive (`--device-type tape
     /// --bstype ssc`): the file must be a tgt tape image, made by
     /// [`Tgtd::make_tape`].
@@ -199,7 +208,7 @@ impl TgtdBuilder {
             "-C".to_owned(),
             control_port.to_string(),
             "--iscsi".to_owned(),
-            format!("portal=127.0.0.1:{port}"),
+            format!("portal={}:{port}", self.ip),
         ];
         let child = Command::new(tgtd)
             .args(&args)
@@ -214,6 +223,7 @@ impl TgtdBuilder {
             })?;
         let mut instance = Tgtd {
             child: KillOnDrop(child),
+            ip: self.ip,
             port,
             control_port,
             iqn: self.iqn.clone(),
@@ -380,6 +390,7 @@ enum Started {
 #[derive(Debug)]
 pub struct Tgtd {
     child: KillOnDrop,
+    ip: Ipv4Addr,
     port: u16,
     control_port: u16,
     iqn: String,
@@ -412,6 +423,7 @@ impl Tgtd {
             data_digest: Digest::None,
             ready_timeout: Duration::from_secs(10),
             tape: false,
+            ip: Ipv4Addr::LOCALHOST,
         }
     }
 
@@ -458,9 +470,10 @@ impl Tgtd {
         Self::builder(backing).start()
     }
 
-    /// The portal: 127.0.0.1 and [`Self::port`].
+    /// The portal: its address (127.0.0.1 unless [`TgtdBuilder::portal_ip`]
+    /// said otherwise) and [`Self::port`].
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        SocketAddr::from((self.ip, self.port))
     }
 
     /// The portal's TCP port.

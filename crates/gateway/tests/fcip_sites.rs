@@ -668,11 +668,18 @@ fn a_far_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
     use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let small = "name = \"disk\"\ntype = \"tape\"\nbackend = \"file:@DIR@/tape.img\"\nsize = \"16MiB\"\nearly_warning = \"1MiB\"";
+    // The tunnel's traffic, captured on site B's veth from before the
+    // tunnel comes up: `unifab pcap-check` must round-trip every frame.
+    let pcap = tempfile::NamedTempFile::new().unwrap();
+    let mut dumpcap = None;
     let s = sites_with(
         "enhanced",
         "fastwrite = true\ntape_pipelining = true",
         WanProfile::rtt(Duration::from_millis(1), 0),
-        lu(small),
+        |ns_b: &Netns| {
+            dumpcap = Some(capture(&format!("{}-h", ns_b.name), pcap.path()));
+            small.to_string()
+        },
         "iscsi-inq",
     );
     let opts = RawOptions {
@@ -739,6 +746,28 @@ fn a_far_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
         "deferred error at command {at}; {acknowledged} writes answered GOOD, {on_tape} on the medium\n{}",
         show_fcip(&s)
     );
+    stop_capture(dumpcap.take().expect("dumpcap ran"));
+    let report = unifab_capture::check::pcap_check(pcap.path()).expect("the capture reads");
+    let fcip: Vec<_> = report.of(unifab_capture::check::Protocol::Fcip).collect();
+    let not_ok: Vec<String> = fcip
+        .iter()
+        .filter(|e| e.verdict != unifab_capture::check::Verdict::Ok)
+        .map(|e| format!("frame {}: {} {:?}", e.frame, e.what, e.verdict))
+        .collect();
+    assert!(
+        fcip.len() > 100,
+        "{} FCIP frames checked:\n{report}",
+        fcip.len()
+    );
+    assert!(
+        not_ok.is_empty(),
+        "not round-tripped:\n{}",
+        not_ok.join("\n")
+    );
+    println!(
+        "pcap-check: {} FCIP frames of the run round-trip",
+        fcip.len()
+    );
     drop(h);
     let mut s = s;
     s.a.check_alive();
@@ -792,4 +821,43 @@ fn tape_pipelining_streams_to_tgtds_tape_behind_the_far_site() {
     s.b.check_alive();
     drop(s);
     drop(tgtd);
+}
+
+/// `dumpcap` writing what crosses `iface` on the FCIP port to `path`
+/// (pcap), started and ready (its capture file begun) within 10 s.
+fn capture(iface: &str, path: &Path) -> Child {
+    let mut c = Command::new("dumpcap")
+        .args(["-q", "-P", "-i", iface, "-f", "tcp port 3225", "-w"])
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dumpcap (Debian wireshark-common, installed with tshark)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(path).map_or(0, |m| m.len()) == 0 {
+        if let Ok(Some(st)) = c.try_wait() {
+            panic!("dumpcap exited at once ({st})");
+        }
+        assert!(Instant::now() < deadline, "dumpcap did not start writing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c
+}
+
+/// Ends a capture: SIGTERM (dumpcap flushes and closes the file), then
+/// waits for it, at most 10 s.
+fn stop_capture(mut c: Child) {
+    // SAFETY: kill(2) on a child we own and have not yet reaped.
+    unsafe {
+        libc::kill(c.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("dumpcap did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

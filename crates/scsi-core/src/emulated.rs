@@ -319,7 +319,7 @@ fn thread_shard() -> usize {
 }
 
 /// FNV-1a, for the stable NAA designator.
-fn fnv1a(s: &str) -> u64 {
+pub(crate) fn fnv1a(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.as_bytes() {
         h ^= u64::from(*b);
@@ -405,13 +405,13 @@ fn backend_failed(e: &BackendError, write: bool, shift: u32) -> TaskResult {
 }
 
 /// Truncates parameter data to the allocation length.
-fn data_in(mut v: Vec<u8>, alloc_len: usize) -> TaskResult {
+pub(crate) fn data_in(mut v: Vec<u8>, alloc_len: usize) -> TaskResult {
     v.truncate(alloc_len);
     TaskResult::with_data(Bytes::from(v))
 }
 
 /// Pads `s` with spaces (or truncates) to `n` ASCII bytes.
-fn ascii_field(out: &mut Vec<u8>, s: &str, n: usize) {
+pub(crate) fn ascii_field(out: &mut Vec<u8>, s: &str, n: usize) {
     let mut bytes: Vec<u8> = s
         .bytes()
         .map(|b| if (0x20..0x7f).contains(&b) { b } else { b' ' })
@@ -913,7 +913,7 @@ mod sanitize;
 mod sbc;
 mod spc;
 mod tmf;
-mod ua;
+pub(crate) mod ua;
 pub mod xcopy;
 
 use sbc::copy_within;

@@ -60,6 +60,7 @@ use bytes::Bytes;
 
 use crate::backend::{BackendError, BlockBackend};
 use crate::cdb::Command;
+use crate::emulated::{ascii_field, data_in, fnv1a};
 use crate::lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 use crate::pr::{Access, PortKey, PrRefusal, PrState};
 use crate::sense::{Asc, Sense, SenseKey, asc};
@@ -225,11 +226,6 @@ fn bad_param(byte: u16, bit: Option<u8>) -> TaskResult {
     ))
 }
 
-fn data_in(mut v: Vec<u8>, alloc: usize) -> TaskResult {
-    v.truncate(alloc);
-    TaskResult::with_data(Bytes::from(v))
-}
-
 fn be16(c: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([c[at], c[at + 1]])
 }
@@ -256,26 +252,6 @@ fn signed24(c: &[u8], at: usize) -> i64 {
     } else {
         i64::from(v)
     }
-}
-
-fn ascii_field(out: &mut Vec<u8>, s: &str, n: usize) {
-    let mut b: Vec<u8> = s
-        .bytes()
-        .map(|b| if (0x20..0x7f).contains(&b) { b } else { b' ' })
-        .take(n)
-        .collect();
-    b.resize(n, b' ');
-    out.extend_from_slice(&b);
-}
-
-/// FNV-1a, for the NAA designator (as the disk LU derives it).
-fn fnv1a(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// The CDB length of an operation code's group (SPC-4 §4.2.5.1).
@@ -421,29 +397,6 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers `nexus` (a new one hears POWER ON, RESET).
-    fn enter(st: &mut TapeState, nexus: &ItNexus) -> PortKey {
-        let key = PortKey::of(nexus);
-        if !st.ua.contains_key(&key) {
-            if st.ua.len() >= MAX_NEXUSES {
-                let victim = st
-                    .ua
-                    .iter()
-                    .find(|(_, q)| q.is_empty())
-                    .or_else(|| st.ua.iter().next())
-                    .map(|(k, _)| k.clone());
-                if let Some(v) = victim {
-                    st.ua.remove(&v);
-                }
-            }
-            st.ua.insert(
-                key.clone(),
-                VecDeque::from([asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED]),
-            );
-        }
-        key
-    }
-
     fn ua_where(st: &mut TapeState, pred: impl Fn(&PortKey) -> bool, code: Asc, reset: bool) {
         for (k, q) in st.ua.iter_mut() {
             if pred(k) {
@@ -470,7 +423,7 @@ impl Inner {
         }
         let c = &c[..n];
         let mut st = self.lock();
-        let key = Self::enter(&mut st, &task.nexus);
+        let key = crate::emulated::ua::enter_nexus(&mut st.ua, &task.nexus, MAX_NEXUSES);
         // Unit attentions, then deferred errors, then reservations.
         if op == 0x03 {
             return self.request_sense(&mut st, &key, c);

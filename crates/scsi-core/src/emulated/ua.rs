@@ -63,28 +63,41 @@ impl Inner {
     /// Registers the nexus (first contact: POWER ON, RESET OR BUS DEVICE
     /// RESET OCCURRED) and returns its identity.
     pub(super) fn enter(&self, st: &mut LuState, nexus: &ItNexus) -> PortKey {
-        let key = PortKey::of(nexus);
-        if !st.ua.contains_key(&key) {
-            if st.ua.len() >= MAX_NEXUSES {
-                let victim = st
-                    .ua
-                    .iter()
-                    .find(|(_, q)| q.is_empty())
-                    .or_else(|| st.ua.iter().next())
-                    .map(|(k, _)| k.clone());
-                if let Some(v) = victim {
-                    st.ua.remove(&v);
-                }
-            }
-            st.ua.insert(
-                key.clone(),
-                VecDeque::from([asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED]),
-            );
-        }
-        key
+        enter_nexus(&mut st.ua, nexus, MAX_NEXUSES)
     }
 
     pub(super) fn take_ua(&self, st: &mut LuState, key: &PortKey) -> Option<Asc> {
         st.ua.get_mut(key)?.pop_front()
     }
+}
+
+/// Registers `nexus` in a LU's unit attention table (a new one is queued
+/// POWER ON, RESET OR BUS DEVICE RESET OCCURRED) and returns its
+/// identity. Past `max` entries one with nothing queued goes first (else
+/// any other): that initiator, if it returns, hears POWER ON, RESET, which
+/// it handles as after a reset. Every emulated device type keeps its
+/// nexuses this way.
+pub(crate) fn enter_nexus(
+    ua: &mut HashMap<PortKey, VecDeque<Asc>>,
+    nexus: &ItNexus,
+    max: usize,
+) -> PortKey {
+    let key = PortKey::of(nexus);
+    if !ua.contains_key(&key) {
+        if ua.len() >= max {
+            let victim = ua
+                .iter()
+                .find(|(_, q)| q.is_empty())
+                .or_else(|| ua.iter().next())
+                .map(|(k, _)| k.clone());
+            if let Some(v) = victim {
+                ua.remove(&v);
+            }
+        }
+        ua.insert(
+            key.clone(),
+            VecDeque::from([asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED]),
+        );
+    }
+    key
 }

@@ -110,6 +110,16 @@ fn rsp(h: &FcHeaderRepr, rx: RxId, status: u8, sense: Bytes) -> Frame {
     reply(h, RCtl::FCP_RSP, rx, FCtl::last_reply(), payload)
 }
 
+/// ABORTED COMMAND (fixed format), for commands the drive side discards
+/// after a task management function.
+fn aborted_sense() -> Bytes {
+    let mut s = vec![0u8; 18];
+    s[0] = 0x70;
+    s[2] = 0x0b;
+    s[7] = 10;
+    Bytes::from(s)
+}
+
 /// The drive's sense as a deferred error (response code 71h); a failure
 /// without sense becomes ABORTED COMMAND.
 fn deferred(r: &FcpRspRepr) -> Bytes {
@@ -558,6 +568,9 @@ struct Queue {
 pub struct TapeTarget {
     queues: HashMap<Nexus, Queue>,
     by_xchg: HashMap<Xchg, Nexus>,
+    /// Task management functions in progress (their exchange) and the
+    /// accelerated command each may have ended at the drive.
+    tmfs: HashMap<Xchg, (Nexus, OxId)>,
     queued: usize,
     /// Queued commands discarded after a failure, or refused (queue full).
     pub discarded: u64,
@@ -621,23 +634,63 @@ impl TapeTarget {
 
     /// A command that was not accelerated, on its way to a drive: the
     /// host side has heard of any failure, so the nexus takes accelerated
-    /// commands again.
-    pub fn plain(&mut self, f: &Frame) {
+    /// commands again. A task management function (ABORT TASK SET, CLEAR
+    /// TASK SET, LOGICAL UNIT RESET, TARGET RESET) ends what waits here:
+    /// the queued commands are answered ABORTED COMMAND, which the host
+    /// side gives as a deferred error (they were answered GOOD and never
+    /// written), and what is still crossing is discarded until a plain
+    /// command; the command at the drive is answered the same once the
+    /// function's own response shows the drive has ended it.
+    pub fn plain(&mut self, f: &Frame) -> Outbound {
+        let mut out = Outbound::default();
         let h = f.header;
         if h.r_ctl != RCtl::FCP_CMND || h.fc_type != FcType::FCP {
-            return;
+            return out;
         }
         let Ok(c) = FcpCmndRepr::parse(&f.payload) else {
-            return;
+            return out;
         };
         let nexus = (h.s_id, h.d_id, c.lun.0);
-        if self
-            .queues
-            .get(&nexus)
-            .is_some_and(|q| q.failed && q.current.is_none() && q.queue.is_empty())
-        {
-            self.queues.remove(&nexus);
+        let ends_tasks = c.tmf.0 & 0x36 != 0;
+        if !ends_tasks {
+            if self
+                .queues
+                .get(&nexus)
+                .is_some_and(|q| q.failed && q.current.is_none() && q.queue.is_empty())
+            {
+                self.queues.remove(&nexus);
+            }
+            return out;
         }
+        let target_reset = c.tmf.0 & 0x20 != 0;
+        let hit: Vec<Nexus> = self
+            .queues
+            .keys()
+            .filter(|n| **n == nexus || (target_reset && n.1 == h.d_id))
+            .copied()
+            .collect();
+        for n in hit {
+            let Some(q) = self.queues.get_mut(&n) else {
+                continue;
+            };
+            q.failed = true;
+            for c in q.queue.drain(..) {
+                let ch = c.header;
+                self.by_xchg.remove(&(ch.s_id, ch.d_id, ch.ox_id));
+                self.queued = self.queued.saturating_sub(1);
+                self.discarded += 1;
+                out.forget.push((ch.s_id, ch.ox_id));
+                out.up
+                    .push(rsp(&ch, ch.rx_id, CHECK_CONDITION, aborted_sense()));
+            }
+            if let Some(ox) = q.current {
+                self.tmfs.insert((h.s_id, h.d_id, h.ox_id), (n, ox));
+            }
+        }
+        if self.tmfs.len() > MAX_QUEUED_ALL {
+            self.tmfs.clear();
+        }
+        out
     }
 
     /// A frame from the drive toward the tunnel.
@@ -646,6 +699,33 @@ impl TapeTarget {
         let x: Xchg = (h.d_id, h.s_id, h.ox_id);
         let ends = is_fcp(&h, RCtl::FCP_RSP) || h.r_ctl == RCtl::BA_ACC || h.r_ctl == RCtl::BA_RJT;
         let mut out = Outbound::default();
+        if ends && let Some((n, ox)) = self.tmfs.remove(&x) {
+            // The function is done: a command it ended at the drive will
+            // never be answered by it.
+            out.up.push(f);
+            if let Some(q) = self.queues.get_mut(&n)
+                && q.current == Some(ox)
+            {
+                q.current = None;
+                let cx = (n.0, n.1, ox);
+                if self.by_xchg.remove(&cx).is_some() {
+                    let ch = FcHeaderRepr {
+                        r_ctl: RCtl::FCP_CMND,
+                        s_id: n.0,
+                        d_id: n.1,
+                        fc_type: FcType::FCP,
+                        ox_id: ox,
+                        rx_id: RxId::UNASSIGNED,
+                        ..FcHeaderRepr::default()
+                    };
+                    self.discarded += 1;
+                    out.forget.push((n.0, ox));
+                    out.up
+                        .push(rsp(&ch, ch.rx_id, CHECK_CONDITION, aborted_sense()));
+                }
+            }
+            return out;
+        }
         let nexus = if ends { self.by_xchg.remove(&x) } else { None };
         let Some(nexus) = nexus else {
             out.up.push(f);
@@ -693,6 +773,7 @@ impl TapeTarget {
     pub fn clear(&mut self) {
         self.queues.clear();
         self.by_xchg.clear();
+        self.tmfs.clear();
         self.queued = 0;
     }
 }

@@ -178,8 +178,14 @@ impl Link {
                     }
                 },
                 Some(t) => {
-                    t.plain(&f);
+                    let o = t.plain(&f);
                     io.to_fabric(f);
+                    if let Some(fw) = &mut self.target {
+                        for (s_id, ox) in o.forget {
+                            fw.forget(s_id, ox);
+                        }
+                    }
+                    self.tunnel_out(o.up.into_iter().map(|f| (f, 0)).collect(), io);
                 }
                 None => io.to_fabric(f),
             }

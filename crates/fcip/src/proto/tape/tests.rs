@@ -252,7 +252,10 @@ fn a_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
     };
     assert_eq!(rsp_status(&late), TASK_ABORTED);
     // A command that was not accelerated ends that.
-    t.plain(&cmnd(37, &[0x00, 0, 0, 0, 0, 0], 0, false));
+    assert_eq!(
+        t.plain(&cmnd(37, &[0x00, 0, 0, 0, 0, 0], 0, false)),
+        Outbound::default()
+    );
     assert!(matches!(
         t.command(cmnd(38, &[0x10, 1, 0, 0, 1, 0], 0, false)),
         Ok(Some(_))
@@ -351,4 +354,73 @@ fn a_drive_that_never_answers_is_swept_into_a_deferred_error() {
         .outbound(cmnd(52, &[0x10, 1, 0, 0, 1, 0], 0, false))
         .unwrap();
     assert_eq!(rsp_status(fabric(&acts)[0]), GOOD);
+}
+
+fn tmf(ox: u16, code: u8) -> Frame {
+    let c = FcpCmndRepr {
+        lun: Lun::ZERO,
+        crn: 0,
+        priority: 0,
+        task_attribute: FcpTaskAttr::SIMPLE,
+        tmf: FcpTmf(code),
+        rddata: false,
+        wrdata: false,
+        cdb: Bytes::from_static(&[0; 16]),
+        fcp_dl: 0,
+        bidirectional_read_dl: None,
+    };
+    let mut f = cmnd(ox, &[0; 6], 0, false);
+    let mut b = vec![0u8; c.buffer_len()];
+    c.emit(&mut b).unwrap();
+    f.payload = Bytes::from(b);
+    f
+}
+
+#[test]
+fn a_reset_at_the_drive_ends_the_pipeline_with_a_deferred_error() {
+    let mut h = learned();
+    let mut t = TapeTarget::new();
+    for ox in 60..63 {
+        let acts = h
+            .outbound(cmnd(ox, &[0x10, 1, 0, 0, 1, 0], 0, false))
+            .unwrap();
+        for (f, _) in tunnel(&acts) {
+            let _ = t.command(f.clone());
+        }
+    }
+    // REWIND waits behind them at the host side.
+    assert!(
+        h.outbound(cmnd(63, &[0x01, 0, 0, 0, 0, 0], 0, false))
+            .unwrap()
+            .is_empty()
+    );
+    // LOGICAL UNIT RESET passes the host side and reaches the drive side:
+    // the two queued are answered ABORTED COMMAND at once.
+    let reset = tmf(70, 0x10);
+    assert!(h.outbound(reset.clone()).is_err());
+    let o = t.plain(&reset);
+    assert_eq!(o.up.len(), 2);
+    assert_eq!(o.forget.len(), 2);
+    // The drive answers the reset; it never answers the command it ended
+    // (60): the drive side does, now.
+    let o2 = t.outbound(status(70, GOOD, &[]));
+    assert_eq!(o2.up.len(), 2, "{o2:?}");
+    assert_eq!(o2.up[1].header.ox_id, OxId(60));
+    assert_eq!(rsp_status(&o2.up[1]), CHECK_CONDITION);
+    // At the host side: the reset's own response passes; the three
+    // ABORTED COMMANDs are swallowed, and REWIND gets the deferred error.
+    let mut got = Vec::new();
+    for f in o.up.into_iter().chain(o2.up) {
+        match h.inbound(f) {
+            Ok(i) => got.extend(i.to_fabric),
+            Err(f) => got.push(f),
+        }
+    }
+    // (REWIND hears it as soon as the first ABORTED COMMAND comes back.)
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].header.ox_id, OxId(63));
+    assert_eq!(got[1].header.ox_id, OxId(70));
+    let rsp = FcpRspRepr::parse(&got[0].payload).unwrap();
+    assert_eq!((rsp.sense[0], rsp.sense[2]), (0x71, 0x0b));
+    assert_eq!(h.outstanding(), 0);
 }

@@ -334,7 +334,7 @@ fn check(key: SenseKey, asc: Asc) -> TaskResult {
 fn illegal(asc: Asc) -> TaskResult {
     check(SenseKey::ILLEGAL_REQUEST, asc)
 }
-fn bad_cdb(byte: u16, bit: Option<u8>) -> TaskResult {
+pub(crate) fn bad_cdb(byte: u16, bit: Option<u8>) -> TaskResult {
     TaskResult::check_condition(Sense::illegal_field(
         asc::INVALID_FIELD_IN_CDB,
         true,
@@ -342,7 +342,7 @@ fn bad_cdb(byte: u16, bit: Option<u8>) -> TaskResult {
         bit,
     ))
 }
-fn bad_param(byte: u16, bit: Option<u8>) -> TaskResult {
+pub(crate) fn bad_param(byte: u16, bit: Option<u8>) -> TaskResult {
     TaskResult::check_condition(Sense::illegal_field(
         asc::INVALID_FIELD_IN_PARAMETER_LIST,
         false,

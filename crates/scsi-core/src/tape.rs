@@ -60,7 +60,7 @@ use bytes::Bytes;
 
 use crate::backend::{BackendError, BlockBackend};
 use crate::cdb::Command;
-use crate::emulated::{ascii_field, data_in, fnv1a};
+use crate::emulated::{ascii_field, bad_cdb, bad_param, data_in, fnv1a};
 use crate::lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 use crate::pr::{Access, PortKey, PrRefusal, PrState};
 use crate::sense::{Asc, Sense, SenseKey, asc};
@@ -206,24 +206,6 @@ impl TapeSense {
 
 fn check(key: SenseKey, asc: Asc) -> TaskResult {
     TapeSense::new(key, asc).result()
-}
-
-fn bad_cdb(byte: u16, bit: Option<u8>) -> TaskResult {
-    TaskResult::check_condition(Sense::illegal_field(
-        asc::INVALID_FIELD_IN_CDB,
-        true,
-        byte,
-        bit,
-    ))
-}
-
-fn bad_param(byte: u16, bit: Option<u8>) -> TaskResult {
-    TaskResult::check_condition(Sense::illegal_field(
-        asc::INVALID_FIELD_IN_PARAMETER_LIST,
-        false,
-        byte,
-        bit,
-    ))
 }
 
 fn be16(c: &[u8], at: usize) -> u16 {
@@ -631,16 +613,28 @@ impl Inner {
         }
     }
 
+    /// A command's sync point: with IMMED the flush follows GOOD
+    /// ([`Inner::sync_later`]); without, GOOD only once it is done.
+    fn sync_point(
+        self: &Arc<Self>,
+        st: &mut TapeState,
+        key: &PortKey,
+        immed: bool,
+    ) -> Result<(), TapeSense> {
+        if immed {
+            self.sync_later(st, key);
+            Ok(())
+        } else {
+            self.sync(st)
+        }
+    }
+
     fn rewind(self: &Arc<Self>, st: &mut TapeState, key: &PortKey, c: &[u8]) -> TaskResult {
         if c[1] & 0xfe != 0 || c[2] != 0 || c[3] != 0 || c[4] != 0 {
             return bad_cdb(1, None);
         }
         st.pos = 0;
-        if c[1] & 0x01 != 0 {
-            self.sync_later(st, key);
-            return TaskResult::good();
-        }
-        match self.sync(st) {
+        match self.sync_point(st, key, c[1] & 0x01 != 0) {
             Ok(()) => TaskResult::good(),
             Err(s) => s.result(),
         }
@@ -864,9 +858,7 @@ impl Inner {
                 Err(medium::AppendError::Backend(e)) => return self.write_failed(&e),
             }
         }
-        if immed {
-            self.sync_later(st, key);
-        } else if let Err(s) = self.sync(st) {
+        if let Err(s) = self.sync_point(st, key, immed) {
             return s.result();
         }
         if count > 0 {
@@ -1059,11 +1051,7 @@ impl Inner {
         if let Err(e) = st.medium.erase(st.pos) {
             return self.write_failed(&e);
         }
-        if c[1] & 0x02 != 0 {
-            self.sync_later(st, key);
-            return TaskResult::good();
-        }
-        match self.sync(st) {
+        match self.sync_point(st, key, c[1] & 0x02 != 0) {
             Ok(()) => TaskResult::good(),
             Err(s) => s.result(),
         }

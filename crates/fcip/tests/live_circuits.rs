@@ -160,6 +160,17 @@ async fn circuits_come_and_go_under_writes_and_lose_nothing() {
     s.ta.set_circuits(connecting(&[&s.links[0]])).await.unwrap();
     s.tb.set_circuits(accepting(1)).await.unwrap();
     wait_circuits(&s, &[1]).await;
+    // A's side is gone, but B may still send on its end (an ack, a
+    // keep-alive) until it drops the circuit too: the count is final once
+    // both ends have closed the relayed connections.
+    for link in [&s.links[1], &third] {
+        let mut waited = 0;
+        while link.connections() > 0 {
+            assert!(waited < 400, "a removed circuit's connection stays open");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            waited += 1;
+        }
+    }
     let (c2, c3) = (s.links[1].forwarded(), third.forwarded());
     progress(40).await;
     assert_eq!(

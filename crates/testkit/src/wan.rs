@@ -60,6 +60,8 @@ struct Shared {
     stop: AtomicBool,
     /// Bytes forwarded, each direction summed.
     forwarded: AtomicU64,
+    /// Relayed connections not yet closed at both ends.
+    live: AtomicU64,
     /// Token-bucket clocks per direction: when the link is next free.
     free_at: [Mutex<Instant>; 2],
 }
@@ -86,6 +88,7 @@ impl WanLink {
             cut: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             forwarded: AtomicU64::new(0),
+            live: AtomicU64::new(0),
             free_at: [Mutex::new(Instant::now()), Mutex::new(Instant::now())],
         });
         let sh = shared.clone();
@@ -95,7 +98,11 @@ impl WanLink {
                 match l.accept() {
                     Ok((down, _)) => {
                         let sh = sh.clone();
-                        thread::spawn(move || serve(down, upstream, sh));
+                        sh.live.fetch_add(1, Ordering::SeqCst);
+                        thread::spawn(move || {
+                            serve(down, upstream, &sh);
+                            sh.live.fetch_sub(1, Ordering::SeqCst);
+                        });
                     }
                     Err(_) => thread::sleep(Duration::from_millis(2)),
                 }
@@ -125,6 +132,13 @@ impl WanLink {
     pub fn forwarded(&self) -> u64 {
         self.shared.forwarded.load(Ordering::Relaxed)
     }
+
+    /// Connections accepted and not yet closed by both ends: once it is
+    /// 0, nothing more crosses until an endpoint connects again, so a
+    /// test can read [`WanLink::forwarded`] as final.
+    pub fn connections(&self) -> u64 {
+        self.shared.live.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for WanLink {
@@ -143,9 +157,9 @@ fn wait_while_cut(sh: &Shared) -> bool {
     !sh.stop.load(Ordering::Relaxed)
 }
 
-fn serve(down: TcpStream, upstream: SocketAddr, sh: Arc<Shared>) {
+fn serve(down: TcpStream, upstream: SocketAddr, sh: &Arc<Shared>) {
     // A SYN into a black hole goes nowhere: connect once the cut is over.
-    if !wait_while_cut(&sh) {
+    if !wait_while_cut(sh) {
         return;
     }
     let Ok(up) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else {
@@ -158,8 +172,9 @@ fn serve(down: TcpStream, upstream: SocketAddr, sh: Arc<Shared>) {
         return;
     };
     let s1 = sh.clone();
-    thread::spawn(move || pipe(down, up, s1, 0));
-    pipe(u2, d2, sh, 1);
+    let other = thread::spawn(move || pipe(down, up, s1, 0));
+    pipe(u2, d2, sh.clone(), 1);
+    let _ = other.join();
 }
 
 /// Bytes and the instant they are due at the far end.

@@ -186,6 +186,7 @@ fn run(data: &[u8]) -> Result<()> {
             Capabilities::ENHANCED
                 | Capabilities::FASTWRITE
                 | Capabilities::TAPE
+                | Capabilities::READ_AHEAD
                 | Capabilities::LZ4
                 | Capabilities::ZSTD,
         )

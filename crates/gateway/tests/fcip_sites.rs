@@ -531,8 +531,17 @@ fn backup_stream(pipelining: bool) {
             acc >= u64::from(BLOCKS),
             "{acc} commands accelerated:\n{table}"
         );
+        // Each file's first READ(6) crosses; the rest are read ahead. The
+        // tunnels' statistics are refreshed every second or so.
+        let want = u64::from(BLOCKS) * 9 / 10;
+        let hits = tape_counter_reaching(&s, "tape_read_ahead_hits", want);
+        assert!(
+            hits >= want,
+            "{hits} reads answered from what was read ahead:\n{table}"
+        );
     } else {
         assert_eq!(tape_counter(&s, "tape_accelerated"), 0);
+        assert_eq!(tape_counter(&s, "tape_read_ahead_hits"), 0);
     }
     let mut s = s;
     s.a.check_alive();
@@ -590,6 +599,41 @@ fn stream_and_verify(s: &Sites, blocks: u32, per_file: u32) -> (Duration, Durati
         tape_block(3 * per_file),
         "the fourth file's first block"
     );
+    // Whatever was read ahead, the drive is where the host's commands
+    // left it: a TEST UNIT READY discards the stream, and the next READ(6)
+    // gets the block after the last one the host read, or the filemark
+    // once a whole file was read (read-ahead may have crossed it). tgtd's
+    // READ POSITION answers zeros, so the blocks themselves tell.
+    let tur = |h: &mut RawSession| {
+        let r = h.command(&[0, 0, 0, 0, 0, 0], &[], 0).unwrap();
+        assert_eq!(r.status, 0, "TEST UNIT READY: {:02x?}", r.sense);
+    };
+    tur(&mut h);
+    let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
+    good(&r, "read after a discarded stream");
+    assert!(
+        r.data == tape_block(3 * per_file + 1),
+        "the fourth file's second block"
+    );
+    good(
+        &h.command(&[0x01, 0, 0, 0, 0, 0], &[], 0).unwrap(),
+        "rewind",
+    );
+    for b in 0..per_file {
+        if b == 5 {
+            tur(&mut h);
+        }
+        let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
+        good(&r, &format!("read {b} of the first file"));
+        assert!(r.data == tape_block(b), "block {b} differs");
+    }
+    tur(&mut h);
+    let r = h.command(&READ6, &[], TAPE_BLK as u32).unwrap();
+    assert_eq!(
+        (r.status, r.sense.get(2).map(|k| k & 0x80)),
+        (2, Some(0x80)),
+        "the first file's filemark after a discarded stream"
+    );
     good(
         &h.command(&[0x01, 0, 0, 0, 0, 0], &[], 0).unwrap(),
         "rewind",
@@ -645,6 +689,19 @@ fn tape_counter(s: &Sites, key: &str) -> u64 {
         .and_then(|r| r.get(key))
         .and_then(serde_json::Value::as_u64)
         .unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+/// [`tape_counter`] once it reaches `want`, or after 10 s (the tunnels'
+/// statistics are refreshed every second or so).
+fn tape_counter_reaching(s: &Sites, key: &str, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = tape_counter(s, key);
+        if n >= want || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
@@ -778,8 +835,8 @@ fn a_far_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
 /// tgtd's tape (`iscsi://` to tgtd on the root side of site B's veth, no
 /// `type`: its commands pass through), exported over FC and reached from
 /// site A across the tunnel at 1 ms RTT. A 64 MiB stream with a filemark
-/// every 16 MiB is written, spaced over and read back byte for byte, and
-/// the writes were accelerated.
+/// every 16 MiB is written, spaced over and read back byte for byte, the
+/// writes were accelerated and the reads read ahead.
 #[test]
 fn tape_pipelining_streams_to_tgtds_tape_behind_the_far_site() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -811,6 +868,10 @@ fn tape_pipelining_streams_to_tgtds_tape_behind_the_far_site() {
     let (wrote, read) = stream_and_verify(&s, 1024, 256);
     let acc = tape_counter(&s, "tape_accelerated");
     assert!(acc >= 1024, "{acc} commands accelerated\n{}", show_fcip(&s));
+    // Each file's first READ(6) crosses; the rest are read ahead, and the
+    // discarded streams were spaced back on tgtd's drive.
+    let hits = tape_counter_reaching(&s, "tape_read_ahead_hits", 900);
+    assert!(hits >= 900, "{hits} reads read ahead\n{}", show_fcip(&s));
     println!(
         "tgtd's tape across FCIP at 1 ms RTT, tape pipelining on: writes {:.1} MB/s, reads {:.1} MB/s",
         64.0 * 1.048_576 / wrote.as_secs_f64(),

@@ -31,6 +31,7 @@ use super::fastwrite::{
     DEFAULT_MAX_BYTES, DEFAULT_TABLE, HostAction, HostSide, SWEEP_EVERY, TargetSide,
 };
 use super::stream::{ReceiveWindow, SendWindow};
+use super::tape::ahead::AheadTarget;
 use super::tape::{self, TapeHost, TapeStats, TapeTarget};
 use crate::codec::Item;
 use crate::wire::enhanced::{self, BatchHeader, BatchKind, Codec, Reassembly, put_record, records};
@@ -216,6 +217,8 @@ pub struct Link {
     target: Option<TargetSide>,
     tape_host: Option<TapeHost>,
     tape_target: Option<TapeTarget>,
+    /// Tape read-ahead near the drive.
+    ahead_target: Option<AheadTarget>,
     rr: usize,
     /// A data batch arrived and the peer has not yet been sent the ack
     /// for it: the circuit it came on.
@@ -293,6 +296,7 @@ impl Link {
             target: None,
             tape_host: None,
             tape_target: None,
+            ahead_target: None,
             rr: 0,
             ack_due: None,
             ack_at: None,
@@ -375,8 +379,13 @@ impl Link {
 
     /// What tape pipelining did (zeros while it is not agreed).
     pub fn tape_stats(&self) -> TapeStats {
-        let mut s = self.tape_host.as_ref().map(|h| h.stats).unwrap_or_default();
+        let mut s = self
+            .tape_host
+            .as_ref()
+            .map(|h| h.stats())
+            .unwrap_or_default();
         s.discarded = self.tape_target.as_ref().map_or(0, |t| t.discarded);
+        s.read_ahead_issued = self.ahead_target.as_ref().map_or(0, |t| t.issued);
         s
     }
 
@@ -526,9 +535,15 @@ impl Link {
                 ));
             }
             self.tape_target = Some(TapeTarget::new());
+            let read_ahead = peer_caps.is_some_and(|c| c.has(Capabilities::READ_AHEAD));
+            if let Some(t) = &mut self.tape_host {
+                t.set_read_ahead(read_ahead);
+            }
+            self.ahead_target = read_ahead.then(AheadTarget::new);
         } else {
             self.tape_host = None;
             self.tape_target = None;
+            self.ahead_target = None;
         }
         let local = io.local_switch();
         self.domain = local.domain;
@@ -562,6 +577,7 @@ impl Link {
             t.clear();
         }
         self.tape_target = None;
+        self.ahead_target = None;
         self.send = SendWindow::new(self.cfg.window_bytes);
         self.recv = receive_window(&self.cfg);
     }
@@ -686,6 +702,15 @@ impl Link {
                     io.to_fabric(f);
                 }
                 self.tunnel_out(got.to_tunnel, io);
+            }
+            if let Some(a) = &mut self.ahead_target {
+                let released = a.sweep();
+                if !released.is_empty() {
+                    warn!(tunnel = %self.cfg.name, commands = released.len(), "tape read-ahead: a drive never answered a read ahead; the commands waiting for it go on");
+                }
+                for (f, fl) in released {
+                    self.toward_drive(f, fl, io);
+                }
             }
         }
     }

@@ -25,9 +25,12 @@
 //!   are discarded (TASK ABORTED back through the tunnel, their held data
 //!   dropped).
 //!
-//! What is not accelerated (as the vendors document for theirs): reads
-//! (each READ(6) still costs a round trip: no read-ahead yet), fixed and
-//! variable writes larger than FastWrite's largest write (1 MiB), commands
+//! - Reads: variable-mode READ(6) streams are read ahead by the far side
+//!   when both ends announce it ([`ahead`]).
+//!
+//! What is not accelerated (as the vendors document for theirs): fixed-
+//! mode reads and reads on a nexus with writes pipelined (each costs a
+//! round trip), fixed and variable writes larger than FastWrite's largest write (1 MiB), commands
 //! with task management, and anything on a nexus whose INQUIRY the tunnel
 //! did not see. A link loss forgets the pipeline; the host's exchange
 //! timeouts recover what was in flight (commands answered GOOD by proxy
@@ -148,6 +151,13 @@ pub struct TapeStats {
     pub withheld: u64,
     /// Queued commands the drive side discarded after an error.
     pub discarded: u64,
+    /// Host READs answered from what the far side read ahead.
+    pub read_ahead_hits: u64,
+    /// Results read ahead and dropped unconsumed (the host sent another
+    /// command).
+    pub read_ahead_discarded: u64,
+    /// Reads this side sent its drives ahead of the host.
+    pub read_ahead_issued: u64,
 }
 
 #[derive(Debug)]
@@ -186,6 +196,8 @@ pub struct TapeHost {
     pipes: HashMap<Nexus, Pipe>,
     accel: HashMap<Xchg, Accel>,
     next_rx: u16,
+    /// Read-ahead, when both ends announce it.
+    ahead: Option<ahead::AheadHost>,
     /// What it did.
     pub stats: TapeStats,
 }
@@ -212,8 +224,27 @@ impl TapeHost {
             pipes: HashMap::new(),
             accel: HashMap::new(),
             next_rx: 0x4000,
+            ahead: None,
             stats: TapeStats::default(),
         }
+    }
+
+    /// Turns read-ahead on or off (at each link start: the peer may have
+    /// changed).
+    pub fn set_read_ahead(&mut self, on: bool) {
+        if on != self.ahead.is_some() {
+            self.ahead = on.then(ahead::AheadHost::new);
+        }
+    }
+
+    /// What it did, read-ahead included.
+    pub fn stats(&self) -> TapeStats {
+        let mut s = self.stats;
+        if let Some(a) = &self.ahead {
+            s.read_ahead_hits = a.hits;
+            s.read_ahead_discarded = a.discarded;
+        }
+        s
     }
 
     /// Nexuses known to be tapes.
@@ -290,14 +321,44 @@ impl TapeHost {
             }
             self.inquiries.insert(x, c.lun.0);
         }
-        if !self.tapes.contains(&nexus) || c.tmf.0 != 0 {
+        if !self.tapes.contains(&nexus) {
             return Err(f);
+        }
+        // Read-ahead first: a hit is answered here; anything else ends the
+        // stream (a READ that was waiting goes before it).
+        let (f, before) = match &mut self.ahead {
+            Some(a) => match a.command(nexus, &c, f, self.max_write) {
+                ahead::HostCmd::Taken(acts) => return Ok(acts),
+                ahead::HostCmd::Pass(f, before) => (f, before),
+            },
+            None => (f, Vec::new()),
+        };
+        let as_usual = |f: Frame, mut before: Vec<HostAction>| {
+            if before.is_empty() {
+                Err(f)
+            } else {
+                before.push(HostAction::Tunnel(f, 0));
+                Ok(before)
+            }
+        };
+        if c.tmf.0 != 0 {
+            return as_usual(f, before);
         }
         let pipe = self.pipes.entry(nexus).or_default();
         let was_idle = pipe.held.is_empty() && pipe.outstanding == 0 && pipe.deferred.is_none();
         if was_idle && !pipe.failed && !streamable(&c, self.max_write) {
-            // A sync point with nothing before it: it crosses as usual.
-            return Err(f);
+            // A sync point with nothing before it: it crosses as usual, a
+            // READ(6) stream's first READ marked for read-ahead.
+            if let Some(a) = &mut self.ahead
+                && let Some(key) = ahead::stream_key(&c, self.max_write)
+                && a.may_start(nexus)
+            {
+                a.start(nexus, key);
+                let mut acts = before;
+                acts.push(HostAction::Tunnel(f, ahead::RECORD_STREAM));
+                return Ok(acts);
+            }
+            return as_usual(f, before);
         }
         pipe.held.push_back(f);
         let mut out = Vec::new();
@@ -311,10 +372,12 @@ impl TapeHost {
         if still_held {
             self.stats.withheld += 1;
         }
-        let mut actions: Vec<HostAction> = to_tunnel
-            .into_iter()
-            .map(|(f, fl)| HostAction::Tunnel(f, fl))
-            .collect();
+        let mut actions = before;
+        actions.extend(
+            to_tunnel
+                .into_iter()
+                .map(|(f, fl)| HostAction::Tunnel(f, fl)),
+        );
         actions.extend(out.into_iter().map(HostAction::Fabric));
         Ok(actions)
     }
@@ -427,7 +490,24 @@ impl TapeHost {
 
     /// A frame from the tunnel toward the host: `Err` gives it back
     /// untouched.
-    pub fn inbound(&mut self, mut f: Frame) -> Result<Inbound, Frame> {
+    /// `flags` are the frame's record flags.
+    pub fn inbound(&mut self, f: Frame, flags: u8) -> Result<Inbound, Frame> {
+        let mut f = match &mut self.ahead {
+            Some(a) => match a.inbound(f, flags) {
+                Ok(acts) => {
+                    let mut out = Inbound::default();
+                    for a in acts {
+                        match a {
+                            HostAction::Fabric(f) => out.to_fabric.push(f),
+                            HostAction::Tunnel(f, fl) => out.to_tunnel.push((f, fl)),
+                        }
+                    }
+                    return Ok(out);
+                }
+                Err(f) => f,
+            },
+            None => f,
+        };
         let h = f.header;
         let x: Xchg = (h.d_id, h.s_id, h.ox_id);
         if let Some(&lun) = self.inquiries.get(&x) {
@@ -539,6 +619,14 @@ impl TapeHost {
         for n in nexuses {
             self.release(n, &mut out.to_fabric, &mut out.to_tunnel);
         }
+        if let Some(a) = &mut self.ahead {
+            for act in a.sweep() {
+                match act {
+                    HostAction::Fabric(f) => out.to_fabric.push(f),
+                    HostAction::Tunnel(f, fl) => out.to_tunnel.push((f, fl)),
+                }
+            }
+        }
         out
     }
 
@@ -549,6 +637,9 @@ impl TapeHost {
         self.accel.clear();
         self.inquiries.clear();
         self.pipes.clear();
+        if let Some(a) = &mut self.ahead {
+            a.clear();
+        }
     }
 }
 
@@ -778,5 +869,6 @@ impl TapeTarget {
     }
 }
 
+pub mod ahead;
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,8 @@
 //! `len: u16, sof: u8, eof: u8, flags: u8, 3 reserved` then `len` bytes
 //! of FC header and payload. Record flag [`RECORD_FASTWRITE`] marks an
 //! FCP_CMND whose initiator already got a proxy XFER_RDY, [`RECORD_TAPE`]
-//! one that tape pipelining answered for.
+//! one that tape pipelining answered for; [`RECORD_AHEAD`],
+//! [`RECORD_HIT`] and [`RECORD_STREAM`] mark tape read-ahead's frames.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use unifab_fc::wire::frame::Frame;
@@ -35,6 +36,15 @@ pub const RECORD_FASTWRITE: u8 = 0x01;
 /// Record flag: FCP_CMND to a tape answered by tape pipelining
 /// (`proto::tape`): the far side sends it to the drive in turn.
 pub const RECORD_TAPE: u8 = 0x02;
+/// Record flag, toward the host: a frame of a read ahead
+/// (`proto::tape::ahead`), its FCP_CMND, FCP_DATA or FCP_RSP.
+pub const RECORD_AHEAD: u8 = 0x04;
+/// Record flag, toward the drive: a READ(6) answered from what was read
+/// ahead; the far side does not send it to the drive.
+pub const RECORD_HIT: u8 = 0x08;
+/// Record flag, toward the drive: a READ(6) that starts a stream to read
+/// ahead.
+pub const RECORD_STREAM: u8 = 0x10;
 const MAGIC: [u8; 3] = *b"ufb";
 const VERSION: u8 = 1;
 

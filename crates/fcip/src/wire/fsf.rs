@@ -88,6 +88,8 @@ impl Capabilities {
     pub const ZSTD: u8 = 0x08;
     /// Tape pipelining (with FastWrite).
     pub const TAPE: u8 = 0x10;
+    /// Tape read-ahead (with tape pipelining).
+    pub const READ_AHEAD: u8 = 0x20;
 
     /// Whether every bit of `bits` is set.
     pub fn has(self, bits: u8) -> bool {

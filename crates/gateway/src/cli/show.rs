@@ -198,9 +198,10 @@ fn column_value(row: &Value, column: &str) -> Value {
                 if on {
                     let n = |k: &str| row.get(k).and_then(Value::as_u64).unwrap_or(0);
                     format!(
-                        "on ({} acc, {} deferred)",
+                        "on ({} acc, {} deferred, {} ahead)",
                         n("tape_accelerated"),
-                        n("tape_deferred_errors")
+                        n("tape_deferred_errors"),
+                        n("tape_read_ahead_hits")
                     )
                 } else {
                     "off".into()

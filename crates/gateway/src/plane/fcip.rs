@@ -211,7 +211,7 @@ impl FcipPlane {
         use crate::admin::metrics::{Family, Value, counter, gauge};
         let stats: Vec<_> = self.tunnels().iter().map(Tunnel::stats).collect();
         type TunnelGet = fn(&unifab_fcip::io::TunnelStats) -> u64;
-        let per_tunnel: [(&str, &'static str, TunnelGet); 10] = [
+        let per_tunnel: [(&str, &'static str, TunnelGet); 13] = [
             (
                 "unifab_fcip_tunnel_frame_bytes",
                 "Bytes of FC frames the tunnel sent, before compression.",
@@ -256,6 +256,21 @@ impl FcipPlane {
                 "unifab_fcip_tunnel_tape_discarded",
                 "Queued tape commands the far side discarded after a drive error.",
                 |s| s.tape.discarded,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_read_ahead_hits",
+                "Host READ(6)s answered from what the far side read ahead.",
+                |s| s.tape.read_ahead_hits,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_read_ahead_discarded",
+                "Results read ahead and dropped unconsumed (the far drive was spaced back).",
+                |s| s.tape.read_ahead_discarded,
+            ),
+            (
+                "unifab_fcip_tunnel_tape_read_ahead_issued",
+                "READ(6)s this side sent its drives ahead of the host.",
+                |s| s.tape.read_ahead_issued,
             ),
             (
                 "unifab_fcip_tunnel_dropped_frames",
@@ -343,6 +358,9 @@ impl FcipPlane {
                     "tape_deferred_errors": s.tape.deferred_errors,
                     "tape_withheld": s.tape.withheld,
                     "tape_discarded": s.tape.discarded,
+                    "tape_read_ahead_hits": s.tape.read_ahead_hits,
+                    "tape_read_ahead_discarded": s.tape.read_ahead_discarded,
+                    "tape_read_ahead_issued": s.tape.read_ahead_issued,
                     "failures": c.failures,
                     "connect_failures": c.connect_failures,
                     "last_error": c.last_error_at.map(|_| c.last_error.clone()),

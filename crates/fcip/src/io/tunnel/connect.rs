@@ -18,7 +18,7 @@ pub(super) fn capabilities(cfg: &TunnelConfig) -> Capabilities {
     if cfg.fastwrite {
         c |= Capabilities::FASTWRITE;
         if cfg.tape_pipelining {
-            c |= Capabilities::TAPE;
+            c |= Capabilities::TAPE | Capabilities::READ_AHEAD;
         }
     }
     Capabilities(c)

@@ -140,7 +140,7 @@ impl Link {
         // Near the host: tape pipelining's answers from the drive stay
         // here and may release withheld commands.
         let f = match &mut self.tape_host {
-            Some(t) => match t.inbound(f) {
+            Some(t) => match t.inbound(f, flags) {
                 Ok(got) => {
                     for f in got.to_fabric {
                         io.to_fabric(f);
@@ -164,8 +164,27 @@ impl Link {
             None => vec![f],
         };
         for f in frames {
-            let tape_cmd = flags & crate::wire::enhanced::RECORD_TAPE != 0
-                && f.header.r_ctl == unifab_fc::wire::RCtl::FCP_CMND;
+            self.toward_drive(f, flags, io);
+        }
+    }
+
+    /// Near the drive, after FastWrite: read-ahead, then tape pipelining's
+    /// queue, then the fabric.
+    pub(super) fn toward_drive(&mut self, f: Frame, flags: u8, io: &mut impl LinkIo) {
+        let is_cmnd =
+            f.header.r_ctl == unifab_fc::wire::RCtl::FCP_CMND && f.header.fc_type == FcType::FCP;
+        let f = match &mut self.ahead_target {
+            Some(a) if is_cmnd => {
+                let act = a.command(f, flags);
+                match self.ahead_act(act, io) {
+                    Some(f) => f,
+                    None => return,
+                }
+            }
+            _ => f,
+        };
+        {
+            let tape_cmd = flags & crate::wire::enhanced::RECORD_TAPE != 0 && is_cmnd;
             match &mut self.tape_target {
                 Some(t) if tape_cmd => match t.command(f) {
                     Ok(Some(f)) => io.to_fabric(f),
@@ -190,6 +209,23 @@ impl Link {
                 None => io.to_fabric(f),
             }
         }
+    }
+
+    /// Carries out what read-ahead near the drive decided; returns the
+    /// frame it let pass.
+    pub(super) fn ahead_act(
+        &mut self,
+        act: super::tape::ahead::TargetAct,
+        io: &mut impl LinkIo,
+    ) -> Option<Frame> {
+        for f in act.to_fabric {
+            io.to_fabric(f);
+        }
+        self.tunnel_out(act.up, io);
+        for (f, fl) in act.released {
+            self.toward_drive(f, fl, io);
+        }
+        act.pass
     }
 
     pub(super) fn drain_eport(&mut self, io: &mut impl LinkIo) {

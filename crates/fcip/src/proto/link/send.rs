@@ -31,6 +31,25 @@ impl Link {
                 }
                 None => f,
             };
+            // Read-ahead's own exchanges with the drive stay here; what
+            // it sends the host side goes before the frame it passes on.
+            let up = match &mut self.ahead_target {
+                Some(a) => {
+                    let act = a.from_drive(up);
+                    for d in act.to_fabric {
+                        io.to_fabric(d);
+                    }
+                    out.extend(act.up);
+                    for (f, fl) in act.released {
+                        self.toward_drive(f, fl, io);
+                    }
+                    match act.pass {
+                        Some(f) => f,
+                        None => continue,
+                    }
+                }
+                None => up,
+            };
             let ups = match &mut self.tape_target {
                 Some(t) => {
                     let o = t.outbound(up);

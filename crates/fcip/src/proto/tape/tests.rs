@@ -83,8 +83,8 @@ fn learned() -> TapeHost {
     assert!(h.outbound(inq).is_err(), "INQUIRY crosses as usual");
     let mut d = from_drive(1, RCtl::FCP_DATA, Bytes::from(vec![0x01, 0x80, 6, 2]));
     d.header.parameter = 0;
-    assert!(h.inbound(d).is_err());
-    assert!(h.inbound(status(1, GOOD, &[])).is_err());
+    assert!(h.inbound(d, 0).is_err());
+    assert!(h.inbound(status(1, GOOD, &[]), 0).is_err());
     assert_eq!(h.tapes(), 1);
     h
 }
@@ -118,11 +118,10 @@ fn a_disk_is_not_pipelined() {
     let inq = cmnd(1, &[0x12, 0, 0, 0, 36, 0], 36, false);
     assert!(h.outbound(inq).is_err());
     assert!(
-        h.inbound(from_drive(
-            1,
-            RCtl::FCP_DATA,
-            Bytes::from(vec![0x00, 0, 6, 2])
-        ))
+        h.inbound(
+            from_drive(1, RCtl::FCP_DATA, Bytes::from(vec![0x00, 0, 6, 2])),
+            0
+        )
         .is_err()
     );
     assert_eq!(h.tapes(), 0);
@@ -162,11 +161,11 @@ fn writes_are_answered_by_proxy_and_the_drive_statuses_stay_in_the_tunnel() {
     assert_eq!(h.outstanding(), 2);
     // The drive's XFER_RDY and statuses are swallowed.
     assert_eq!(
-        h.inbound(from_drive(10, RCtl::FCP_XFER_RDY, Bytes::new())),
+        h.inbound(from_drive(10, RCtl::FCP_XFER_RDY, Bytes::new()), 0),
         Ok(Inbound::default())
     );
-    assert_eq!(h.inbound(status(10, GOOD, &[])), Ok(Inbound::default()));
-    assert_eq!(h.inbound(status(11, GOOD, &[])), Ok(Inbound::default()));
+    assert_eq!(h.inbound(status(10, GOOD, &[]), 0), Ok(Inbound::default()));
+    assert_eq!(h.inbound(status(11, GOOD, &[]), 0), Ok(Inbound::default()));
     assert_eq!(h.outstanding(), 0);
     assert_eq!((h.stats.accelerated, h.stats.proxy_status), (2, 2));
 }
@@ -192,23 +191,23 @@ fn a_full_pipeline_withholds_and_a_sync_point_waits_for_the_drive() {
     assert!(acts.is_empty());
     assert_eq!(h.stats.withheld, 2);
     // One status from the drive lets the fifth go (answered by proxy).
-    let got = h.inbound(status(20, GOOD, &[])).unwrap();
+    let got = h.inbound(status(20, GOOD, &[]), 0).unwrap();
     assert_eq!(got.to_tunnel.len(), 1);
     assert_eq!(got.to_tunnel[0].0.header.ox_id, OxId(24));
     assert_eq!(rsp_status(&got.to_fabric[0]), GOOD);
     // REWIND goes only when all five are answered by the drive.
     for ox in 21..24 {
-        let got = h.inbound(status(ox, GOOD, &[])).unwrap();
+        let got = h.inbound(status(ox, GOOD, &[]), 0).unwrap();
         assert!(got.to_tunnel.is_empty());
     }
-    let got = h.inbound(status(24, GOOD, &[])).unwrap();
+    let got = h.inbound(status(24, GOOD, &[]), 0).unwrap();
     let [(rw, fl)] = &got.to_tunnel[..] else {
         panic!("{got:?}")
     };
     assert_eq!((rw.header.ox_id, *fl), (OxId(25), 0));
     assert!(got.to_fabric.is_empty(), "the drive answers REWIND itself");
     // Its status passes untouched.
-    assert!(h.inbound(status(25, GOOD, &[])).is_err());
+    assert!(h.inbound(status(25, GOOD, &[]), 0).is_err());
 }
 
 #[test]
@@ -261,9 +260,9 @@ fn a_drive_error_is_one_deferred_error_and_nothing_after_it_is_written() {
         Ok(Some(_))
     ));
     // The host side: statuses swallowed, the error kept.
-    h.inbound(status(30, GOOD, &[])).unwrap();
+    h.inbound(status(30, GOOD, &[]), 0).unwrap();
     for f in out.up.into_iter().chain([late]) {
-        assert_eq!(h.inbound(f), Ok(Inbound::default()));
+        assert_eq!(h.inbound(f, 0), Ok(Inbound::default()));
     }
     // The next command gets it, once, as 71h; it is not sent.
     let acts = h
@@ -298,7 +297,7 @@ fn a_reused_exchange_waits_for_the_drive_to_end_the_old_one() {
         .outbound(cmnd(40, &[0x10, 1, 0, 0, 1, 0], 0, false))
         .unwrap();
     assert!(acts.is_empty());
-    let got = h.inbound(status(40, GOOD, &[])).unwrap();
+    let got = h.inbound(status(40, GOOD, &[]), 0).unwrap();
     assert_eq!(
         got.to_tunnel.len(),
         1,
@@ -411,7 +410,7 @@ fn a_reset_at_the_drive_ends_the_pipeline_with_a_deferred_error() {
     // ABORTED COMMANDs are swallowed, and REWIND gets the deferred error.
     let mut got = Vec::new();
     for f in o.up.into_iter().chain(o2.up) {
-        match h.inbound(f) {
+        match h.inbound(f, 0) {
             Ok(i) => got.extend(i.to_fabric),
             Err(f) => got.push(f),
         }

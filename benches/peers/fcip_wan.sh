@@ -26,7 +26,8 @@
 #               data, per compression mode, FastWrite on (plus `none` with
 #               it off): MB/s, share of what the link alone carries
 #               (measured first, same run), ratio, CPU s/GB.
-#   tape        64 KiB WRITE(6) one at a time to a tape drive at site B
+#   tape        64 KiB WRITE(6) one at a time to a tape drive at site B,
+#               then REWIND and READ(6) of every block one at a time,
 #               through a 1 Gb/s link at RTT 0, 1 and 5 ms, tape pipelining
 #               off and on, against what the link alone carries (measured
 #               first, same run) and the one-round-trip-per-block ceiling.

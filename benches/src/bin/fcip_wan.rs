@@ -436,8 +436,9 @@ async fn stream(s: &Setup, data: &[Bytes], secs: f64) -> (f64, f64, f64) {
 
 /// A tape host's backup stream: READ the drive's INQUIRY (so the tunnel
 /// knows it for a tape), then WRITE(6) of 64 KiB variable blocks one at a
-/// time, as a tape host issues them, for `secs`: MB/s.
-async fn tape_stream(s: &Setup, secs: f64) -> f64 {
+/// time, as a tape host issues them, for `secs`; then its restore: REWIND
+/// and every block read back with READ(6), one at a time. MB/s of each.
+async fn tape_stream(s: &Setup, secs: f64) -> (f64, f64) {
     let inq = s
         .remote
         .execute(task(2, vec![0x12, 0, 0, 0, 36, 0], None, 36))
@@ -464,7 +465,27 @@ async fn tape_stream(s: &Setup, secs: f64) -> f64 {
         .execute(task(tag + 1, vec![0x10, 0, 0, 0, 1, 0], None, 0))
         .await;
     assert_eq!(r.status, Status::GOOD, "{:02x?}", r.sense);
-    bytes as f64 / t0.elapsed().as_secs_f64() / 1e6
+    let wrote = bytes as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    let r = s
+        .remote
+        .execute(task(tag + 2, vec![0x01, 0, 0, 0, 0, 0], None, 0))
+        .await;
+    assert_eq!(r.status, Status::GOOD, "REWIND: {:02x?}", r.sense);
+    let read6 = vec![0x08, 0, 0x01, 0x00, 0x00, 0];
+    let t1 = Instant::now();
+    let mut tag = tag + 3;
+    for _ in 0..bytes / (64 * 1024) {
+        tag += 1;
+        let r = s
+            .remote
+            .execute(task(tag, read6.clone(), None, 64 * 1024))
+            .await;
+        assert_eq!(r.status, Status::GOOD, "READ(6): {:02x?}", r.sense);
+        let got: usize = r.data_in.iter().map(|d| d.len()).sum();
+        assert_eq!(got, 64 * 1024);
+    }
+    let read = bytes as f64 / t1.elapsed().as_secs_f64() / 1e6;
+    (wrote, read)
 }
 
 /// What the emulated link itself carries: one plain TCP stream per circuit
@@ -922,10 +943,10 @@ async fn run(workers: usize, spinners: usize) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(125_000_000 / 2); // 1 Gb/s shared by the two circuits
         println!(
-            "## Tape across the WAN: 64 KiB WRITE(6) one at a time, a filemark at the end, two circuits of 500 Mb/s each (1 Gb/s link)\n"
+            "## Tape across the WAN: 64 KiB WRITE(6) one at a time, a filemark at the end, then REWIND and READ(6) of every block one at a time; two circuits of 500 Mb/s each (1 Gb/s link)\n"
         );
         let l = local_with(true).await;
-        let drive = tape_stream(&l, 4.0).await;
+        let (drive, drive_r) = tape_stream(&l, 4.0).await;
         l.stop().await;
         let mut rows = Vec::new();
         for rtt_ms in [0u64, 1, 5] {
@@ -941,7 +962,7 @@ async fn run(workers: usize, spinners: usize) {
                 Some(profile),
             )
             .await;
-            let m_off = tape_stream(&off, 4.0).await;
+            let (m_off, r_off) = tape_stream(&off, 4.0).await;
             off.stop().await;
             let on = sites_with(
                 LinkMode::Enhanced,
@@ -951,7 +972,7 @@ async fn run(workers: usize, spinners: usize) {
                 Some(profile),
             )
             .await;
-            let m_on = tape_stream(&on, 4.0).await;
+            let (m_on, r_on) = tape_stream(&on, 4.0).await;
             let st = on.tunnel.as_ref().map(|t| t.stats());
             on.stop().await;
             let ceiling = if rtt_ms == 0 {
@@ -960,22 +981,25 @@ async fn run(workers: usize, spinners: usize) {
                 format!("{:.1} MB/s", 65_536.0 / (rtt_ms as f64 / 1000.0) / 1e6)
             };
             rows.push(format!(
-                "| {rtt_ms} ms | {link:.1} MB/s | {m_off:.1} MB/s | {:.0} % | {ceiling} | {m_on:.1} MB/s | {:.0} % | {:.0} % |",
+                "| {rtt_ms} ms | {link:.1} MB/s | {ceiling} | {m_off:.1} MB/s ({:.0} %) | {m_on:.1} MB/s ({:.0} %) | {:.0} % | {r_off:.1} MB/s ({:.0} %) | {r_on:.1} MB/s ({:.0} %) | {:.0} % |",
                 m_off / link * 100.0,
                 m_on / link * 100.0,
-                m_on / link.min(drive) * 100.0
+                m_on / link.min(drive) * 100.0,
+                r_off / link * 100.0,
+                r_on / link * 100.0,
+                r_on / link.min(drive_r) * 100.0
             ));
             if let Some(st) = st {
                 eprintln!("tape pipelining at {rtt_ms} ms: {:?}", st.tape);
             }
         }
         println!(
-            "The drive without FCIP (initiator and target on one switch, same blocks one at a time, same run): {drive:.1} MB/s\n"
+            "The drive without FCIP (initiator and target on one switch, same blocks one at a time, same run): writes {drive:.1} MB/s, reads {drive_r:.1} MB/s\n"
         );
         println!(
-            "| emulated RTT | the link itself (same run) | tape pipelining off | of the link | one block per round trip | tape pipelining on | of the link | of min(link, drive) |"
+            "| emulated RTT | the link itself (same run) | one block per round trip | writes, pipelining off (of the link) | writes, on (of the link) | of min(link, drive) | reads, off (of the link) | reads, on: read-ahead (of the link) | of min(link, drive) |"
         );
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|");
         for r in rows {
             println!("{r}");
         }

@@ -775,8 +775,11 @@ impl AheadTarget {
             if let Some(r) = self.readers.remove(&n) {
                 out.extend(r.held);
             }
-            self.own.retain(|_, v| *v != n);
         }
+        // Exchanges of streams that ended (task management) and that the
+        // drive never closed.
+        let readers = &self.readers;
+        self.own.retain(|_, n| readers.contains_key(n));
         out
     }
 

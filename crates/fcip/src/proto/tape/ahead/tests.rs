@@ -446,3 +446,94 @@ fn a_different_read_discards_and_crosses_after_the_space_back() {
     assert_eq!(w.far.spaced_back, 1);
     assert_eq!(w.host.stats().read_ahead_discarded, WINDOW_CMDS as u64);
 }
+
+/// Whatever a peer sends (any frame kind, status, sense, record flags,
+/// exchange, in any order), neither side panics and neither keeps more
+/// than its bounds.
+#[test]
+fn garbage_from_the_peer_and_the_drive_is_survived_within_bounds() {
+    let mut w = World::new(medium(), false, 3);
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..200_000 {
+        let r = rand();
+        let ox = if r & 1 == 0 {
+            0xffc0 + (r >> 8) as u16 % 0x40
+        } else {
+            (r >> 8) as u16 % 8
+        };
+        let flags = [0, RECORD_AHEAD, RECORD_HIT, RECORD_STREAM, 0xff][(r >> 24) as usize % 5];
+        let mut f = match (r >> 32) % 6 {
+            0 => read6(ox),
+            1 => cmnd_frame(ox, &[0x01, 0, 0, 0, 0, 0], 0),
+            2 => cmnd_frame(ox, &[0x08, (r >> 40) as u8 & 3, 0, 3, 0xe8, 0], 1000),
+            3 | 4 => {
+                let st = [GOOD, CHECK_CONDITION, 0x08, 0x18][(r >> 40) as usize % 4];
+                let rsp = FcpRspRepr {
+                    scsi_status: st,
+                    sense: sense((r >> 44) as u8 & 0x0f, r & (1 << 50) != 0, 0, 1),
+                    ..FcpRspRepr::default()
+                };
+                let mut f = Frame::new(
+                    FcHeaderRepr {
+                        r_ctl: RCtl::FCP_RSP,
+                        d_id: HOST,
+                        s_id: DRIVE,
+                        fc_type: FcType::FCP,
+                        ox_id: OxId(ox),
+                        ..FcHeaderRepr::default()
+                    },
+                    rsp.to_bytes().unwrap(),
+                );
+                if (r >> 32) % 6 == 4 {
+                    f.header.r_ctl = RCtl::FCP_DATA;
+                    f.payload = Bytes::from(vec![7u8; (r >> 52) as usize % 3000]);
+                }
+                f
+            }
+            _ => {
+                let mut f = read6(ox);
+                f.payload = Bytes::from(vec![0u8; (r >> 40) as usize % 40]);
+                f
+            }
+        };
+        if r & (1 << 61) != 0 {
+            std::mem::swap(&mut f.header.s_id, &mut f.header.d_id);
+        }
+        match (r >> 62) % 4 {
+            0 => {
+                if let Ok(a) = w.host.outbound(f) {
+                    w.host_acts(a);
+                }
+            }
+            1 => {
+                let _ = w.host.inbound(f, flags);
+            }
+            2 => {
+                let a = w.far.command(f, flags);
+                w.to_drive.extend(a.to_fabric);
+            }
+            _ => {
+                let _ = w.far.from_drive(f);
+            }
+        }
+        assert!(
+            w.host
+                .ahead
+                .as_ref()
+                .is_some_and(|a| a.streams() <= MAX_STREAMS)
+        );
+        assert!(w.far.readers() <= MAX_STREAMS && w.far.own.len() <= 2 * MAX_STREAMS);
+        w.to_host.clear();
+        w.down.clear();
+        w.to_drive.clear();
+    }
+    let _ = w.host.sweep();
+    let _ = w.far.sweep();
+    let _ = w.far.sweep();
+}

@@ -69,6 +69,7 @@ pub mod opcode {
     pub const SERVICE_ACTION_IN_16: u8 = 0x9e;
     pub const REPORT_LUNS: u8 = 0xa0;
     pub const MAINTENANCE_IN: u8 = 0xa3;
+    pub const MAINTENANCE_OUT: u8 = 0xa4;
     pub const READ_12: u8 = 0xa8;
     pub const WRITE_12: u8 = 0xaa;
     pub const WRITE_AND_VERIFY_12: u8 = 0xae;
@@ -84,6 +85,8 @@ pub mod service_action {
     pub const REPORT_TARGET_PORT_GROUPS: u16 = 0x0a;
     pub const REPORT_SUPPORTED_OPERATION_CODES: u16 = 0x0c;
     pub const REPORT_SUPPORTED_TMFS: u16 = 0x0d;
+    /// MAINTENANCE OUT.
+    pub const SET_TARGET_PORT_GROUPS: u16 = 0x0a;
 }
 
 /// Why a CDB was refused.
@@ -584,6 +587,13 @@ pub enum Command {
         format: u8,
         /// Allocation length.
         alloc_len: u32,
+        /// Control byte.
+        control: u8,
+    },
+    /// SET TARGET PORT GROUPS.
+    SetTargetPortGroups {
+        /// Parameter list length.
+        param_len: u32,
         /// Control byte.
         control: u8,
     },

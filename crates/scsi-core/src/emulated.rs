@@ -146,6 +146,8 @@ pub struct EmulatedLuConfig {
     /// How often, at most, writes compare the provisioning resources with
     /// an enabled threshold (each check asks the file system).
     pub threshold_check_interval: std::time::Duration,
+    /// Target port groups and their access states ([`crate::alua`]).
+    pub alua: crate::alua::AluaConfig,
 }
 
 impl Default for EmulatedLuConfig {
@@ -169,6 +171,7 @@ impl Default for EmulatedLuConfig {
             task_set_depth: 256,
             soft_threshold: None,
             threshold_check_interval: std::time::Duration::from_millis(50),
+            alua: crate::alua::AluaConfig::default(),
         }
     }
 }
@@ -193,6 +196,9 @@ pub enum LuError {
     /// Reading the APTPL file failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The target port groups are inconsistent.
+    #[error(transparent)]
+    Alua(#[from] crate::alua::AluaConfigError),
 }
 
 /// Default [`EmulatedLuConfig::sanitize_rate`]: 128 MiB/s.
@@ -296,6 +302,8 @@ struct Inner {
     /// sharded by thread like `clear`.
     write_lock: ShardedLock<()>,
     tasks: TaskSet,
+    /// Target port groups' access states.
+    alua: crate::alua::Alua,
 }
 
 /// An emulated direct-access block device.
@@ -473,6 +481,7 @@ fn needs_medium(cmd: &Command) -> bool {
             | Command::ReportSupportedOpcodes { .. }
             | Command::ReportSupportedTmfs { .. }
             | Command::ReportTargetPortGroups { .. }
+            | Command::SetTargetPortGroups { .. }
             | Command::PersistentReserveIn { .. }
             | Command::PersistentReserveOut { .. }
             | Command::Reserve { .. }
@@ -514,6 +523,29 @@ fn access_of(cmd: &Command) -> Access {
 }
 
 impl EmulatedLu {
+    /// An implicit ALUA transition: target port group `group` enters
+    /// `state`, and every I_T nexus hears ASYMMETRIC ACCESS STATE CHANGED.
+    /// False if nothing changed (or the group is not configured).
+    pub fn set_alua_state(&self, group: u16, state: crate::alua::AccessState) -> bool {
+        let inner = &self.inner;
+        let mut st = inner.lock();
+        if !inner.alua.transition(group, state) {
+            return false;
+        }
+        inner.ua_where(
+            &mut st,
+            |_| true,
+            asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+            false,
+        );
+        true
+    }
+
+    /// Every configured target port group and its access state.
+    pub fn alua_states(&self) -> Vec<(u16, crate::alua::AccessState)> {
+        self.inner.alua.states()
+    }
+
     /// Builds the LU. Loads APTPL state from `config.pr_path` if present.
     pub fn new(
         config: EmulatedLuConfig,
@@ -538,6 +570,8 @@ impl EmulatedLu {
         if blocks == 0 {
             return Err(LuError::TooSmall(backend.size()));
         }
+        config.alua.validate()?;
+        let alua = crate::alua::Alua::new(&config.alua);
         let pr = match &config.pr_path {
             Some(p) if p.exists() => {
                 let text = std::fs::read_to_string(p)?;
@@ -606,6 +640,7 @@ impl EmulatedLu {
             flush_failed: AtomicBool::new(false),
             write_lock: ShardedLock::new(()),
             tasks: TaskSet::new(config.task_set_depth),
+            alua,
             backend,
             cfg: config,
         });
@@ -792,6 +827,15 @@ impl Inner {
                 }
             }
         }
+        // After unit attentions (an initiator hears ASYMMETRIC ACCESS
+        // STATE CHANGED first), before the command: what the state of the
+        // arriving port's group lets through.
+        if let Some(code) = self
+            .alua
+            .refuses(task.nexus.target().port_group, task.cdb.as_bytes())
+        {
+            return check(SenseKey::NOT_READY, code);
+        }
         let cmd = match parsed {
             Ok(c) => c,
             Err(e) => return TaskResult::check_condition(Sense::from(e)),
@@ -920,5 +964,7 @@ use sbc::copy_within;
 use spc::report_opcodes;
 pub(crate) use spc::sense_bytes;
 
+#[cfg(test)]
+mod alua_tests;
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod alua;
 pub mod backend;
 pub mod cdb;
 pub mod emulated;

@@ -178,6 +178,23 @@ pub(super) fn parse(op: u8, cdb: &[u8]) -> Result<Option<Command>, CdbError> {
                 }
             }
         }
+        MAINTENANCE_OUT => {
+            let b: [u8; 12] = take(cdb)?;
+            let sa = u16::from(b[1] & 0x1f);
+            if sa != service_action::SET_TARGET_PORT_GROUPS {
+                return Err(CdbError::InvalidServiceAction {
+                    opcode: op,
+                    service_action: sa,
+                });
+            }
+            reserved(b[1], 0xe0, 1)?;
+            zero(&b[2..6], 2)?;
+            reserved(b[10], 0xff, 10)?;
+            Command::SetTargetPortGroups {
+                param_len: be32([b[6], b[7], b[8], b[9]]),
+                control: control(b[11], 11)?,
+            }
+        }
         _ => return Ok(None),
     };
     Ok(Some(cmd))
@@ -346,6 +363,13 @@ pub(super) fn encode(cmd: &Command, b: &mut [u8; 16]) -> Option<usize> {
             b[1] = service_action::REPORT_SUPPORTED_TMFS as u8;
             b[2] = flag(repd, 7);
             b[6..10].copy_from_slice(&alloc_len.to_be_bytes());
+            b[11] = control;
+            12
+        }
+        Command::SetTargetPortGroups { param_len, control } => {
+            b[0] = MAINTENANCE_OUT;
+            b[1] = service_action::SET_TARGET_PORT_GROUPS as u8;
+            b[6..10].copy_from_slice(&param_len.to_be_bytes());
             b[11] = control;
             12
         }

@@ -345,24 +345,40 @@ impl Inner {
                 format, alloc_len, ..
             } => {
                 let t = task.nexus.target();
-                let mut v = Vec::with_capacity(20);
-                let ext = format == 1;
                 if format > 1 {
                     return bad_cdb(1, Some(7));
                 }
-                v.extend_from_slice(&[0; 4]);
-                if ext {
-                    v.extend_from_slice(&[0x10, 0, 0, 0]);
-                }
-                // Active/optimized, AO_SUP; one port.
-                v.extend_from_slice(&[0x80, 0x01]);
-                v.extend_from_slice(&t.port_group.to_be_bytes());
-                v.extend_from_slice(&[0, 0x02, 0, 1]);
-                v.extend_from_slice(&[0, 0]);
-                v.extend_from_slice(&t.relative_port_id.to_be_bytes());
-                let len = (v.len() - if ext { 8 } else { 4 }) as u32;
-                v[0..4].copy_from_slice(&len.to_be_bytes());
+                let v = self
+                    .alua
+                    .report(t.port_group, t.relative_port_id, format == 1);
                 data_in(v, alloc_len as usize)
+            }
+            Command::SetTargetPortGroups { param_len, .. } => {
+                let len = param_len as usize;
+                if len == 0 {
+                    return TaskResult::good();
+                }
+                let p = gather(&task.data_out, 0, len.min(1 << 16));
+                if p.len() < len {
+                    return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
+                }
+                let mut st = self.lock();
+                let key = self.enter(&mut st, &task.nexus);
+                match self.alua.set(&p) {
+                    Ok(true) => {
+                        // Every other I_T nexus hears of it (SPC-4
+                        // §5.16.2.6); the one that asked knows.
+                        self.ua_where(
+                            &mut st,
+                            |k| *k != key,
+                            asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+                            false,
+                        );
+                        TaskResult::good()
+                    }
+                    Ok(false) => TaskResult::good(),
+                    Err(s) => TaskResult::check_condition(s),
+                }
             }
             Command::ReportSupportedOpcodes {
                 rctd,

@@ -73,8 +73,9 @@ impl Inner {
             // Direct access, RMB, SPC-4, HiSup + format 2.
             let rmb = if self.cfg.removable { 0x80 } else { 0 };
             v.extend_from_slice(&[0x00, rmb, 0x06, 0x12, 0, 0, 0, 0x02]);
-            // TPGS = 01b (implicit ALUA) for REPORT TARGET PORT GROUPS; CmdQue.
-            v[5] = 0x10;
+            // TPGS (01b implicit ALUA, 11b explicit too: SET TARGET PORT
+            // GROUPS); 3PC: EXTENDED COPY works (`xcopy`). CmdQue.
+            v[5] = (self.alua.tpgs() << 4) | 0x08;
             ascii_field(&mut v, &self.cfg.vendor, 8);
             ascii_field(&mut v, &self.cfg.product, 16);
             ascii_field(&mut v, &self.cfg.revision, 4);
@@ -496,6 +497,7 @@ pub(super) const SUPPORTED: &[(u8, Option<u16>)] = &[
     (0xa3, Some(0x0a)),
     (0xa3, Some(0x0c)),
     (0xa3, Some(0x0d)),
+    (0xa4, Some(0x0a)),
     (0xa8, None),
     (0xaa, None),
     (0xae, None),

@@ -1,0 +1,307 @@
+//! ALUA on the emulated disk: REPORT and SET TARGET PORT GROUPS, the unit
+//! attentions of a transition, and what each state lets through, with two
+//! hosts on ports of two groups.
+
+use super::tests::{assert_good, assert_sense, assert_ua, data, run, sense_of};
+use super::*;
+use crate::alua::{AccessState, AluaConfig, PortGroup};
+use crate::backend::MemoryBackend;
+use crate::task::TargetPort;
+
+/// A host's nexus through relative port `port` of group `group`.
+fn via(init: &str, port: u16, group: u16) -> ItNexus {
+    ItNexus::new(
+        TransportId::Iscsi {
+            name: init.into(),
+            isid: Some([0x40, 0, 0, 0, 0, 1]),
+        },
+        TargetPort {
+            id: TransportId::Iscsi {
+                name: format!("iqn.2026-11.io.unifab:t,t,{port:#x}"),
+                isid: None,
+            },
+            relative_port_id: port,
+            port_group: group,
+        },
+    )
+}
+
+fn two_groups(explicit: bool) -> AluaConfig {
+    AluaConfig {
+        groups: vec![
+            PortGroup {
+                id: 1,
+                state: AccessState::ActiveOptimized,
+                preferred: true,
+                ports: vec![1],
+            },
+            PortGroup {
+                id: 2,
+                state: AccessState::ActiveNonOptimized,
+                preferred: false,
+                ports: vec![2, 3],
+            },
+        ],
+        explicit,
+        transition_secs: 7,
+    }
+}
+
+fn lu(alua: AluaConfig) -> Result<EmulatedLu, LuError> {
+    EmulatedLu::new(
+        EmulatedLuConfig {
+            io_mode: IoMode::Inline,
+            alua,
+            ..EmulatedLuConfig::default()
+        },
+        Arc::new(MemoryBackend::new(1 << 20)),
+    )
+}
+
+const TUR: [u8; 6] = [0; 6];
+const READ10: [u8; 10] = [0x28, 0, 0, 0, 0, 0, 0, 1, 0, 0];
+const MODE_SENSE6: [u8; 6] = [0x1a, 0, 0x3f, 0, 0xff, 0];
+const INQUIRY: [u8; 6] = [0x12, 0, 0, 0, 96, 0];
+
+fn rtpg(extended: bool) -> [u8; 12] {
+    [
+        0xa3,
+        if extended { 0x2a } else { 0x0a },
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0,
+        0,
+        0,
+    ]
+}
+
+fn stpg(len: u32) -> [u8; 12] {
+    let l = len.to_be_bytes();
+    [0xa4, 0x0a, 0, 0, 0, 0, l[0], l[1], l[2], l[3], 0, 0]
+}
+
+fn stpg_params(to: &[(u16, u8)]) -> Vec<u8> {
+    let mut p = vec![0u8; 4];
+    for (g, s) in to {
+        p.extend_from_slice(&[*s, 0]);
+        p.extend_from_slice(&g.to_be_bytes());
+    }
+    p
+}
+
+/// (PREF, state, group, status code, ports) of each RTPG descriptor.
+fn groups_of(rtpg: &[u8], extended: bool) -> Vec<(bool, u8, u16, u8, Vec<u16>)> {
+    let len = u32::from_be_bytes(rtpg[..4].try_into().unwrap()) as usize;
+    let start = if extended { 8 } else { 4 };
+    assert_eq!(rtpg.len(), start + len, "RETURN DATA LENGTH");
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < rtpg.len() {
+        let d = &rtpg[at..];
+        assert_eq!(d[1], 0x8f, "T_SUP U_SUP S_SUP AN_SUP AO_SUP");
+        let n = usize::from(d[7]);
+        let ports = (0..n)
+            .map(|i| u16::from_be_bytes([d[8 + 4 * i + 2], d[8 + 4 * i + 3]]))
+            .collect();
+        out.push((
+            d[0] & 0x80 != 0,
+            d[0] & 0x0f,
+            u16::from_be_bytes([d[2], d[3]]),
+            d[5],
+            ports,
+        ));
+        at += 8 + 4 * n;
+    }
+    out
+}
+
+async fn ready(lu: &EmulatedLu, n: &ItNexus) {
+    assert_ua(
+        &run(lu, n, &TUR, &[]).await,
+        asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED,
+    );
+    assert_good(&run(lu, n, &TUR, &[]).await);
+}
+
+#[tokio::test]
+async fn report_lists_every_group_and_set_moves_them_with_attentions_to_the_others() {
+    let lu = lu(two_groups(true)).unwrap();
+    let a = via("iqn.host-a", 1, 1);
+    let b = via("iqn.host-b", 2, 2);
+    ready(&lu, &a).await;
+    ready(&lu, &b).await;
+    let inq = data(&run(&lu, &a, &INQUIRY, &[]).await);
+    assert_eq!(inq[5] & 0x30, 0x30, "TPGS = 11b: implicit and explicit");
+    assert_eq!(inq[5] & 0x08, 0x08, "3PC: EXTENDED COPY is supported");
+    let r = data(&run(&lu, &b, &rtpg(true), &[]).await);
+    assert_eq!((r[4], r[5]), (0x10, 7), "extended format, transition time");
+    assert_eq!(
+        groups_of(&r, true),
+        vec![(true, 0, 1, 0, vec![1]), (false, 1, 2, 0, vec![2, 3])]
+    );
+    assert_eq!(
+        groups_of(&data(&run(&lu, &a, &rtpg(false), &[]).await), false).len(),
+        2,
+        "the same groups through either port, in either format"
+    );
+
+    // Host A moves the optimized group: its own to Standby.
+    let p = stpg_params(&[(1, 2), (2, 0)]);
+    assert_good(&run(&lu, &a, &stpg(p.len() as u32), &p).await);
+    assert_eq!(
+        lu.alua_states(),
+        vec![(1, AccessState::Standby), (2, AccessState::ActiveOptimized)]
+    );
+    assert_ua(
+        &run(&lu, &b, &TUR, &[]).await,
+        asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+    );
+    assert_good(&run(&lu, &b, &READ10, &[]).await);
+    // A asked, so it hears no attention; through a Standby port only the
+    // commands SPC-4 lists for Standby run.
+    assert_sense(
+        &run(&lu, &a, &READ10, &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_STANDBY_STATE,
+    );
+    assert_sense(
+        &run(&lu, &a, &TUR, &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_STANDBY_STATE,
+    );
+    assert_good(&run(&lu, &a, &INQUIRY, &[]).await);
+    assert_good(&run(&lu, &a, &MODE_SENSE6, &[]).await);
+    let r = data(&run(&lu, &a, &rtpg(false), &[]).await);
+    assert_eq!(
+        groups_of(&r, false),
+        vec![(true, 2, 1, 1, vec![1]), (false, 0, 2, 1, vec![2, 3])],
+        "states and STATUS CODE 01h (altered by SET TARGET PORT GROUPS)"
+    );
+
+    // The gateway's own (implicit) transitions reach both hosts.
+    assert!(lu.set_alua_state(1, AccessState::Unavailable));
+    assert!(!lu.set_alua_state(1, AccessState::Unavailable), "no change");
+    assert!(!lu.set_alua_state(9, AccessState::Standby), "no such group");
+    for n in [&a, &b] {
+        assert_ua(
+            &run(&lu, n, &TUR, &[]).await,
+            asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+        );
+    }
+    assert_sense(
+        &run(&lu, &a, &MODE_SENSE6, &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_UNAVAILABLE_STATE,
+    );
+    let r = data(&run(&lu, &a, &rtpg(false), &[]).await);
+    assert_eq!(groups_of(&r, false)[0].3, 2, "STATUS CODE 02h: implicit");
+    assert!(lu.set_alua_state(1, AccessState::Transitioning));
+    for n in [&a, &b] {
+        assert_ua(
+            &run(&lu, n, &TUR, &[]).await,
+            asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+        );
+    }
+    assert_sense(
+        &run(&lu, &a, &TUR, &[]).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_ACCESSIBLE_ASYMMETRIC_ACCESS_STATE_TRANSITION,
+    );
+    assert_good(&run(&lu, &a, &rtpg(true), &[]).await);
+    // Back to active: everything runs again.
+    let p = stpg_params(&[(1, 1)]);
+    assert_sense(
+        &run(&lu, &a, &stpg(p.len() as u32), &p).await,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_ACCESSIBLE_ASYMMETRIC_ACCESS_STATE_TRANSITION,
+    );
+    assert_good(&run(&lu, &b, &stpg(p.len() as u32), &p).await);
+    assert_ua(
+        &run(&lu, &a, &READ10, &[]).await,
+        asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+    );
+    assert_good(&run(&lu, &a, &READ10, &[]).await);
+}
+
+#[tokio::test]
+async fn set_target_port_groups_checks_every_descriptor_before_changing_any() {
+    let lu = lu(two_groups(true)).unwrap();
+    let a = via("iqn.host-a", 1, 1);
+    ready(&lu, &a).await;
+    let before = lu.alua_states();
+    // An unknown group after a good descriptor: nothing changes.
+    for (p, field) in [
+        (stpg_params(&[(2, 2), (5, 0)]), 10u16),
+        (stpg_params(&[(2, 0xf)]), 4),
+        (stpg_params(&[(2, 0xe)]), 4),
+        (stpg_params(&[(1, 0), (1, 1)]), 10),
+    ] {
+        let r = run(&lu, &a, &stpg(p.len() as u32), &p).await;
+        let s = sense_of(&r);
+        assert_eq!(
+            (s.key, s.asc),
+            (
+                SenseKey::ILLEGAL_REQUEST,
+                asc::INVALID_FIELD_IN_PARAMETER_LIST
+            )
+        );
+        let ks = s.key_specific.expect("a field pointer");
+        assert_eq!(ks[0] & 0xc0, 0x80, "SKSV, in the parameter list");
+        assert_eq!(u16::from_be_bytes([ks[1], ks[2]]), field);
+        assert_eq!(lu.alua_states(), before);
+    }
+    let p = vec![0u8; 6];
+    assert_sense(
+        &run(&lu, &a, &stpg(6), &p).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::PARAMETER_LIST_LENGTH_ERROR,
+    );
+    // A list shorter than the length the CDB gives.
+    assert_sense(
+        &run(&lu, &a, &stpg(8), &[0u8; 4]).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::PARAMETER_LIST_LENGTH_ERROR,
+    );
+    assert_eq!(lu.alua_states(), before);
+
+    // Implicit only: TPGS 01b, SET TARGET PORT GROUPS not supported.
+    let lu = self::lu(two_groups(false)).unwrap();
+    ready(&lu, &a).await;
+    assert_eq!(data(&run(&lu, &a, &INQUIRY, &[]).await)[5] & 0x30, 0x10);
+    let p = stpg_params(&[(2, 0)]);
+    assert_sense(
+        &run(&lu, &a, &stpg(p.len() as u32), &p).await,
+        SenseKey::ILLEGAL_REQUEST,
+        asc::INVALID_FIELD_IN_CDB,
+    );
+}
+
+#[tokio::test]
+async fn without_groups_the_arriving_port_is_active_optimized() {
+    let lu = lu(AluaConfig::default()).unwrap();
+    let n = via("iqn.host-a", 5, 3);
+    ready(&lu, &n).await;
+    let r = data(&run(&lu, &n, &rtpg(false), &[]).await);
+    assert_eq!(groups_of(&r, false), vec![(false, 0, 3, 0, vec![5])]);
+}
+
+#[test]
+fn inconsistent_groups_are_refused() {
+    let mut c = two_groups(true);
+    c.groups[1].id = 1;
+    assert!(matches!(lu(c), Err(LuError::Alua(_))));
+    let mut c = two_groups(true);
+    c.groups[1].ports = vec![1];
+    assert!(matches!(lu(c), Err(LuError::Alua(_))));
+    let mut c = two_groups(true);
+    c.groups[0].id = 0;
+    assert!(matches!(lu(c), Err(LuError::Alua(_))));
+    let mut c = two_groups(true);
+    c.groups[0].state = AccessState::Transitioning;
+    assert!(matches!(lu(c), Err(LuError::Alua(_))));
+}

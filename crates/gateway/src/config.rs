@@ -143,6 +143,77 @@ pub struct LuConfig {
     /// For an `fc://` backend: how the LU presents itself (`[lu.fc]`).
     #[serde(default)]
     pub fc: Option<RemoteFcConfig>,
+    /// ALUA (`[lu.alua]`, emulated disks): the target port groups hosts
+    /// see for this LU and their states. Absent: the port a command
+    /// arrives through, alone and Active/Optimized.
+    #[serde(default)]
+    pub alua: Option<AluaSection>,
+}
+
+/// `[lu.alua]`: target port groups (SPC-4 §5.16) of one LU.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AluaSection {
+    /// Hosts may change the states with SET TARGET PORT GROUPS (TPGS
+    /// 11b; default true). False: only the gateway changes them (01b).
+    #[serde(default)]
+    pub explicit: Option<bool>,
+    /// IMPLICIT TRANSITION TIME reported to hosts, seconds (default 10).
+    #[serde(default)]
+    pub transition_time: Option<u8>,
+    /// The groups (`[[lu.alua.group]]`).
+    #[serde(default, rename = "group")]
+    pub groups: Vec<AluaGroupConfig>,
+}
+
+/// `[[lu.alua.group]]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AluaGroupConfig {
+    /// TARGET PORT GROUP, 1–65535.
+    pub id: u16,
+    /// `"active/optimized"`, `"active/non-optimized"`, `"standby"` or
+    /// `"unavailable"`.
+    pub state: String,
+    /// PREF: a preferred group (default false).
+    #[serde(default)]
+    pub preferred: bool,
+    /// Relative target port identifiers in the group: this gateway's
+    /// (`iscsi.relative_port`) and those of the other gateways in front of
+    /// the same LU.
+    pub ports: Vec<u16>,
+}
+
+impl AluaSection {
+    /// The scsi-core configuration, checked.
+    pub fn to_core(&self, lu: &str) -> Result<unifab_scsi_core::alua::AluaConfig, String> {
+        use unifab_scsi_core::alua::{AccessState, AluaConfig, PortGroup};
+        let mut groups = Vec::new();
+        for g in &self.groups {
+            let state = AccessState::parse(&g.state)
+                .filter(|s| !matches!(s, AccessState::Offline | AccessState::Transitioning))
+                .ok_or_else(|| {
+                    format!(
+                        "lu {lu:?}: alua group {}: state {:?} is not one of \"active/optimized\", \"active/non-optimized\", \"standby\", \"unavailable\"",
+                        g.id, g.state
+                    )
+                })?;
+            groups.push(PortGroup {
+                id: g.id,
+                state,
+                preferred: g.preferred,
+                ports: g.ports.clone(),
+            });
+        }
+        let cfg = AluaConfig {
+            groups,
+            explicit: self.explicit.unwrap_or(true),
+            transition_secs: self.transition_time.unwrap_or(10),
+        };
+        cfg.validate()
+            .map_err(|e| format!("lu {lu:?}: alua: {e}"))?;
+        Ok(cfg)
+    }
 }
 
 /// Settings of a remote LU reached through the gateway's FC initiator
@@ -364,6 +435,15 @@ pub struct IscsiConfig {
     /// The longest an answer is held by coalescing, in µs (default 1000).
     #[serde(default)]
     pub coalesce_max_delay_us: Option<u64>,
+    /// RELATIVE TARGET PORT IDENTIFIER of this gateway's iSCSI port (VPD
+    /// 83h, REPORT TARGET PORT GROUPS), 1–65535 (default 1). Gateways in
+    /// front of one LU each need their own.
+    #[serde(default)]
+    pub relative_port: Option<u16>,
+    /// TARGET PORT GROUP of this gateway's iSCSI port, 1–65535 (default
+    /// 1): the `[[lu.alua.group]]` it belongs to.
+    #[serde(default)]
+    pub port_group: Option<u16>,
 }
 
 /// Most answers a batch of response coalescing may hold.
@@ -679,6 +759,7 @@ impl Config {
                 ceph_lock_timeout: None,
                 iscsi: None,
                 fc: None,
+                alua: None,
             }],
             iscsi: Some(IscsiConfig {
                 listen: vec![
@@ -706,6 +787,8 @@ impl Config {
                 login_timeout: None,
                 coalesce_responses: None,
                 coalesce_max_delay_us: None,
+                relative_port: None,
+                port_group: None,
             }),
             admin: AdminConfig::default(),
             fabric: None,
@@ -781,6 +864,13 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.tuning.validate()?;
         self.admin.validate()?;
+        if let Some(iscsi) = &self.iscsi
+            && (iscsi.relative_port == Some(0) || iscsi.port_group == Some(0))
+        {
+            return Err(
+                "iscsi.relative_port and iscsi.port_group are 1–65535 (0 is reserved)".into(),
+            );
+        }
         let mut names = HashSet::new();
         for lu in &self.lu {
             if !names.insert(lu.name.as_str()) {
@@ -789,6 +879,37 @@ impl Config {
             let backend = lu.parsed_backend()?;
             remote::validate(lu, &backend)?;
             lu.validate_tape(&backend)?;
+            if let Some(a) = &lu.alua {
+                if lu.is_tape()
+                    || !matches!(
+                        backend,
+                        Backend::Memory | Backend::File(_) | Backend::Rbd(_)
+                    )
+                {
+                    return Err(format!(
+                        "lu {:?}: alua is for an emulated disk (memory, file: or rbd:); a remote LU passes its own through",
+                        lu.name
+                    ));
+                }
+                let core = a.to_core(&lu.name)?;
+                if let Some(iscsi) = &self.iscsi {
+                    let (port, group) = (
+                        iscsi.relative_port.unwrap_or(1),
+                        iscsi.port_group.unwrap_or(1),
+                    );
+                    if !core.groups.is_empty()
+                        && !core
+                            .groups
+                            .iter()
+                            .any(|g| g.id == group && g.ports.contains(&port))
+                    {
+                        return Err(format!(
+                            "lu {:?}: alua: this gateway's iSCSI port (relative port {port}, group {group}: iscsi.relative_port, iscsi.port_group) is in none of the LU's groups",
+                            lu.name
+                        ));
+                    }
+                }
+            }
             if backend == Backend::Memory && lu.size.is_none() {
                 return Err(format!("lu {:?}: a memory backend needs a size", lu.name));
             }
@@ -995,6 +1116,72 @@ luns = ["vol0"]                             # LUN 0, 1, … in order
 allow = ["iqn.1994-05.com.example:host1"]   # optional initiator ACL
 chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret = "mutualsecret" }
 "#;
+
+    #[test]
+    fn alua_groups_are_checked() {
+        let with = |lu_extra: &str, iscsi_extra: &str| {
+            Config::parse(
+                &EXAMPLE
+                    .replace("size = \"1GiB\"", &format!("size = \"1GiB\"\n{lu_extra}"))
+                    .replace(
+                        "listen = [\"127.0.0.1:3260\"]",
+                        &format!("listen = [\"127.0.0.1:3260\"]\n{iscsi_extra}"),
+                    ),
+                "f",
+            )
+            .map_err(|e| e.to_string())
+        };
+        let groups = "[lu.alua]\n[[lu.alua.group]]\nid = 1\nstate = \"active/optimized\"\nports = [1]\n[[lu.alua.group]]\nid = 2\nstate = \"STATE\"\nports = [2]";
+        let c = with(&groups.replace("STATE", "standby"), "").unwrap();
+        let core = c.lu[0].alua.as_ref().unwrap().to_core("vol0").unwrap();
+        assert_eq!(core.groups.len(), 2);
+        assert!(core.explicit);
+        assert!(
+            with(
+                &groups.replace("STATE", "standby"),
+                "relative_port = 2\nport_group = 2"
+            )
+            .is_ok()
+        );
+        for (lu, iscsi, want) in [
+            (
+                groups.replace("STATE", "transitioning"),
+                "",
+                "is not one of",
+            ),
+            (groups.replace("STATE", "bogus"), "", "is not one of"),
+            (
+                groups.replace("STATE", "standby").replace("[2]", "[1]"),
+                "",
+                "in two groups",
+            ),
+            (
+                groups
+                    .replace("STATE", "standby")
+                    .replace("id = 2", "id = 1"),
+                "",
+                "appears twice",
+            ),
+            (
+                groups.replace("STATE", "standby"),
+                "relative_port = 2",
+                "in none of the LU's groups",
+            ),
+            (
+                groups.replace("STATE", "standby"),
+                "port_group = 0",
+                "0 is reserved",
+            ),
+            (
+                format!("type = \"tape\"\n{}", groups.replace("STATE", "standby")),
+                "",
+                "emulated disk",
+            ),
+        ] {
+            let e = with(&lu, iscsi).unwrap_err();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
 
     #[test]
     fn a_tape_is_a_local_lu_without_the_disks_keys() {

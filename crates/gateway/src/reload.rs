@@ -515,9 +515,25 @@ fn fcip_changes(
 /// (growing a file LU, write protection on, or off where the backend is
 /// writable); `Err` with why it needs a restart.
 fn lu_change(old: &LuConfig, new: &LuConfig) -> Result<String, String> {
+    // The groups' states change live (an implicit ALUA transition); their
+    // shape does not.
+    let shape = |a: &Option<crate::config::AluaSection>| {
+        a.as_ref().map(|a| crate::config::AluaSection {
+            groups: a
+                .groups
+                .iter()
+                .map(|g| crate::config::AluaGroupConfig {
+                    state: String::new(),
+                    ..g.clone()
+                })
+                .collect(),
+            ..a.clone()
+        })
+    };
     let rest = |l: &LuConfig| LuConfig {
         size: None,
         read_only: false,
+        alua: shape(&l.alua),
         ..l.clone()
     };
     if rest(old) != rest(new) {
@@ -533,6 +549,13 @@ fn lu_change(old: &LuConfig, new: &LuConfig) -> Result<String, String> {
         return Err("a remote LU's settings change at a restart".into());
     }
     let mut details = Vec::new();
+    if let (Some(a), Some(b)) = (&old.alua, &new.alua) {
+        for (g, h) in a.groups.iter().zip(&b.groups) {
+            if g.state != h.state {
+                details.push(format!("alua group {}: {} -> {}", g.id, g.state, h.state));
+            }
+        }
+    }
     match (old.size, new.size) {
         (a, b) if a == b => {}
         (Some(a), Some(b)) if b.0 > a.0 && file => {
@@ -867,6 +890,15 @@ impl Live {
             running
                 .set_read_only(lu.read_only)
                 .map_err(|e| format!("lu {:?}: {e}", lu.name))?;
+            // ALUA states: an implicit transition, heard by every host.
+            if let Some(a) = &lu.alua {
+                let core = a.to_core(&lu.name)?;
+                for g in &core.groups {
+                    if running.set_alua_state(g.id, g.state) {
+                        info!(lu = %lu.name, group = g.id, state = g.state.name(), "reload: ALUA transition");
+                    }
+                }
+            }
             if let Some(r) = self.running.lu.iter_mut().find(|r| r.name == lu.name) {
                 *r = lu.clone();
             }

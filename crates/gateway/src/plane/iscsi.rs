@@ -58,6 +58,12 @@ pub fn server_config(iscsi: &IscsiConfig) -> ServerConfig {
     if let Some(us) = iscsi.coalesce_max_delay_us {
         sc.limits.coalescing.max_delay = Duration::from_micros(us);
     }
+    if let Some(p) = iscsi.relative_port {
+        sc.relative_port_id = p;
+    }
+    if let Some(g) = iscsi.port_group {
+        sc.port_group = g;
+    }
     sc
 }
 

@@ -108,6 +108,10 @@ pub fn build_lu(
         removable: lu.removable,
         sanitize_rate: lu.sanitize_rate.map_or(defaults.sanitize_rate, |s| s.0),
         soft_threshold: lu.soft_threshold.map(|s| s.0),
+        alua: match &lu.alua {
+            Some(a) => a.to_core(&lu.name).map_err(anyhow::Error::msg)?,
+            None => defaults.alua.clone(),
+        },
         ..defaults
     };
     let emulated = Arc::new(

@@ -82,6 +82,11 @@ pub struct TargetNode {
 pub struct ServerConfig {
     /// TargetPortalGroupTag of every portal (one portal group).
     pub portal_group_tag: u16,
+    /// RELATIVE TARGET PORT IDENTIFIER of the target port (SPC-4), for
+    /// VPD 83h and REPORT TARGET PORT GROUPS.
+    pub relative_port_id: u16,
+    /// TARGET PORT GROUP of the target port (ALUA).
+    pub port_group: u16,
     /// TCP connections at once.
     pub max_connections: usize,
     /// Connections in the login phase at once (half-open logins beyond it
@@ -101,6 +106,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             portal_group_tag: 1,
+            relative_port_id: 1,
+            port_group: 1,
             max_connections: 1024,
             max_logins: 64,
             login_timeout: Duration::from_secs(15),
@@ -447,8 +454,8 @@ impl TargetServer {
                     name: "discovery".into(),
                     isid: None,
                 },
-                relative_port_id: 1,
-                port_group: self.config.portal_group_tag,
+                relative_port_id: self.config.relative_port_id,
+                port_group: self.config.port_group,
             },
         );
         let info = Arc::new(Mutex::new(SessionInfo {
@@ -514,8 +521,8 @@ impl TargetServer {
                     name: format!("{},t,0x{:04x}", node.name, self.config.portal_group_tag),
                     isid: None,
                 },
-                relative_port_id: 1,
-                port_group: self.config.portal_group_tag,
+                relative_port_id: self.config.relative_port_id,
+                port_group: self.config.port_group,
             },
         );
         let info = Arc::new(Mutex::new(SessionInfo {

@@ -221,6 +221,11 @@ impl Link {
         for f in act.to_fabric {
             io.to_fabric(f);
         }
+        if let Some(fw) = &mut self.target {
+            for (s_id, ox) in act.forget {
+                fw.forget(s_id, ox);
+            }
+        }
         self.tunnel_out(act.up, io);
         for (f, fl) in act.released {
             self.toward_drive(f, fl, io);

@@ -39,6 +39,11 @@ impl Link {
                     for d in act.to_fabric {
                         io.to_fabric(d);
                     }
+                    if let Some(fw) = &mut self.target {
+                        for (s_id, ox) in act.forget {
+                            fw.forget(s_id, ox);
+                        }
+                    }
                     out.extend(act.up);
                     for (f, fl) in act.released {
                         self.toward_drive(f, fl, io);

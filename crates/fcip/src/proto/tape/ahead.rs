@@ -137,6 +137,8 @@ enum Drain {
 pub struct AheadHost {
     streams: HashMap<Nexus, Stream>,
     draining: HashMap<Nexus, Drain>,
+    /// Drains already there at the last sweep: ended at the next one.
+    aged: std::collections::HashSet<Nexus>,
     next_rx: u16,
     /// Host READs answered from what was read ahead.
     pub hits: u64,
@@ -274,6 +276,7 @@ impl AheadHost {
         };
         // Even before an announcement came: one may be crossing.
         self.draining.insert(n, drain);
+        self.aged.remove(&n);
         s.waiting
             .map(|w| vec![HostAction::Tunnel(w, 0)])
             .unwrap_or_default()
@@ -380,7 +383,12 @@ impl AheadHost {
         for n in stale {
             out.extend(self.discard(n, None));
         }
-        self.draining.clear();
+        // A drain whose command never ended (its exchange aborted without
+        // an answer crossing) ends a sweep interval later: long after
+        // anything read ahead for the discarded stream could still cross.
+        let aged = std::mem::take(&mut self.aged);
+        self.draining.retain(|n, _| !aged.contains(n));
+        self.aged = self.draining.keys().copied().collect();
         out
     }
 
@@ -388,6 +396,7 @@ impl AheadHost {
     pub fn clear(&mut self) {
         self.streams.clear();
         self.draining.clear();
+        self.aged.clear();
     }
 }
 
@@ -468,6 +477,9 @@ pub struct TargetAct {
     pub released: Vec<(Frame, u8)>,
     /// The frame, not read-ahead's: goes on as usual.
     pub pass: Option<Frame>,
+    /// Host exchanges answered here: FastWrite drops data it holds for
+    /// them.
+    pub forget: Vec<(FcId, OxId)>,
 }
 
 impl AheadTarget {
@@ -722,6 +734,7 @@ impl AheadTarget {
                         .as_ref()
                         .map_or_else(|| deferred(&FcpRspRepr::default()), deferred);
                     let ch = c.header;
+                    act.forget.push((ch.s_id, ch.ox_id));
                     act.up
                         .push((rsp(&ch, RxId::UNASSIGNED, CHECK_CONDITION, sense), 0));
                 }

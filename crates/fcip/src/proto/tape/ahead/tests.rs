@@ -62,6 +62,8 @@ struct Drive {
     medium: Vec<Option<u32>>,
     pos: usize,
     counts_filemarks: bool,
+    /// SPACE fails with MEDIUM ERROR.
+    space_fails: bool,
 }
 
 fn sense(key: u8, fm: bool, asc: u8, ascq: u8) -> Bytes {
@@ -76,7 +78,6 @@ fn sense(key: u8, fm: bool, asc: u8, ascq: u8) -> Bytes {
 
 impl Drive {
     fn answer(&mut self, f: &Frame) -> Vec<Frame> {
-        let h = f.header;
         let c = FcpCmndRepr::parse(&f.payload).unwrap();
         let (status, s, data) = match c.cdb[0] {
             0x08 => match self.medium.get(self.pos) {
@@ -100,6 +101,9 @@ impl Drive {
                     c.cdb[4],
                 ]);
                 assert!(n < 0 && c.cdb[1] & 0x07 == 0, "only reverse block spaces");
+                if self.space_fails {
+                    return self.reply(f, CHECK_CONDITION, sense(0x03, false, 0x14, 0), None);
+                }
                 let mut left = -n;
                 let mut out = (GOOD, Bytes::new(), None);
                 while left > 0 {
@@ -119,8 +123,14 @@ impl Drive {
                 d[4..8].copy_from_slice(&(self.pos as u32).to_be_bytes());
                 (GOOD, Bytes::new(), Some(Bytes::from(d)))
             }
+            0x00 => (GOOD, Bytes::new(), None),
             op => panic!("drive got {op:#x}"),
         };
+        self.reply(f, status, s, data)
+    }
+
+    fn reply(&self, f: &Frame, status: u8, s: Bytes, data: Option<Bytes>) -> Vec<Frame> {
+        let h = f.header;
         let reply = |r_ctl, p: Bytes, param: u32| {
             Frame::new(
                 FcHeaderRepr {
@@ -191,6 +201,7 @@ impl World {
                 medium,
                 pos: 0,
                 counts_filemarks,
+                space_fails: false,
             },
             down: VecDeque::new(),
             up: VecDeque::new(),
@@ -536,4 +547,52 @@ fn garbage_from_the_peer_and_the_drive_is_survived_within_bounds() {
     let _ = w.host.sweep();
     let _ = w.far.sweep();
     let _ = w.far.sweep();
+}
+
+/// A stream discarded by a command whose answer never crosses keeps its
+/// nexus draining through one sweep, and is free after the next.
+#[test]
+fn a_drain_without_an_end_ends_after_a_whole_sweep_interval() {
+    let mut w = World::new((0..100).map(Some).collect(), false, 5);
+    w.exec(read6(2));
+    while w.step() {}
+    let n = (HOST, DRIVE, 0u64);
+    let ahead = |w: &mut World| w.host.ahead.as_mut().unwrap().may_start(n);
+    // The host's REWIND discards the stream; its answer is lost.
+    let acts = w
+        .host
+        .outbound(cmnd_frame(3, &[0x01, 0, 0, 0, 0, 0], 0))
+        .unwrap_err();
+    assert_eq!(acts.header.ox_id, OxId(3));
+    assert!(!ahead(&mut w), "draining until the REWIND's answer");
+    let _ = w.host.sweep();
+    assert!(
+        !ahead(&mut w),
+        "a sweep just after the drain began keeps it"
+    );
+    let _ = w.host.sweep();
+    assert!(ahead(&mut w), "the next sweep ends it");
+}
+
+/// When the drive cannot be spaced back, the command that waited for it
+/// is answered with the drive's error as a deferred error: the host must
+/// not go on at a position it did not leave the drive in.
+#[test]
+fn a_failed_space_back_is_a_deferred_error_for_the_waiting_command() {
+    let mut w = World::new((0..100).map(Some).collect(), false, 9);
+    w.drive.space_fails = true;
+    w.exec(read6(2));
+    w.exec(read6(3));
+    while w.step() {}
+    let (_, r) = w.exec(cmnd_frame(4, &[0, 0, 0, 0, 0, 0], 0));
+    assert_eq!(r.scsi_status, CHECK_CONDITION);
+    assert_eq!(r.sense[0] & 0x7f, 0x71, "deferred: {:02x?}", r.sense);
+    assert_eq!(
+        (r.sense[2] & 0x0f, r.sense[12]),
+        (0x03, 0x14),
+        "the drive's sense"
+    );
+    // The next command reaches the drive.
+    let (_, r) = w.exec(cmnd_frame(5, &[0, 0, 0, 0, 0, 0], 0));
+    assert_eq!(r.scsi_status, GOOD);
 }

@@ -39,6 +39,7 @@ APT_PACKAGES=(
     clang m4 libelf-dev pkg-config libpcap-dev shellcheck
     zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping ethtool
     ceph-mon ceph-osd ceph-common librbd-dev librados-dev
+    etcd-server protobuf-compiler libprotobuf-dev
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }
@@ -93,6 +94,12 @@ if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
         say "stopping and disabling the system tgt service (tests run their own tgtd)"
         "${SUDO[@]}" systemctl disable --now tgt.service
     fi
+    # etcd-server's service likewise: the cluster tests start their own.
+    if systemctl is-enabled --quiet etcd.service 2>/dev/null \
+        || systemctl is-active --quiet etcd.service 2>/dev/null; then
+        say "stopping and disabling the system etcd service (tests run their own etcd)"
+        "${SUDO[@]}" systemctl disable --now etcd.service
+    fi
 fi
 
 # --- Rust tools ---------------------------------------------------------------
@@ -136,6 +143,8 @@ check() {
     fi
 }
 check "iscsi-test-cu --help" iscsi-test-cu --help
+check "etcd --version" etcd --version
+check "protoc --version (etcd-client's build)" protoc --version
 # shellcheck disable=SC2016 # expanded by the inner bash
 check "iscsi-test-cu lists the ALL family" \
     bash -c 'n=$(iscsi-test-cu --list | grep -c "^ALL\.[^.]*\.[^.]*$"); echo "$n tests"; [ "$n" -ge 200 ]'

@@ -85,6 +85,7 @@ pub const VIEWS: &[&str] = &[
     "zones",
     "fcoe",
     "fcip",
+    "cluster",
     "interface",
 ];
 

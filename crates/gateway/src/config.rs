@@ -49,6 +49,10 @@ pub struct Config {
     /// Host tuning held while the gateway runs.
     #[serde(default)]
     pub tuning: crate::tuning::TuningSection,
+    /// `[cluster]`: gateways fronting the same LUs, kept in etcd
+    /// (docs/alua.md#a-cluster-of-gateways).
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// One logical unit.
@@ -148,6 +152,77 @@ pub struct LuConfig {
     /// arrives through, alone and Active/Optimized.
     #[serde(default)]
     pub alua: Option<AluaSection>,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This gateway's name, unique in the cluster.
+    pub name: String,
+    /// etcd client URLs (`http://HOST:PORT`).
+    pub etcd: Vec<String>,
+    /// The membership lease's TTL (`"5s"`, the default; 2 s to 60 s).
+    #[serde(default)]
+    pub lease_ttl: Option<String>,
+    /// The key prefix the cluster keeps its state under (default
+    /// `/unifab`).
+    #[serde(default)]
+    pub prefix: Option<String>,
+}
+
+impl ClusterConfig {
+    /// The lease TTL.
+    pub fn ttl(&self) -> Result<std::time::Duration, String> {
+        let Some(t) = &self.lease_ttl else {
+            return Ok(std::time::Duration::from_secs(5));
+        };
+        let secs: u64 = t
+            .trim()
+            .strip_suffix('s')
+            .unwrap_or(t.trim())
+            .trim()
+            .parse()
+            .map_err(|_| format!("cluster.lease_ttl {t:?}: whole seconds, as \"5s\""))?;
+        if !(2..=60).contains(&secs) {
+            return Err(format!("cluster.lease_ttl {t:?}: 2s to 60s"));
+        }
+        Ok(std::time::Duration::from_secs(secs))
+    }
+
+    /// The key prefix, without a trailing slash.
+    pub fn prefix(&self) -> String {
+        self.prefix
+            .as_deref()
+            .unwrap_or("/unifab")
+            .trim_end_matches('/')
+            .to_string()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.ttl()?;
+        let ok_name = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        if !ok_name {
+            return Err(format!(
+                "cluster.name {:?}: 1 to 64 of A-Z a-z 0-9 - _ .",
+                self.name
+            ));
+        }
+        if self.etcd.is_empty() {
+            return Err("cluster.etcd: at least one etcd URL".into());
+        }
+        for u in &self.etcd {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(format!("cluster.etcd {u:?}: an http:// or https:// URL"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[lu.alua]`: target port groups (SPC-4 §5.16) of one LU.
@@ -795,6 +870,7 @@ impl Config {
             fcoe: None,
             fcip: None,
             tuning: Default::default(),
+            cluster: None,
         }
     }
 
@@ -864,6 +940,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.tuning.validate()?;
         self.admin.validate()?;
+        if let Some(c) = &self.cluster {
+            c.validate()?;
+        }
         if let Some(iscsi) = &self.iscsi
             && (iscsi.relative_port == Some(0) || iscsi.port_group == Some(0))
         {

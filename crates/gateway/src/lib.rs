@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod plane;
 pub mod reload;

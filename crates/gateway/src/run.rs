@@ -197,7 +197,53 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         fc_remotes: fc_remotes.clone(),
     })));
 
+    // [cluster]: membership, and the fencing of this gateway's port on
+    // every LU with target port groups.
+    let cluster = match &cfg.cluster {
+        Some(c) => {
+            let group = cfg.iscsi.as_ref().and_then(|i| i.port_group).unwrap_or(1);
+            let fenced: Vec<(
+                String,
+                Arc<unifab_scsi_core::EmulatedLu>,
+                unifab_scsi_core::alua::AccessState,
+            )> = cfg
+                .lu
+                .iter()
+                .filter_map(|l| {
+                    let a = l.alua.as_ref()?.to_core(&l.name).ok()?;
+                    let state = a.groups.iter().find(|g| g.id == group)?.state;
+                    match lus.get(&l.name)? {
+                        GatewayLu::Emulated(e) => Some((l.name.clone(), e.clone(), state)),
+                        _ => None,
+                    }
+                })
+                .collect();
+            let fence: crate::cluster::Fence = Arc::new(move |on: bool| {
+                use unifab_scsi_core::alua::AccessState;
+                for (name, lu, configured) in &fenced {
+                    let to = if on {
+                        AccessState::Unavailable
+                    } else {
+                        *configured
+                    };
+                    if lu.set_alua_state(group, to) {
+                        info!(lu = %name, group, state = to.name(), "cluster: ALUA transition");
+                    }
+                }
+            });
+            let announced = admin_listener
+                .as_ref()
+                .ok()
+                .and_then(|l| l.local_addr().ok())
+                .map_or_else(|| cfg.admin.listen.to_string(), |a| a.to_string());
+            let (c, _task) = crate::cluster::Cluster::start(c, announced, fence, stop_rx.clone())
+                .map_err(anyhow::Error::msg)?;
+            Some(Arc::new(c))
+        }
+        None => None,
+    };
     let view = Arc::new(crate::admin::view::View {
+        cluster,
         server: server_handle.clone(),
         fc: fc.clone(),
         fcoe: fcoe.clone(),

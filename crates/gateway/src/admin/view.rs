@@ -33,6 +33,8 @@ pub struct Load {
 /// The running gateway's state as the admin endpoint shows it.
 #[derive(Debug)]
 pub struct View {
+    /// Cluster membership, when `[cluster]` is configured.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The iSCSI portal, when configured.
     pub server: Option<TargetServer>,
     /// The FC plane, when configured.
@@ -316,6 +318,10 @@ impl AdminView for View {
                 Some(f) => Ok(f.show()),
                 None => Err(Unshown::NotConfigured("[fcip]")),
             },
+            "cluster" => match &self.cluster {
+                Some(c) => Ok(cluster_rows(&c.status()).to_string()),
+                None => Err(Unshown::NotConfigured("[cluster]")),
+            },
             "fcns" | "zones" => match &self.fc {
                 Some(f) => f.show(what).ok_or(Unshown::NoSuchView),
                 None => fabric(),
@@ -359,4 +365,35 @@ impl AdminView for View {
         }
         super::metrics::encode(families)
     }
+}
+
+/// `show cluster`: a row per member etcd lists, this gateway's with its
+/// lease state (and a row of its own while it is not listed).
+fn cluster_rows(s: &crate::cluster::Status) -> serde_json::Value {
+    let own = |admin: Option<&str>, since: Option<u64>| {
+        serde_json::json!({
+            "member": s.name, "state": s.state, "admin": admin, "since": since,
+            "this": true, "lease": s.lease, "etcd_latency_us": s.etcd_latency_us,
+            "fenced": s.fenced, "last_error": s.last_error,
+        })
+    };
+    let mut rows: Vec<serde_json::Value> = s
+        .members
+        .iter()
+        .map(|m| {
+            if m.name == s.name && s.state == "member" {
+                own(Some(&m.admin), Some(m.since))
+            } else {
+                serde_json::json!({
+                    "member": m.name, "state": "member", "admin": m.admin,
+                    "since": m.since, "this": m.name == s.name,
+                })
+            }
+        })
+        .collect();
+    if s.state != "member" || !s.members.iter().any(|m| m.name == s.name) {
+        rows.retain(|r| r.get("member").and_then(|v| v.as_str()) != Some(s.name.as_str()));
+        rows.push(own(None, None));
+    }
+    serde_json::Value::Array(rows)
 }

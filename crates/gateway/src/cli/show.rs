@@ -75,6 +75,15 @@ pub async fn show(
             "last error",
         ],
         "flogi" => &["interface", "vlan", "fcid", "port name", "node name", "mac"],
+        "cluster" => &[
+            "member",
+            "state",
+            "admin",
+            "lease",
+            "etcd us",
+            "fenced",
+            "last error",
+        ],
         "fcoe" => &[
             "interface",
             "mode",
@@ -214,6 +223,7 @@ fn column_value(row: &Value, column: &str) -> Value {
     }
     let key = match column {
         "retrans" => "retransmits".to_string(),
+        "etcd us" => "etcd_latency_us".to_string(),
         "fc4-type:feature" => "fc4_type_feature".to_string(),
         c => c.replace(' ', "_"),
     };

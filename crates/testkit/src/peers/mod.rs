@@ -8,6 +8,7 @@
 //! | [`Tgtd`] | `tgtd`, `tgtadm` | `tgt` |
 //! | [`IscsiTestCu`] | `iscsi-test-cu` | `libiscsi-bin` |
 //! | [`Unifab`] | `unifab` (this workspace, release build) | — |
+//! | [`Etcd`] | `etcd` | `etcd-server` |
 //!
 //! A missing program is an error that names the package to install
 //! ([`PeerError::MissingProgram`]); nothing here skips itself quietly.
@@ -31,6 +32,7 @@
 //! ```
 
 mod ceph;
+mod etcd;
 mod iscsi_test_cu;
 mod net;
 mod process;
@@ -43,6 +45,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 pub use ceph::{Ceph, ObjectStore};
+pub use etcd::Etcd;
 pub use iscsi_test_cu::{
     IscsiTestCu, Outcome, ParsedConsole, RunSummary, SuiteResult, TestResult, list_tests,
     parse_console, suites_except,

@@ -1197,6 +1197,46 @@ chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret =
 "#;
 
     #[test]
+    fn cluster_settings_are_checked() {
+        let with = |c: &str| {
+            Config::parse(&format!("{EXAMPLE}\n[cluster]\n{c}\n"), "f").map_err(|e| e.to_string())
+        };
+        let ok = with("name = \"gw-a\"\netcd = [\"http://127.0.0.1:2379\"]").unwrap();
+        let c = ok.cluster.unwrap();
+        assert_eq!(
+            (c.ttl(), c.prefix()),
+            (Ok(std::time::Duration::from_secs(5)), "/unifab".into())
+        );
+        let c = with(
+            "name = \"gw-a\"\netcd = [\"http://e:2379\"]\nlease_ttl = \"12s\"\nprefix = \"/x/\"",
+        )
+        .unwrap()
+        .cluster
+        .unwrap();
+        assert_eq!(
+            (c.ttl(), c.prefix()),
+            (Ok(std::time::Duration::from_secs(12)), "/x".into())
+        );
+        for (c, want) in [
+            ("name = \"\"\netcd = [\"http://e\"]", "cluster.name"),
+            ("name = \"a b\"\netcd = [\"http://e\"]", "cluster.name"),
+            ("name = \"a\"\netcd = []", "at least one"),
+            ("name = \"a\"\netcd = [\"e:2379\"]", "http://"),
+            (
+                "name = \"a\"\netcd = [\"http://e\"]\nlease_ttl = \"1s\"",
+                "2s to 60s",
+            ),
+            (
+                "name = \"a\"\netcd = [\"http://e\"]\nlease_ttl = \"5m\"",
+                "whole seconds",
+            ),
+        ] {
+            let e = with(c).unwrap_err();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
     fn alua_groups_are_checked() {
         let with = |lu_extra: &str, iscsi_extra: &str| {
             Config::parse(

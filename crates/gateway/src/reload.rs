@@ -30,7 +30,8 @@
 //! memory LU's size, …; a LU never shrinks), `fc://` LUs while `[fabric]` changes, `[iscsi]`
 //! settings other than its targets and addresses, the rest
 //! of `[fabric]`, `[fcoe]`, the rest of `[fcip]`, `[admin]`'s `data_dir` and
-//! `required`, and `[tuning]` (the runtime's threads are made once).
+//! `required`, `[tuning]` (the runtime's threads are made once), and
+//! `[cluster]`.
 //! `[admin]`'s address, token and load intervals change live.
 
 use std::collections::HashMap;
@@ -294,6 +295,7 @@ impl Plan {
         };
         section("[fabric]", rest_same);
         section("[tuning]", old.tuning == new.tuning);
+        section("[cluster]", old.cluster == new.cluster);
         // The admin endpoint's address, token and load intervals change
         // live; where state is kept, and `required`, at a restart.
         let a_rest = |a: &crate::config::AdminConfig| (a.data_dir.clone(), a.required);

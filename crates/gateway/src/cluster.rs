@@ -7,7 +7,7 @@
 //!
 //! Fencing: a gateway serves its clustered LUs (those with `[lu.alua]`)
 //! only while it holds its lease. It starts with its port's group
-//! Unavailable; once it has a lease it restores the configured state. Its
+//! Unavailable; once it has a lease the policy below sets it. Its
 //! local deadline is two thirds of the TTL after the last renewal it
 //! *sent* that etcd answered (etcd counts the TTL from when it received
 //! it, which is later): past that deadline without an answer it moves its
@@ -15,8 +15,16 @@
 //! TARGET PORT IN UNAVAILABLE STATE for media commands) before etcd can
 //! expire the lease and anyone else can act on it.
 //!
-//! Not yet here (issue 32): ALUA states and persistent reservations shared
-//! through etcd, and in-flight commands drained at fencing.
+//! The ALUA policy, applied by every member alike from the member list
+//! (each member announces its port group): a group whose gateway is not
+//! listed is Unavailable; the others have their configured state, except
+//! that when no listed gateway's group is configured Active/Optimized,
+//! the listed group with the lowest id among those configured
+//! Active/Non-optimized is promoted to Active/Optimized.
+//!
+//! Not yet here (issue 32): SET TARGET PORT GROUPS and persistent
+//! reservations shared through etcd, and in-flight commands drained at
+//! fencing.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,6 +45,8 @@ pub struct Member {
     pub admin: String,
     /// When it joined (seconds since the epoch).
     pub since: u64,
+    /// Its iSCSI port's target port group.
+    pub port_group: u16,
 }
 
 /// This gateway's view of the cluster (`unifab show cluster`).
@@ -59,8 +69,10 @@ pub struct Status {
     pub last_error: Option<String>,
 }
 
-/// What fencing does to the LUs: `true` fences, `false` restores.
-pub type Fence = Arc<dyn Fn(bool) + Send + Sync>;
+/// What membership does to the LUs: `None` fences this gateway's port;
+/// `Some(groups)` applies the policy for the port groups of the members
+/// listed.
+pub type Apply = Arc<dyn Fn(Option<&[u16]>) + Send + Sync>;
 
 /// The cluster member: a task renewing the lease, and its status.
 #[derive(Debug)]
@@ -74,7 +86,8 @@ impl Cluster {
     pub fn start(
         cfg: &ClusterConfig,
         admin: String,
-        fence: Fence,
+        port_group: u16,
+        fence: Apply,
         stop: watch::Receiver<bool>,
     ) -> Result<(Cluster, tokio::task::JoinHandle<()>), String> {
         let ttl = cfg.ttl()?;
@@ -83,8 +96,15 @@ impl Cluster {
             state: "joining".into(),
             ..Status::default()
         }));
-        fence(true);
-        let task = tokio::spawn(run(cfg.clone(), ttl, admin, fence, status.clone(), stop));
+        fence(None);
+        let task = tokio::spawn(run(
+            cfg.clone(),
+            ttl,
+            (admin, port_group),
+            fence,
+            status.clone(),
+            stop,
+        ));
         Ok((Cluster { status }, task))
     }
 
@@ -106,8 +126,8 @@ fn now_secs() -> u64 {
 async fn run(
     cfg: ClusterConfig,
     ttl: Duration,
-    admin: String,
-    fence: Fence,
+    admin: (String, u16),
+    fence: Apply,
     status: Arc<Mutex<Status>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -120,7 +140,7 @@ async fn run(
         let was_member = status.lock().unwrap_or_else(|e| e.into_inner()).state == "member";
         if was_member {
             // Before anything else: the lease may expire at etcd soon.
-            fence(true);
+            fence(None);
             warn!(cluster = %cfg.name, "cluster: lease lost; this gateway's clustered ports are Unavailable");
         }
         set(&|s| {
@@ -145,8 +165,8 @@ async fn run(
 async fn member(
     cfg: &ClusterConfig,
     ttl: Duration,
-    admin: &str,
-    fence: &Fence,
+    (admin, port_group): &(String, u16),
+    fence: &Apply,
     status: &Arc<Mutex<Status>>,
 ) -> Result<(), String> {
     // What the local deadline allows for renewing: two thirds of the TTL.
@@ -168,8 +188,10 @@ async fn member(
     let mut deadline = asked + local;
     let prefix = cfg.prefix();
     let key = format!("{prefix}/members/{}", cfg.name);
-    let value =
-        serde_json::json!({ "name": cfg.name, "admin": admin, "since": now_secs() }).to_string();
+    let value = serde_json::json!({
+        "name": cfg.name, "admin": admin, "since": now_secs(), "port_group": port_group,
+    })
+    .to_string();
     tokio::time::timeout_at(
         deadline.into(),
         client.put(key.as_str(), value, Some(PutOptions::new().with_lease(id))),
@@ -183,7 +205,8 @@ async fn member(
             .map_err(|_| "starting renewals timed out".to_string())?
             .map_err(|e| format!("starting renewals: {e}"))?;
     // A member: serve.
-    fence(false);
+    // A member: the policy decides once the members are listed.
+    list(&mut client, &prefix, deadline, fence, status).await?;
     info!(cluster = %cfg.name, lease = format!("{id:x}"), ttl_s = ttl.as_secs(), "cluster: member");
     {
         let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
@@ -212,30 +235,126 @@ async fn member(
             Ok(Err(e)) => return Err(format!("renewing the lease: {e}")),
             Err(_) => return Err("no renewal within the local deadline".into()),
         }
-        let listed = tokio::time::timeout_at(
-            deadline.into(),
-            client.get(
-                format!("{prefix}/members/"),
-                Some(GetOptions::new().with_prefix()),
-            ),
-        )
-        .await;
-        if let Ok(Ok(r)) = listed {
-            let mut members: Vec<Member> = r
-                .kvs()
-                .iter()
-                .filter_map(|kv| {
-                    let v: serde_json::Value = serde_json::from_slice(kv.value()).ok()?;
-                    Some(Member {
-                        name: v.get("name")?.as_str()?.to_string(),
-                        admin: v.get("admin")?.as_str()?.to_string(),
-                        since: v.get("since")?.as_u64()?,
-                    })
-                })
-                .collect();
-            members.sort_by(|a, b| a.name.cmp(&b.name));
-            status.lock().unwrap_or_else(|e| e.into_inner()).members = members;
-        }
+        list(&mut client, &prefix, deadline, fence, status).await?;
         tokio::time::sleep_until(Instant::min(sent + step, deadline).into()).await;
+    }
+}
+
+/// Lists the members (before `deadline`), records them and applies the
+/// policy for their port groups.
+async fn list(
+    client: &mut Client,
+    prefix: &str,
+    deadline: Instant,
+    apply: &Apply,
+    status: &Arc<Mutex<Status>>,
+) -> Result<(), String> {
+    let r = tokio::time::timeout_at(
+        deadline.into(),
+        client.get(
+            format!("{prefix}/members/"),
+            Some(GetOptions::new().with_prefix()),
+        ),
+    )
+    .await
+    .map_err(|_| "listing the members timed out".to_string())?
+    .map_err(|e| format!("listing the members: {e}"))?;
+    let mut members: Vec<Member> = r
+        .kvs()
+        .iter()
+        .filter_map(|kv| {
+            let v: serde_json::Value = serde_json::from_slice(kv.value()).ok()?;
+            Some(Member {
+                name: v.get("name")?.as_str()?.to_string(),
+                admin: v.get("admin")?.as_str()?.to_string(),
+                since: v.get("since")?.as_u64()?,
+                port_group: u16::try_from(v.get("port_group")?.as_u64()?).ok()?,
+            })
+        })
+        .collect();
+    members.sort_by(|a, b| a.name.cmp(&b.name));
+    let groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
+    apply(Some(&groups));
+    status.lock().unwrap_or_else(|e| e.into_inner()).members = members;
+    Ok(())
+}
+
+/// The policy: each configured group's state given the port groups of the
+/// members listed (see the module's documentation).
+pub fn policy(
+    configured: &[(u16, unifab_scsi_core::alua::AccessState)],
+    alive: &[u16],
+) -> Vec<(u16, unifab_scsi_core::alua::AccessState)> {
+    use unifab_scsi_core::alua::AccessState::*;
+    let live = |g: &u16| alive.contains(g);
+    let owner_alive = configured
+        .iter()
+        .any(|(g, s)| *s == ActiveOptimized && live(g));
+    let promoted = if owner_alive {
+        None
+    } else {
+        configured
+            .iter()
+            .filter(|(g, s)| *s == ActiveNonOptimized && live(g))
+            .map(|(g, _)| *g)
+            .min()
+    };
+    configured
+        .iter()
+        .map(|(g, s)| {
+            let to = if !live(g) {
+                Unavailable
+            } else if Some(*g) == promoted {
+                ActiveOptimized
+            } else {
+                *s
+            };
+            (*g, to)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unifab_scsi_core::alua::AccessState::*;
+
+    #[test]
+    fn the_policy_promotes_the_lowest_live_non_optimized_group() {
+        let cfg = [
+            (1, ActiveOptimized),
+            (2, ActiveNonOptimized),
+            (3, ActiveNonOptimized),
+            (4, Standby),
+        ];
+        assert_eq!(policy(&cfg, &[1, 2, 3, 4]), cfg.to_vec());
+        assert_eq!(
+            policy(&cfg, &[2, 3, 4]),
+            vec![
+                (1, Unavailable),
+                (2, ActiveOptimized),
+                (3, ActiveNonOptimized),
+                (4, Standby)
+            ]
+        );
+        assert_eq!(
+            policy(&cfg, &[3, 1]),
+            vec![
+                (1, ActiveOptimized),
+                (2, Unavailable),
+                (3, ActiveNonOptimized),
+                (4, Unavailable)
+            ]
+        );
+        assert_eq!(
+            policy(&cfg, &[4]),
+            vec![
+                (1, Unavailable),
+                (2, Unavailable),
+                (3, Unavailable),
+                (4, Standby)
+            ],
+            "a Standby group is never promoted"
+        );
     }
 }

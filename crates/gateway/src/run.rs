@@ -202,32 +202,35 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
     let cluster = match &cfg.cluster {
         Some(c) => {
             let group = cfg.iscsi.as_ref().and_then(|i| i.port_group).unwrap_or(1);
-            let fenced: Vec<(
+            // Every clustered LU with its groups' configured states.
+            type Clustered = (
                 String,
                 Arc<unifab_scsi_core::EmulatedLu>,
-                unifab_scsi_core::alua::AccessState,
-            )> = cfg
+                Vec<(u16, unifab_scsi_core::alua::AccessState)>,
+            );
+            let clustered: Vec<Clustered> = cfg
                 .lu
                 .iter()
                 .filter_map(|l| {
                     let a = l.alua.as_ref()?.to_core(&l.name).ok()?;
-                    let state = a.groups.iter().find(|g| g.id == group)?.state;
+                    let states = a.groups.iter().map(|g| (g.id, g.state)).collect();
                     match lus.get(&l.name)? {
-                        GatewayLu::Emulated(e) => Some((l.name.clone(), e.clone(), state)),
+                        GatewayLu::Emulated(e) => Some((l.name.clone(), e.clone(), states)),
                         _ => None,
                     }
                 })
                 .collect();
-            let fence: crate::cluster::Fence = Arc::new(move |on: bool| {
+            let fence: crate::cluster::Apply = Arc::new(move |alive: Option<&[u16]>| {
                 use unifab_scsi_core::alua::AccessState;
-                for (name, lu, configured) in &fenced {
-                    let to = if on {
-                        AccessState::Unavailable
-                    } else {
-                        *configured
+                for (name, lu, configured) in &clustered {
+                    let to = match alive {
+                        None => vec![(group, AccessState::Unavailable)],
+                        Some(alive) => crate::cluster::policy(configured, alive),
                     };
-                    if lu.set_alua_state(group, to) {
-                        info!(lu = %name, group, state = to.name(), "cluster: ALUA transition");
+                    for (g, state) in to {
+                        if lu.set_alua_state(g, state) {
+                            info!(lu = %name, group = g, state = state.name(), "cluster: ALUA transition");
+                        }
                     }
                 }
             });
@@ -236,8 +239,9 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
                 .ok()
                 .and_then(|l| l.local_addr().ok())
                 .map_or_else(|| cfg.admin.listen.to_string(), |a| a.to_string());
-            let (c, _task) = crate::cluster::Cluster::start(c, announced, fence, stop_rx.clone())
-                .map_err(anyhow::Error::msg)?;
+            let (c, _task) =
+                crate::cluster::Cluster::start(c, announced, group, fence, stop_rx.clone())
+                    .map_err(anyhow::Error::msg)?;
             Some(Arc::new(c))
         }
         None => None,

@@ -789,8 +789,12 @@ impl Live {
                     Added::Tape(tape, backend)
                 }
                 _ => {
-                    let (built, backend) =
-                        crate::plane::lu::build_lu(lu, self.data_dir()).map_err(err)?;
+                    let (built, backend) = crate::plane::lu::build_lu(
+                        lu,
+                        self.data_dir(),
+                        self.running.cluster.is_some(),
+                    )
+                    .map_err(err)?;
                     Added::Local(built, backend)
                 }
             };

@@ -95,7 +95,7 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
             lu_list.push((lu.name.clone(), GatewayLu::Tape(tape)));
             continue;
         }
-        let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir)?;
+        let (built, backend) = crate::plane::lu::build_lu(lu, &data_dir, cfg.cluster.is_some())?;
         backends.push((lu.name.clone(), backend));
         let d = built.describe();
         info!(

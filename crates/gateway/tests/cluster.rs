@@ -19,12 +19,15 @@ use unifab_testkit::raw_iscsi::{CommandResult, RawOptions, RawSession};
 
 const READ10: [u8; 10] = [0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
 
+/// A gateway of the cluster; every gateway's LU is the same file,
+/// `shared/disk.img` (opened with a shared lock in a cluster).
 fn config(dir: &Path, name: &str, etcd: &str, port: u16, admin: SocketAddr) -> String {
+    let shared = dir.parent().unwrap().join("shared");
     format!(
         r#"
 [[lu]]
 name = "disk"
-backend = "memory"
+backend = "file:{shared}/disk.img"
 size = "4MiB"
 
 [lu.alua]
@@ -56,8 +59,18 @@ lease_ttl = "3s"
 listen = "{admin}"
 data_dir = "{dir}/state"
 "#,
-        dir = dir.display()
+        dir = dir.display(),
+        shared = shared.display()
     )
+}
+
+/// Two gateways' directories side by side, and the shared one beside.
+fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let top = tempfile::tempdir().unwrap();
+    let (a, b) = (top.path().join("a"), top.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    (top, a, b)
 }
 
 fn cluster(admin: SocketAddr) -> Vec<serde_json::Value> {
@@ -155,16 +168,16 @@ fn read_until(s: &mut RawSession, want: (u8, u8, u8), what: &str) {
 #[test]
 fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
-    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_top, da, db) = dirs();
     let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
     let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
     let a = Gateway::start(
-        da.path(),
-        &config(da.path(), "gw-a", &etcd.url(), 1, admin_a),
+        da.as_path(),
+        &config(da.as_path(), "gw-a", &etcd.url(), 1, admin_a),
     );
     let b = Gateway::start(
-        db.path(),
-        &config(db.path(), "gw-b", &etcd.url(), 2, admin_b),
+        db.as_path(),
+        &config(db.as_path(), "gw-b", &etcd.url(), 2, admin_b),
     );
     let both = |rows: &[serde_json::Value]| {
         names(rows)
@@ -232,16 +245,16 @@ fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
 #[test]
 fn the_survivor_of_the_optimized_gateway_takes_over() {
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
-    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_top, da, db) = dirs();
     let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
     let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
     let a = Gateway::start(
-        da.path(),
-        &config(da.path(), "gw-a", &etcd.url(), 1, admin_a),
+        da.as_path(),
+        &config(da.as_path(), "gw-a", &etcd.url(), 1, admin_a),
     );
     let b = Gateway::start(
-        db.path(),
-        &config(db.path(), "gw-b", &etcd.url(), 2, admin_b),
+        db.as_path(),
+        &config(db.as_path(), "gw-b", &etcd.url(), 2, admin_b),
     );
     wait_cluster(admin_b, "both listed on B", |rows| rows.len() == 2);
     let opts = RawOptions {
@@ -252,6 +265,14 @@ fn the_survivor_of_the_optimized_gateway_takes_over() {
     let mut host = RawSession::login(b.addr, &b.iqn, &opts).unwrap();
     read_until(&mut host, (0, 0, 0), "B serves (Active/Non-optimized)");
     rtpg_until(&mut host, &[(0, 1), (1, 2)], "as configured");
+    // What a host wrote through A, acknowledged, reads back through B
+    // once A is gone: one LU (one file) behind both.
+    let mut via_a = RawSession::login(a.addr, &a.iqn, &opts).unwrap();
+    read_until(&mut via_a, (0, 0, 0), "A serves");
+    let data: Vec<u8> = (0..64 * 512).map(|i| (i * 7 + 3) as u8).collect();
+    let write10 = [0x2a, 0, 0, 0, 0, 16, 0, 0, 64, 0];
+    let w = via_a.command(&write10, &data, 0).unwrap();
+    assert_eq!(w.status, 0, "write through A: {:02x?}", w.sense);
     a.kill();
     rtpg_until(
         &mut host,
@@ -259,4 +280,40 @@ fn the_survivor_of_the_optimized_gateway_takes_over() {
         "B promoted, A's group Unavailable",
     );
     read_until(&mut host, (0, 0, 0), "B serves as the owner");
+    let r = host
+        .command(&[0x28, 0, 0, 0, 0, 16, 0, 0, 64, 0], &[], 64 * 512)
+        .unwrap();
+    assert_eq!(r.status, 0);
+    assert!(r.data == data, "what A acknowledged reads back through B");
+}
+
+/// Outside a cluster a gateway holds its file alone: one that is not
+/// clustered cannot open the file clustered gateways hold.
+#[test]
+fn only_clustered_gateways_share_a_file() {
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let (_top, da, db) = dirs();
+    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+    let _a = Gateway::start(&da, &config(&da, "gw-a", &etcd.url(), 1, admin_a));
+    let clustered = config(&db, "gw-b", &etcd.url(), 2, admin_a);
+    let lu_only = clustered
+        .split("[iscsi]")
+        .next()
+        .unwrap()
+        .replace("explicit = false", "");
+    let alone = format!(
+        "{lu_only}[iscsi]\nlisten = [\"127.0.0.1:0\"]\nrelative_port = 2\nport_group = 2\n[admin]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}/state\"\n",
+        db.display()
+    );
+    let path = db.join("alone.toml");
+    std::fs::write(&path, alone).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is locked by another user"), "{err}");
+    println!("refused: {}", err.lines().last().unwrap_or(""));
 }

@@ -808,6 +808,11 @@ impl BlockBackend for MemoryBackend {
 pub struct FileOptions {
     /// Open read-only (writes fail with [`BackendError::ReadOnly`]).
     pub read_only: bool,
+    /// Hold a shared `flock` instead of an exclusive one: several
+    /// processes that coordinate among themselves (a cluster of gateways
+    /// fencing each other) may open the file together, and none that
+    /// wants it alone can while they do.
+    pub shared: bool,
 }
 
 /// A sparse regular file.
@@ -818,7 +823,8 @@ pub struct FileOptions {
 /// (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`); allocation status comes
 /// from `SEEK_DATA`/`SEEK_HOLE`. The file is held with an exclusive
 /// `flock`, so a second opener (another process, or another open in this
-/// one) gets [`BackendError::Locked`].
+/// one) gets [`BackendError::Locked`] — unless every opener asks for a
+/// shared one ([`FileOptions::shared`]).
 pub struct FileBackend {
     file: File,
     path: PathBuf,
@@ -872,8 +878,13 @@ impl FileBackend {
             .create(!options.read_only && size.is_some())
             .truncate(false)
             .open(&path)?;
+        let mode = if options.shared {
+            libc::LOCK_SH
+        } else {
+            libc::LOCK_EX
+        };
         // SAFETY: flock on a valid, owned file descriptor.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) };
         if rc != 0 {
             let err = io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
@@ -1679,7 +1690,15 @@ mod tests {
             FileBackend::open(&path, Some(1 << 20), FileOptions::default()),
             Err(BackendError::SizeMismatch { .. })
         ));
-        let ro = FileBackend::open(&path, None, FileOptions { read_only: true }).unwrap();
+        let ro = FileBackend::open(
+            &path,
+            None,
+            FileOptions {
+                read_only: true,
+                ..FileOptions::default()
+            },
+        )
+        .unwrap();
         assert!(matches!(
             ro.write_at(0, &[b(&[1])], false),
             Err(BackendError::ReadOnly)

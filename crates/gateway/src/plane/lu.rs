@@ -19,7 +19,9 @@ struct Opened {
     rbd: Option<Arc<RbdBackend>>,
 }
 
-fn open_backend(lu: &LuConfig) -> anyhow::Result<Opened> {
+/// `shared`: the LU is a clustered one, which other gateways of the
+/// cluster may open too (a file is then held with a shared lock).
+fn open_backend(lu: &LuConfig, shared: bool) -> anyhow::Result<Opened> {
     #[cfg(feature = "rbd")]
     let mut rbd: Option<Arc<RbdBackend>> = None;
     let backend: Arc<dyn BlockBackend> = match lu.parsed_backend().map_err(anyhow::Error::msg)? {
@@ -39,6 +41,7 @@ fn open_backend(lu: &LuConfig) -> anyhow::Result<Opened> {
                 lu.size.map(|s| s.0),
                 FileOptions {
                     read_only: lu.read_only,
+                    shared,
                 },
             )
             .with_context(|| format!("lu {:?}: opening {}", lu.name, path.display()))?;
@@ -69,7 +72,7 @@ fn open_backend(lu: &LuConfig) -> anyhow::Result<Opened> {
 
 /// Opens a tape LU's backend and the tape drive over it.
 pub fn build_tape(lu: &LuConfig) -> anyhow::Result<(Arc<TapeLu>, Arc<dyn BlockBackend>)> {
-    let opened = open_backend(lu)?;
+    let opened = open_backend(lu, false)?;
     let defaults = TapeLuConfig::default();
     let cfg = TapeLuConfig {
         name: lu.name.clone(),
@@ -85,11 +88,16 @@ pub fn build_tape(lu: &LuConfig) -> anyhow::Result<(Arc<TapeLu>, Arc<dyn BlockBa
 }
 
 /// Opens a LU's backend and builds the emulated LU.
+///
+/// `clustered`: this gateway is in a `[cluster]`; a LU with `[lu.alua]`
+/// is then one the cluster's gateways share, fenced by the cluster, and
+/// its file is opened with a shared lock.
 pub fn build_lu(
     lu: &LuConfig,
     data_dir: &std::path::Path,
+    clustered: bool,
 ) -> anyhow::Result<(Arc<EmulatedLu>, Arc<dyn BlockBackend>)> {
-    let opened = open_backend(lu)?;
+    let opened = open_backend(lu, clustered && lu.alua.is_some())?;
     let backend = opened.backend;
     #[cfg(feature = "rbd")]
     let rbd = opened.rbd;

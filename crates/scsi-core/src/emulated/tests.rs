@@ -1111,7 +1111,17 @@ async fn a_live_lu_grows_and_changes_write_protection_with_unit_attentions() {
             io_mode: IoMode::Inline,
             ..Default::default()
         },
-        Arc::new(FileBackend::open(&path, None, FileOptions { read_only: true }).unwrap()),
+        Arc::new(
+            FileBackend::open(
+                &path,
+                None,
+                FileOptions {
+                    read_only: true,
+                    ..FileOptions::default()
+                },
+            )
+            .unwrap(),
+        ),
     )
     .unwrap();
     assert!(matches!(

@@ -95,6 +95,17 @@ fn wait_cluster(admin: SocketAddr, what: &str, ok: impl Fn(&[serde_json::Value])
     }
 }
 
+/// The value of metric line `name` (with its labels) on `admin`.
+fn metric(admin: SocketAddr, name: &str) -> Option<f64> {
+    let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args(["show", "metrics", "--admin", &admin.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 fn names(rows: &[serde_json::Value]) -> Vec<(String, String)> {
     rows.iter()
         .map(|r| {
@@ -197,6 +208,11 @@ fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
     let mut host = RawSession::login(a.addr, &a.iqn, &opts).unwrap();
     read_until(&mut host, (0, 0, 0), "A serves once a member");
     rtpg_until(&mut host, &[(0, 1), (1, 2)], "both groups as configured");
+    assert_eq!(metric(admin_a, "unifab_cluster_member"), Some(1.0));
+    assert_eq!(metric(admin_a, "unifab_cluster_members"), Some(2.0));
+    // Unavailable at start, then as configured: at least one transition.
+    let t = metric(admin_a, "unifab_lu_alua_transitions_total{lu=\"disk\"}").unwrap();
+    assert!(t >= 1.0, "{t}");
 
     // B dies: it leaves A's list when its lease expires, and its group is
     // Unavailable.
@@ -226,6 +242,8 @@ fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
     assert_eq!(rows.last().unwrap()["state"], "fenced", "{rows:#?}");
     // At least this once (a loaded machine may have fenced it before).
     assert!(rows.last().unwrap()["fenced"].as_u64().unwrap() >= 1);
+    assert_eq!(metric(admin_a, "unifab_cluster_member"), Some(0.0));
+    assert!(metric(admin_a, "unifab_cluster_fenced_total").unwrap() >= 1.0);
     assert!(
         Command::new("kill")
             .args(["-CONT", &pid])

@@ -192,6 +192,8 @@ pub struct Alua {
     /// Some group is in a state that refuses commands: commands look up
     /// their group's state (else they skip it).
     restricted: AtomicBool,
+    /// State changes, explicit and implicit.
+    transitions: std::sync::atomic::AtomicU64,
 }
 
 /// What a state lets through: the commands SPC-4 §5.16.2.4 lists for it.
@@ -247,6 +249,7 @@ impl Alua {
             transition_secs: cfg.transition_secs,
             groups: RwLock::new(groups),
             restricted: AtomicBool::new(restricted),
+            transitions: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -270,6 +273,11 @@ impl Alua {
             .iter()
             .find(|g| g.cfg.id == group)
             .map_or(AccessState::ActiveOptimized, |g| g.state)
+    }
+
+    /// Groups' state changes so far (each group that changed counts one).
+    pub fn transitions(&self) -> u64 {
+        self.transitions.load(Ordering::Relaxed)
     }
 
     /// Every configured group and its state.
@@ -310,6 +318,7 @@ impl Alua {
                 g.state = *state;
                 g.status = status;
                 changed = true;
+                self.transitions.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.restricted

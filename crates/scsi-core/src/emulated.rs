@@ -546,6 +546,11 @@ impl EmulatedLu {
         self.inner.alua.states()
     }
 
+    /// Target port groups' state changes so far.
+    pub fn alua_transitions(&self) -> u64 {
+        self.inner.alua.transitions()
+    }
+
     /// Builds the LU. Loads APTPL state from `config.pr_path` if present.
     pub fn new(
         config: EmulatedLuConfig,

@@ -363,7 +363,75 @@ impl AdminView for View {
         if let Some(fcip) = &self.fcip {
             families.extend(fcip.metric_families());
         }
+        families.extend(self.alua_families());
         super::metrics::encode(families)
+    }
+}
+
+impl View {
+    /// ALUA transitions per LU with target port groups, and the cluster's
+    /// membership.
+    fn alua_families(
+        &self,
+    ) -> Vec<(
+        super::metrics::Family,
+        prometheus_client::metrics::MetricType,
+    )> {
+        use super::metrics::{Family, Value, counter, gauge};
+        let mut out = Vec::new();
+        let mut t = Family::new(
+            "unifab_lu_alua_transitions",
+            "Target port group state changes (SET TARGET PORT GROUPS, reloads, the cluster's policy and fencing).",
+        );
+        let mut any = false;
+        for (name, lu) in self.luns.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            if let crate::plane::remote::GatewayLu::Emulated(e) = lu
+                && !e.alua_states().is_empty()
+            {
+                any = true;
+                t = t.with(
+                    vec![("lu", name.clone())],
+                    Value::Counter(e.alua_transitions()),
+                );
+            }
+        }
+        if any {
+            out.push(counter(t));
+        }
+        if let Some(c) = &self.cluster {
+            let s = c.status();
+            out.push(gauge(
+                Family::new(
+                    "unifab_cluster_member",
+                    "1 while this gateway holds its cluster lease, else 0 (joining or fenced).",
+                )
+                .with(vec![], Value::Gauge(i64::from(s.state == "member"))),
+            ));
+            out.push(gauge(
+                Family::new(
+                    "unifab_cluster_members",
+                    "Members etcd lists (at the last renewal).",
+                )
+                .with(vec![], Value::Gauge(s.members.len() as i64)),
+            ));
+            out.push(counter(
+                Family::new(
+                    "unifab_cluster_fenced",
+                    "Times this gateway fenced itself (lost its lease).",
+                )
+                .with(vec![], Value::Counter(s.fenced)),
+            ));
+            if let Some(us) = s.etcd_latency_us {
+                out.push(gauge(
+                    Family::new(
+                        "unifab_cluster_etcd_latency_microseconds",
+                        "The last lease renewal's round trip to etcd.",
+                    )
+                    .with(vec![], Value::Gauge(us as i64)),
+                ));
+            }
+        }
+        out
     }
 }
 

@@ -64,6 +64,36 @@ data_dir = "{dir}/state"
     )
 }
 
+/// Gateways gw-a (port 1, group 1: Active/Optimized) and gw-b (port 2,
+/// group 2: Active/Non-optimized) of one cluster on `etcd`, with their
+/// admin addresses; the directory holding theirs and the shared file.
+fn two_gateways(
+    etcd: &Etcd,
+) -> (
+    tempfile::TempDir,
+    (Gateway, SocketAddr),
+    (Gateway, SocketAddr),
+) {
+    let (top, da, db) = dirs();
+    let start = |dir: &Path, name: &str, port: u16| {
+        let admin: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+        let g = Gateway::start(dir, &config(dir, name, &etcd.url(), port, admin));
+        (g, admin)
+    };
+    let a = start(&da, "gw-a", 1);
+    let b = start(&db, "gw-b", 2);
+    (top, a, b)
+}
+
+/// A host that sees unit attentions itself.
+fn host_options() -> RawOptions {
+    RawOptions {
+        initiator: "iqn.2026-11.io.unifab:host".into(),
+        clear_unit_attention: false,
+        ..RawOptions::default()
+    }
+}
+
 /// Two gateways' directories side by side, and the shared one beside.
 fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let top = tempfile::tempdir().unwrap();
@@ -179,17 +209,7 @@ fn read_until(s: &mut RawSession, want: (u8, u8, u8), what: &str) {
 #[test]
 fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
-    let (_top, da, db) = dirs();
-    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-    let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-    let a = Gateway::start(
-        da.as_path(),
-        &config(da.as_path(), "gw-a", &etcd.url(), 1, admin_a),
-    );
-    let b = Gateway::start(
-        db.as_path(),
-        &config(db.as_path(), "gw-b", &etcd.url(), 2, admin_b),
-    );
+    let (_top, (a, admin_a), (b, admin_b)) = two_gateways(&etcd);
     let both = |rows: &[serde_json::Value]| {
         names(rows)
             == vec![
@@ -200,11 +220,7 @@ fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
     wait_cluster(admin_a, "both listed on A", both);
     wait_cluster(admin_b, "both listed on B", both);
 
-    let opts = RawOptions {
-        initiator: "iqn.2026-11.io.unifab:host".into(),
-        clear_unit_attention: false,
-        ..RawOptions::default()
-    };
+    let opts = host_options();
     let mut host = RawSession::login(a.addr, &a.iqn, &opts).unwrap();
     read_until(&mut host, (0, 0, 0), "A serves once a member");
     rtpg_until(&mut host, &[(0, 1), (1, 2)], "both groups as configured");
@@ -263,23 +279,9 @@ fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
 #[test]
 fn the_survivor_of_the_optimized_gateway_takes_over() {
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
-    let (_top, da, db) = dirs();
-    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-    let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-    let a = Gateway::start(
-        da.as_path(),
-        &config(da.as_path(), "gw-a", &etcd.url(), 1, admin_a),
-    );
-    let b = Gateway::start(
-        db.as_path(),
-        &config(db.as_path(), "gw-b", &etcd.url(), 2, admin_b),
-    );
+    let (_top, (a, _), (b, admin_b)) = two_gateways(&etcd);
     wait_cluster(admin_b, "both listed on B", |rows| rows.len() == 2);
-    let opts = RawOptions {
-        initiator: "iqn.2026-11.io.unifab:host".into(),
-        clear_unit_attention: false,
-        ..RawOptions::default()
-    };
+    let opts = host_options();
     let mut host = RawSession::login(b.addr, &b.iqn, &opts).unwrap();
     read_until(&mut host, (0, 0, 0), "B serves (Active/Non-optimized)");
     rtpg_until(&mut host, &[(0, 1), (1, 2)], "as configured");

@@ -653,6 +653,28 @@ struct Queue {
     failed: bool,
 }
 
+/// Ends every command queued on `q` (never sent to the drive): each is
+/// answered `status` with `sense` through the tunnel, FastWrite is told
+/// to drop its held data, and the counts follow.
+fn discard_queued(
+    q: &mut Queue,
+    by_xchg: &mut HashMap<Xchg, Nexus>,
+    queued: &mut usize,
+    discarded: &mut u64,
+    out: &mut Outbound,
+    status: u8,
+    sense: &Bytes,
+) {
+    for c in q.queue.drain(..) {
+        let ch = c.header;
+        by_xchg.remove(&(ch.s_id, ch.d_id, ch.ox_id));
+        *queued = queued.saturating_sub(1);
+        *discarded += 1;
+        out.forget.push((ch.s_id, ch.ox_id));
+        out.up.push(rsp(&ch, ch.rx_id, status, sense.clone()));
+    }
+}
+
 /// Tape pipelining near the drive: one accelerated command at a time per
 /// nexus, and none after a failure.
 #[derive(Debug, Default)]
@@ -765,15 +787,16 @@ impl TapeTarget {
                 continue;
             };
             q.failed = true;
-            for c in q.queue.drain(..) {
-                let ch = c.header;
-                self.by_xchg.remove(&(ch.s_id, ch.d_id, ch.ox_id));
-                self.queued = self.queued.saturating_sub(1);
-                self.discarded += 1;
-                out.forget.push((ch.s_id, ch.ox_id));
-                out.up
-                    .push(rsp(&ch, ch.rx_id, CHECK_CONDITION, aborted_sense()));
-            }
+            let (status, sense) = (CHECK_CONDITION, aborted_sense());
+            discard_queued(
+                q,
+                &mut self.by_xchg,
+                &mut self.queued,
+                &mut self.discarded,
+                &mut out,
+                status,
+                &sense,
+            );
             if let Some(ox) = q.current {
                 self.tmfs.insert((h.s_id, h.d_id, h.ox_id), (n, ox));
             }
@@ -845,14 +868,15 @@ impl TapeTarget {
             }
         } else {
             q.failed = true;
-            for c in q.queue.drain(..) {
-                let ch = c.header;
-                self.by_xchg.remove(&(ch.s_id, ch.d_id, ch.ox_id));
-                self.queued = self.queued.saturating_sub(1);
-                self.discarded += 1;
-                out.forget.push((ch.s_id, ch.ox_id));
-                out.up.push(rsp(&ch, ch.rx_id, TASK_ABORTED, Bytes::new()));
-            }
+            discard_queued(
+                q,
+                &mut self.by_xchg,
+                &mut self.queued,
+                &mut self.discarded,
+                &mut out,
+                TASK_ABORTED,
+                &Bytes::new(),
+            );
         }
         if q.current.is_none() && q.queue.is_empty() && !q.failed {
             self.queues.remove(&nexus);

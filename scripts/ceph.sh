@@ -187,6 +187,11 @@ ${CEPH_PLUGIN_DIR:+plugin dir = $CEPH_PLUGIN_DIR
 erasure code dir = $CEPH_PLUGIN_DIR/erasure-code
 osd class dir = $CEPH_PLUGIN_DIR/rados-classes}
 mon warn on pool no redundancy = false
+# ceph-mon refuses to start when the file system under its data has 5 % or
+# less free (mon data avail crit): a test run's target/ and temporary files
+# can bring a small CI disk there, and this monitor's store is a few MiB.
+mon data avail crit = 0
+mon data avail warn = 0
 rbd cache = false
 # A gateway killed and restarted finds its old incarnation holding the
 # image's exclusive lock; librbd breaks it once the dead client's watch has
@@ -207,6 +212,13 @@ write_conf
 q ceph-authtool --create-keyring "$dir/keyring" --gen-key -n mon. --cap mon 'allow *'
 q ceph-authtool "$dir/keyring" --gen-key -n client.admin \
     --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' --cap mds 'allow *'
+# Why the monitor did not start, for the message that ends the run: CI keeps
+# the output, not DIR.
+why_mon() {
+    printf 'free space under %s: %s;' "$dir" "$(df -Ph "$dir" | awk 'NR == 2 { print $4 " of " $2 " (" $6 ")" }')"
+    printf '\n--- last lines of setup.log:\n%s' "$(tail -n 8 "$dir/log/setup.log" 2>/dev/null)"
+    printf '\n--- last lines of mon.a.log:\n%s' "$(tail -n 8 "$dir/log/mon.a.log" 2>/dev/null)"
+}
 # The monitor's address is in its monmap: a port taken meanwhile means a new
 # monmap, a new store and a new start (at most five).
 for attempt in 1 2 3 4 5; do
@@ -215,7 +227,7 @@ for attempt in 1 2 3 4 5; do
     if ceph-mon -c "$conf" -i a >>"$dir/log/setup.log" 2>&1; then
         break
     fi
-    ((attempt < 5)) || die "ceph-mon would not start in 5 tries (see $dir/log/setup.log, $dir/log/mon.a.log)"
+    ((attempt < 5)) || die "ceph-mon would not start in 5 tries (see $dir/log/setup.log, $dir/log/mon.a.log); $(why_mon)"
     echo "ceph-mon did not start on port $port: trying another" >>"$dir/log/setup.log"
     rm -rf "$dir/mon/a"
     port=$(pick_port)

@@ -22,9 +22,14 @@
 //! the listed group with the lowest id among those configured
 //! Active/Non-optimized is promoted to Active/Optimized.
 //!
-//! Not yet here (issue 32): SET TARGET PORT GROUPS and persistent
-//! reservations shared through etcd, and in-flight commands drained at
-//! fencing.
+//! Reservations: every clustered LU keeps its reservation state in etcd
+//! ([`reservations`]); a member reads it and starts watching it before its
+//! ports serve, and a watch that ends ends the membership (fenced).
+//!
+//! Not yet here (issue 32): SET TARGET PORT GROUPS shared through etcd,
+//! and in-flight commands drained at fencing.
+
+pub(crate) mod reservations;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -74,6 +79,9 @@ pub struct Status {
 /// listed.
 pub type Apply = Arc<dyn Fn(Option<&[u16]>) + Send + Sync>;
 
+/// A clustered LU: its name and the emulated LU.
+pub type ClusteredLu = (String, Arc<unifab_scsi_core::EmulatedLu>);
+
 /// The cluster member: a task renewing the lease, and its status.
 #[derive(Debug)]
 pub struct Cluster {
@@ -88,9 +96,25 @@ impl Cluster {
         admin: String,
         port_group: u16,
         fence: Apply,
+        lus: Vec<ClusteredLu>,
         stop: watch::Receiver<bool>,
     ) -> Result<(Cluster, tokio::task::JoinHandle<()>), String> {
         let ttl = cfg.ttl()?;
+        let shared = Arc::new(reservations::Shared {
+            name: cfg.name.clone(),
+            prefix: cfg.prefix(),
+            ttl,
+            session: Mutex::new(None),
+        });
+        for (name, lu) in &lus {
+            let store = reservations::EtcdReservations {
+                lu: name.clone(),
+                shared: shared.clone(),
+            };
+            if !lu.share_reservations(Arc::new(store)) {
+                return Err(format!("lu {name:?}: its reservations are shared already"));
+            }
+        }
         let status = Arc::new(Mutex::new(Status {
             name: cfg.name.clone(),
             state: "joining".into(),
@@ -102,6 +126,7 @@ impl Cluster {
             ttl,
             (admin, port_group),
             fence,
+            (shared, lus),
             status.clone(),
             stop,
         ));
@@ -128,15 +153,23 @@ async fn run(
     ttl: Duration,
     admin: (String, u16),
     fence: Apply,
+    reservations: (Arc<reservations::Shared>, Vec<ClusteredLu>),
     status: Arc<Mutex<Status>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let set = |f: &dyn Fn(&mut Status)| f(&mut status.lock().unwrap_or_else(|e| e.into_inner()));
     loop {
         let held = tokio::select! {
-            r = member(&cfg, ttl, &admin, &fence, &status) => r,
+            r = member(&cfg, ttl, &admin, &fence, &reservations, &status) => r,
             _ = stop.changed() => return,
         };
+        // No reservation change goes through this gateway until it is a
+        // member again.
+        *reservations
+            .0
+            .session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         let was_member = status.lock().unwrap_or_else(|e| e.into_inner()).state == "member";
         if was_member {
             // Before anything else: the lease may expire at etcd soon.
@@ -167,6 +200,7 @@ async fn member(
     ttl: Duration,
     (admin, port_group): &(String, u16),
     fence: &Apply,
+    (shared, lus): &(Arc<reservations::Shared>, Vec<ClusteredLu>),
     status: &Arc<Mutex<Status>>,
 ) -> Result<(), String> {
     // What the local deadline allows for renewing: two thirds of the TTL.
@@ -204,7 +238,19 @@ async fn member(
             .await
             .map_err(|_| "starting renewals timed out".to_string())?
             .map_err(|e| format!("starting renewals: {e}"))?;
-    // A member: serve.
+    // The reservations before serving: applied, and watched from there.
+    let session = reservations::Session {
+        client: client.clone(),
+        lease: id,
+    };
+    let from = reservations::join(shared, &session, lus, deadline).await?;
+    *shared.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+    let mut watching = AbortOnDrop(tokio::spawn(reservations::watch(
+        shared.clone(),
+        session,
+        lus.clone(),
+        from,
+    )));
     // A member: the policy decides once the members are listed.
     list(&mut client, &prefix, deadline, fence, status).await?;
     info!(cluster = %cfg.name, lease = format!("{id:x}"), ttl_s = ttl.as_secs(), "cluster: member");
@@ -216,11 +262,13 @@ async fn member(
     }
     loop {
         let sent = Instant::now();
-        let renewed = tokio::time::timeout_at(deadline.into(), async {
-            keeper.keep_alive().await?;
-            stream.message().await
-        })
-        .await;
+        let renewed = tokio::select! {
+            r = tokio::time::timeout_at(deadline.into(), async {
+                keeper.keep_alive().await?;
+                stream.message().await
+            }) => r,
+            e = &mut watching.0 => return Err(e.unwrap_or_else(|j| j.to_string())),
+        };
         match renewed {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {
                 deadline = sent + local;
@@ -237,6 +285,15 @@ async fn member(
         }
         list(&mut client, &prefix, deadline, fence, status).await?;
         tokio::time::sleep_until(Instant::min(sent + step, deadline).into()).await;
+    }
+}
+
+/// A task that ends with its owner.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -512,7 +512,10 @@ pub struct IscsiConfig {
     pub coalesce_max_delay_us: Option<u64>,
     /// RELATIVE TARGET PORT IDENTIFIER of this gateway's iSCSI port (VPD
     /// 83h, REPORT TARGET PORT GROUPS), 1–65535 (default 1). Gateways in
-    /// front of one LU each need their own.
+    /// front of one LU each need their own. It is also the port's target
+    /// portal group tag, so that the SCSI target port names
+    /// (`IQN,t,0xTPGT`) differ between gateways that present one target
+    /// name: reservations are held per I_T nexus, that is per target port.
     #[serde(default)]
     pub relative_port: Option<u16>,
     /// TARGET PORT GROUP of this gateway's iSCSI port, 1–65535 (default

@@ -220,6 +220,10 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
                     }
                 })
                 .collect();
+            let shared_lus: Vec<crate::cluster::ClusteredLu> = clustered
+                .iter()
+                .map(|(name, lu, _)| (name.clone(), lu.clone()))
+                .collect();
             let fence: crate::cluster::Apply = Arc::new(move |alive: Option<&[u16]>| {
                 use unifab_scsi_core::alua::AccessState;
                 for (name, lu, configured) in &clustered {
@@ -239,9 +243,15 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
                 .ok()
                 .and_then(|l| l.local_addr().ok())
                 .map_or_else(|| cfg.admin.listen.to_string(), |a| a.to_string());
-            let (c, _task) =
-                crate::cluster::Cluster::start(c, announced, group, fence, stop_rx.clone())
-                    .map_err(anyhow::Error::msg)?;
+            let (c, _task) = crate::cluster::Cluster::start(
+                c,
+                announced,
+                group,
+                fence,
+                shared_lus,
+                stop_rx.clone(),
+            )
+            .map_err(anyhow::Error::msg)?;
             Some(Arc::new(c))
         }
         None => None,

@@ -240,6 +240,9 @@ struct LuState {
     copy_results: VecDeque<(PortKey, u8, xcopy::CopyStatus)>,
     /// Logical block provisioning threshold ([`lbp`]).
     lbp: lbp::LbpState,
+    /// The version of the shared reservation state `pr` and `reserve6`
+    /// hold (a cluster's store; 0 without one).
+    shared_version: u64,
 }
 
 /// Aligned to two cache lines so that the `Arc`'s reference counts, which
@@ -302,6 +305,9 @@ struct Inner {
     /// sharded by thread like `clear`.
     write_lock: ShardedLock<()>,
     tasks: TaskSet,
+    /// Where the reservation state lives when several gateways front
+    /// this LU ([`shared`]); unset, this process alone decides.
+    shared: std::sync::OnceLock<Arc<dyn crate::pr::ReservationStore>>,
     /// Target port groups' access states.
     alua: crate::alua::Alua,
 }
@@ -636,6 +642,7 @@ impl EmulatedLu {
                 prevent: HashSet::new(),
                 copy_results: VecDeque::new(),
                 lbp: lbp_state,
+                shared_version: 0,
             }),
             clear: ShardedLock::new(crate::idmap::IdSet::default()),
             reserved: AtomicBool::new(reserved),
@@ -645,6 +652,7 @@ impl EmulatedLu {
             flush_failed: AtomicBool::new(false),
             write_lock: ShardedLock::new(()),
             tasks: TaskSet::new(config.task_set_depth),
+            shared: std::sync::OnceLock::new(),
             alua,
             backend,
             cfg: config,
@@ -939,6 +947,10 @@ impl LogicalUnit for EmulatedLu {
         self.inner.nexus_loss(nexus);
     }
 
+    fn nexus_closing(&self, nexus: &ItNexus) -> BoxFuture<'static, ()> {
+        self.inner.nexus_closing(nexus)
+    }
+
     fn describe(&self) -> LuDescription {
         LuDescription {
             name: self.inner.cfg.name.clone(),
@@ -960,6 +972,7 @@ mod dispatch;
 mod lbp;
 mod sanitize;
 mod sbc;
+mod shared;
 mod spc;
 mod tmf;
 pub(crate) mod ua;
@@ -971,5 +984,7 @@ pub(crate) use spc::sense_bytes;
 
 #[cfg(test)]
 mod alua_tests;
+#[cfg(test)]
+mod shared_tests;
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,14 @@ pub trait LogicalUnit: Send + Sync + fmt::Debug {
     /// OCCURRED unit attention where SPC-4 asks for one.
     fn nexus_loss(&self, nexus: &ItNexus);
 
+    /// The I_T nexus is about to end in order (a logout): state shared
+    /// beyond this process that its end releases (a cluster's RESERVE(6))
+    /// is released before the future resolves. [`LogicalUnit::nexus_loss`]
+    /// follows. By default nothing to wait for.
+    fn nexus_closing(&self, _nexus: &ItNexus) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
     /// Identity and size, for `unifab show luns` and transports that need
     /// the block size (FCP/iSCSI never do; they pass CDBs through).
     fn describe(&self) -> LuDescription;

@@ -12,6 +12,9 @@ use std::path::Path;
 use crate::sense::{Asc, Sense, asc};
 use crate::task::{ItNexus, TransportId};
 
+pub mod shared;
+pub use shared::{ReservationStore, SharedReservations};
+
 /// Reservation types (SPC-4 Table 170).
 #[allow(missing_docs)]
 pub mod pr_type {
@@ -803,9 +806,18 @@ impl PrState {
     /// (persistent reservations survive resets). Provided for symmetry.
     pub fn on_reset(&mut self) {}
 
-    /// Serializes the state for the APTPL file.
+    #[cfg(test)]
+    pub(crate) fn set_aptpl_for_test(&mut self, on: bool) {
+        self.aptpl = on;
+    }
+
+    /// Serializes the state (the APTPL file, a cluster's store).
     pub fn to_text(&self) -> String {
-        let mut s = format!("unifab-pr 1\ngeneration {}\n", self.generation);
+        let mut s = format!(
+            "unifab-pr 1\ngeneration {}\naptpl {}\n",
+            self.generation,
+            u8::from(self.aptpl)
+        );
         for r in &self.regs {
             s.push_str(&format!(
                 "reg {:016x} {} {} {} {}\n",
@@ -841,6 +853,7 @@ impl PrState {
             let mut w = line.split(' ');
             match w.next()? {
                 "generation" => st.generation = w.next()?.parse().ok()?,
+                "aptpl" => st.aptpl = w.next()? == "1",
                 "reg" => st.regs.push(Registration {
                     key: u64::from_str_radix(w.next()?, 16).ok()?,
                     all_tg_pt: w.next()? == "1",

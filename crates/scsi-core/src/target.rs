@@ -39,6 +39,15 @@ pub trait Dispatch: Send + Sync + std::fmt::Debug + 'static {
     fn task_management(&self, request: TmfRequest) -> BoxFuture<'static, TmfResponse>;
     /// The I_T nexus is gone (logout, connection loss, session end).
     fn nexus_loss(&self, nexus: &ItNexus);
+
+    /// The I_T nexus is about to end in order (a logout): what its end
+    /// releases beyond this process is released before the future
+    /// resolves, so that the initiator, once it hears the logout
+    /// answered, finds it released through any other target port.
+    /// [`Dispatch::nexus_loss`] follows. By default nothing to wait for.
+    fn nexus_closing(&self, _nexus: &ItNexus) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// The REPORT LUNS well-known logical unit (SPC-4 §8.2).
@@ -320,6 +329,23 @@ impl Dispatch for ScsiTarget {
                 None => Box::pin(std::future::ready(TmfResponse::IncorrectLun)),
             },
         }
+    }
+
+    fn nexus_closing(&self, nexus: &ItNexus) -> BoxFuture<'static, ()> {
+        let lus: Vec<Arc<dyn LogicalUnit>> = self
+            .inner
+            .luns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let futures: Vec<_> = lus.iter().map(|lu| lu.nexus_closing(nexus)).collect();
+        Box::pin(async move {
+            for f in futures {
+                f.await;
+            }
+        })
     }
 
     /// The nexus is gone: every LU hears of it.

@@ -60,6 +60,7 @@ pub fn server_config(iscsi: &IscsiConfig) -> ServerConfig {
     }
     if let Some(p) = iscsi.relative_port {
         sc.relative_port_id = p;
+        sc.portal_group_tag = p;
     }
     if let Some(g) = iscsi.port_group {
         sc.port_group = g;

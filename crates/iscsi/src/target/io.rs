@@ -498,6 +498,12 @@ pub(crate) async fn run_ffp(
                     (setup.cold_reset)();
                 }
                 Event::Close(reason) => {
+                    if matches!(reason, crate::target::CloseReason::Logout) {
+                        // Before the logout is answered: what the nexus's
+                        // end releases beyond this process (a cluster's
+                        // RESERVE(6)) is released.
+                        scsi.nexus_closing(&setup.nexus).await;
+                    }
                     end_reason = format!("{reason:?}");
                     close_after_flush = true;
                 }

@@ -54,8 +54,24 @@ impl Inner {
                 ..
             } => self.log_sense(pc, page_code, subpage, param_pointer, alloc_len),
             Command::Reserve { .. } => {
-                let mut st = self.lock();
                 let key = PortKey::of(&task.nexus);
+                if let Some(store) = self.shared() {
+                    return Box::pin(self.change_shared(store, move |s| {
+                        if s.pr.is_active() {
+                            return Err(PrRefusal::Conflict);
+                        }
+                        match &s.reserve6 {
+                            Some(h) if *h != key => Err(PrRefusal::Conflict),
+                            Some(_) => Ok(false),
+                            None => {
+                                s.reserve6 = Some(key.clone());
+                                Ok(true)
+                            }
+                        }
+                    }))
+                    .await;
+                }
+                let mut st = self.lock();
                 if st.pr.is_active() {
                     return TaskResult::status(Status::RESERVATION_CONFLICT);
                 }
@@ -69,6 +85,17 @@ impl Inner {
                 }
             }
             Command::Release { .. } => {
+                if let Some(store) = self.shared() {
+                    let key = PortKey::of(&task.nexus);
+                    return Box::pin(self.change_shared(store, move |s| {
+                        if s.reserve6.as_ref() != Some(&key) {
+                            return Ok(false);
+                        }
+                        s.reserve6 = None;
+                        Ok(true)
+                    }))
+                    .await;
+                }
                 let mut st = self.lock();
                 if st.reserve6.as_ref() == Some(&PortKey::of(&task.nexus)) {
                     st.reserve6 = None;
@@ -309,7 +336,10 @@ impl Inner {
                 ..
             } => {
                 let st = self.lock();
-                match st.pr.prin(service_action, self.cfg.pr_path.is_some()) {
+                match st.pr.prin(
+                    service_action,
+                    self.cfg.pr_path.is_some() || self.shared.get().is_some(),
+                ) {
                     Some(v) => data_in(v, usize::from(alloc_len)),
                     None => bad_cdb(1, Some(4)),
                 }
@@ -320,7 +350,11 @@ impl Inner {
                 pr_type,
                 param_len,
                 ..
-            } => self.prout(task, service_action, scope, pr_type, param_len),
+            } => {
+                // Boxed: its wait on a cluster's store would otherwise
+                // grow every command's future (see the size test).
+                Box::pin(self.prout(task, service_action, scope, pr_type, param_len)).await
+            }
             Command::GetLbaStatus { lba, alloc_len, .. } => {
                 self.get_lba_status(lba, alloc_len).await
             }

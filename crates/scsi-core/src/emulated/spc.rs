@@ -6,7 +6,7 @@
 use super::*;
 
 impl Inner {
-    pub(super) fn prout(
+    pub(super) async fn prout(
         self: &Arc<Self>,
         task: &Task,
         service_action: u8,
@@ -15,6 +15,30 @@ impl Inner {
         param_len: u32,
     ) -> TaskResult {
         let params = gather(&task.data_out, 0, param_len.min(64 * 1024) as usize);
+        if let Some(store) = self.shared() {
+            let me = PortKey::of(&task.nexus);
+            let nexus = task.nexus.clone();
+            return self
+                .change_shared(store, move |s| {
+                    if s.reserve6.as_ref().is_some_and(|h| *h != me) {
+                        return Err(PrRefusal::Conflict);
+                    }
+                    // The store persists the state: APTPL is honoured.
+                    let fx = s.pr.prout(
+                        &nexus,
+                        service_action,
+                        scope,
+                        pr_type,
+                        param_len,
+                        &params,
+                        true,
+                    )?;
+                    s.unit_attentions = fx.unit_attentions;
+                    s.abort = fx.abort;
+                    Ok(true)
+                })
+                .await;
+        }
         let mut st = self.lock();
         if let Some(h) = &st.reserve6
             && *h != PortKey::of(&task.nexus)

@@ -109,15 +109,81 @@ impl Inner {
                 return Box::pin(std::future::ready(r));
             }
         };
+        // With a cluster's store, a reset through any gateway resets the
+        // one LU they front: it goes through the store (the RESERVE(6) it
+        // releases, and the reset itself for the other members' tasks and
+        // nexuses) before the function completes; an I_T NEXUS RESET
+        // releases that nexus's RESERVE(6) there.
+        let shared = inner.shared();
+        let function = request.function;
         Box::pin(async move {
             wait.await;
+            if let Some(store) = shared {
+                let _ = match function {
+                    TmfFunction::LogicalUnitReset | TmfFunction::TargetReset => {
+                        let code = if function == TmfFunction::TargetReset {
+                            asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED
+                        } else {
+                            asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED
+                        };
+                        inner
+                            .change_shared(store, move |s| {
+                                s.reserve6 = None;
+                                s.reset = Some(code);
+                                Ok(true)
+                            })
+                            .await
+                    }
+                    TmfFunction::ItNexusReset => {
+                        inner
+                            .release_shared6(store, Some(PortKey::of(&nexus)))
+                            .await
+                    }
+                    _ => TaskResult::good(),
+                };
+            }
             TmfResponse::FunctionComplete
+        })
+    }
+
+    /// Releases the shared RESERVE(6): any holder's, or only `holder`'s.
+    async fn release_shared6(
+        self: &Arc<Self>,
+        store: Arc<dyn crate::pr::ReservationStore>,
+        holder: Option<PortKey>,
+    ) -> TaskResult {
+        self.change_shared(store, move |s| {
+            let held = match (&s.reserve6, &holder) {
+                (Some(_), None) => true,
+                (Some(h), Some(me)) => h == me,
+                (None, _) => false,
+            };
+            if held {
+                s.reserve6 = None;
+            }
+            Ok(held)
+        })
+        .await
+    }
+
+    /// The I_T nexus is about to end in order: with a cluster's store, the
+    /// RESERVE(6) it holds is released there first.
+    pub(super) fn nexus_closing(self: &Arc<Self>, nexus: &ItNexus) -> BoxFuture<'static, ()> {
+        let me = PortKey::of(nexus);
+        let store = self
+            .shared()
+            .filter(|_| self.lock().reserve6.as_ref() == Some(&me));
+        let inner = self.clone();
+        Box::pin(async move {
+            if let Some(store) = store {
+                let _ = inner.release_shared6(store, Some(me)).await;
+            }
         })
     }
 
     /// The I_T nexus is gone: its tasks, PREVENT, RESERVE(6) and copy
     /// results go, and its identity gets I_T NEXUS LOSS OCCURRED.
-    pub(super) fn nexus_loss(&self, nexus: &ItNexus) {
+    pub(super) fn nexus_loss(self: &Arc<Self>, nexus: &ItNexus) {
         let inner = self;
         let n = nexus.clone();
         drop(inner.tasks.abort_matching(move |x, _| *x == n));
@@ -125,15 +191,26 @@ impl Inner {
         let mut st = inner.lock();
         st.prevent.remove(&me);
         st.copy_results.retain(|(k, _, _)| *k != me);
-        if st.reserve6.as_ref() == Some(&me) {
+        let held6 = st.reserve6.as_ref() == Some(&me);
+        if held6 {
             st.reserve6 = None;
             inner.update_reserved(&st);
         }
         if st.ua.contains_key(&me) {
             inner.ua_where(&mut st, |k| *k == me, asc::I_T_NEXUS_LOSS_OCCURRED, true);
         }
+        drop(st);
         if let Ok(mut clear) = inner.clear.write() {
             clear.remove(&nexus.id());
+        }
+        // The shared RESERVE(6) this nexus held (taken through this
+        // member, so the local copy knew it): released in the store in the
+        // background, as no command waits for it.
+        if held6 && let Some(store) = self.shared() {
+            let inner = self.clone();
+            store.clone().detach(Box::pin(async move {
+                let _ = inner.release_shared6(store, Some(me)).await;
+            }));
         }
     }
 }

@@ -86,6 +86,8 @@ struct LuSpec {
     size: u64,
     /// Further `key = value` lines (value already TOML).
     settings: Vec<(String, String)>,
+    /// Sub-tables after them (`[lu.alua]` …), raw TOML.
+    tables: String,
 }
 
 /// Settings for a [`Unifab`] instance; made by [`Unifab::builder`].
@@ -97,6 +99,10 @@ pub struct UnifabBuilder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     ready_timeout: Duration,
+    /// `key = value` lines of `[iscsi]`.
+    iscsi: Vec<(String, String)>,
+    /// Raw TOML after everything else (`[cluster]` …).
+    tail: String,
 }
 
 impl UnifabBuilder {
@@ -115,6 +121,7 @@ impl UnifabBuilder {
             backend: Backend::File(path.into()),
             size,
             settings: Vec::new(),
+            tables: String::new(),
         });
         self
     }
@@ -127,6 +134,7 @@ impl UnifabBuilder {
             backend: Backend::Memory,
             size,
             settings: Vec::new(),
+            tables: String::new(),
         });
         self
     }
@@ -140,6 +148,7 @@ impl UnifabBuilder {
             backend: Backend::Rbd(spec.to_owned(), ceph_conf.into()),
             size,
             settings: Vec::new(),
+            tables: String::new(),
         });
         self
     }
@@ -151,6 +160,30 @@ impl UnifabBuilder {
         if let Some(lu) = self.lus.last_mut() {
             lu.settings.push((key.into(), value.into()));
         }
+        self
+    }
+
+    /// Appends raw TOML after the last LU's settings: its sub-tables
+    /// (`[lu.alua]`, `[[lu.alua.group]]`). Does nothing before the first
+    /// LU.
+    pub fn lu_table(mut self, toml: impl AsRef<str>) -> Self {
+        if let Some(lu) = self.lus.last_mut() {
+            lu.tables.push_str(toml.as_ref());
+            lu.tables.push('\n');
+        }
+        self
+    }
+
+    /// Adds `key = value` to `[iscsi]`; `value` is TOML.
+    pub fn iscsi_setting(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.iscsi.push((key.into(), value.into()));
+        self
+    }
+
+    /// Appends raw TOML at the end of the file (a `[cluster]` table …).
+    pub fn section(mut self, toml: impl AsRef<str>) -> Self {
+        self.tail.push_str(toml.as_ref());
+        self.tail.push('\n');
         self
     }
 
@@ -213,12 +246,19 @@ impl UnifabBuilder {
             for (key, value) in &lu.settings {
                 out.push_str(&format!("{key} = {value}\n"));
             }
+            out.push_str(&lu.tables);
             out.push('\n');
         }
         let luns: Vec<String> = self.lus.iter().map(|lu| toml_string(&lu.name)).collect();
         out.push_str(&format!(
-            "[iscsi]\nlisten = [{}]\n\n[[iscsi.target]]\niqn = {}\nluns = [{}]\n",
-            toml_string(&format!("127.0.0.1:{port}")),
+            "[iscsi]\nlisten = [{}]\n",
+            toml_string(&format!("127.0.0.1:{port}"))
+        ));
+        for (key, value) in &self.iscsi {
+            out.push_str(&format!("{key} = {value}\n"));
+        }
+        out.push_str(&format!(
+            "\n[[iscsi.target]]\niqn = {}\nluns = [{}]\n",
             toml_string(&self.iqn),
             luns.join(", "),
         ));
@@ -229,6 +269,7 @@ impl UnifabBuilder {
             "\n[admin]\nlisten = \"127.0.0.1:0\"\ndata_dir = {}\n",
             toml_string(&state.display().to_string()),
         ));
+        out.push_str(&self.tail);
         out
     }
 
@@ -356,6 +397,8 @@ impl Unifab {
             args: Vec::new(),
             env: Vec::new(),
             ready_timeout: Duration::from_secs(20),
+            iscsi: Vec::new(),
+            tail: String::new(),
         }
     }
 

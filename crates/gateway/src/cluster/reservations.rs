@@ -1,0 +1,293 @@
+//! Reservations shared through etcd (scsi-core's
+//! [`ReservationStore`](unifab_scsi_core::pr::ReservationStore)).
+//!
+//! Keys, under the cluster's prefix:
+//!
+//! - `reservations/LU`: the LU's shared reservation state (scsi-core's
+//!   text); its version is the key's `mod_revision`. A change is one
+//!   transaction: *if* `mod_revision` is still the one read, put.
+//! - `reservations-applied/LU/MEMBER`: the etcd revision up to which
+//!   MEMBER has applied the LU's state, under MEMBER's lease (so it goes
+//!   when MEMBER leaves). Written as 0 when MEMBER joins, *before* it reads
+//!   the state, then the revision of what it read, then each change's as
+//!   its watch delivers it.
+//!
+//! A change is answered once every `reservations-applied/LU/*` key but
+//! the changer's own holds its revision or more (or has gone with its
+//! member's lease). docs/alua.md gives the argument that no member then
+//! lets through a command the change forbids.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+};
+use unifab_scsi_core::{BoxFuture, EmulatedLu, pr::ReservationStore};
+
+/// How often a change polls the members' applied revisions.
+const SETTLE_POLL: Duration = Duration::from_millis(5);
+
+/// The etcd session a membership holds: its client and lease.
+#[derive(Clone)]
+pub(crate) struct Session {
+    pub client: Client,
+    pub lease: i64,
+}
+
+/// What every LU's store shares: this member, the keys, and the session
+/// (none while this gateway is not a member: changes then fail, and its
+/// clustered ports are Unavailable anyway).
+pub(crate) struct Shared {
+    pub name: String,
+    pub prefix: String,
+    pub ttl: Duration,
+    pub session: Mutex<Option<Session>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("name", &self.name)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn session(&self) -> Result<Session, String> {
+        self.session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| "this gateway is not a cluster member now".to_string())
+    }
+    pub(super) fn state_key(&self, lu: &str) -> String {
+        format!("{}/reservations/{lu}", self.prefix)
+    }
+    pub(super) fn applied_prefix(&self, lu: &str) -> String {
+        format!("{}/reservations-applied/{lu}/", self.prefix)
+    }
+    /// One etcd call's bound: a third of the TTL.
+    fn step(&self) -> Duration {
+        self.ttl / 3
+    }
+}
+
+/// One LU's store.
+#[derive(Debug)]
+pub(crate) struct EtcdReservations {
+    pub lu: String,
+    pub shared: Arc<Shared>,
+}
+
+async fn bounded<T, E: std::fmt::Display>(
+    what: &str,
+    limit: Duration,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| format!("{what} timed out"))?
+        .map_err(|e| format!("{what}: {e}"))
+}
+
+impl ReservationStore for EtcdReservations {
+    fn member(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn load(&self) -> BoxFuture<'static, Result<(u64, Option<String>), String>> {
+        let shared = self.shared.clone();
+        let key = shared.state_key(&self.lu);
+        Box::pin(async move {
+            let mut c = shared.session()?.client;
+            let r = bounded("reading the reservations", shared.step(), c.get(key, None)).await?;
+            Ok(match r.kvs().first() {
+                None => (0, None),
+                Some(kv) => (
+                    u64::try_from(kv.mod_revision()).unwrap_or(0),
+                    Some(String::from_utf8_lossy(kv.value()).into_owned()),
+                ),
+            })
+        })
+    }
+
+    fn store(
+        &self,
+        version: u64,
+        value: String,
+    ) -> BoxFuture<'static, Result<Option<u64>, String>> {
+        let shared = self.shared.clone();
+        let key = shared.state_key(&self.lu);
+        Box::pin(async move {
+            let mut c = shared.session()?.client;
+            let rev = i64::try_from(version).map_err(|_| "version out of range".to_string())?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(key.as_str(), value, None)]);
+            let r = bounded("writing the reservations", shared.step(), c.txn(txn)).await?;
+            if !r.succeeded() {
+                return Ok(None);
+            }
+            let at = r.header().map_or(0, |h| h.revision());
+            Ok(Some(u64::try_from(at).unwrap_or(0)))
+        })
+    }
+
+    fn settle(&self, version: u64) -> BoxFuture<'static, Result<(), String>> {
+        let shared = self.shared.clone();
+        let prefix = shared.applied_prefix(&self.lu);
+        let mine = format!("{prefix}{}", shared.name);
+        Box::pin(async move {
+            // A member that neither applies the change nor leaves within
+            // two TTLs is stuck: the host hears an error and retries.
+            let give_up = Instant::now() + shared.ttl * 2;
+            loop {
+                let mut c = shared.session()?.client;
+                let r = bounded(
+                    "reading the members' applied revisions",
+                    shared.step(),
+                    c.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+                )
+                .await?;
+                let behind: Vec<String> = r
+                    .kvs()
+                    .iter()
+                    .filter(|kv| kv.key() != mine.as_bytes())
+                    .filter(|kv| {
+                        kv.value_str()
+                            .ok()
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .is_none_or(|v| v < version)
+                    })
+                    .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                    .collect();
+                if behind.is_empty() {
+                    return Ok(());
+                }
+                if Instant::now() >= give_up {
+                    return Err(format!(
+                        "members have not applied revision {version}: {}",
+                        behind.join(", ")
+                    ));
+                }
+                tokio::time::sleep(SETTLE_POLL).await;
+            }
+        })
+    }
+
+    fn detach(&self, work: BoxFuture<'static, ()>) {
+        tokio::spawn(work);
+    }
+}
+
+/// Joins the reservations of `lus`: marks this member as applying them
+/// (revision 0), reads their state, applies it, and records the revision
+/// read. Returns the revision to watch from.
+pub(super) async fn join(
+    shared: &Shared,
+    session: &Session,
+    lus: &[(String, Arc<EmulatedLu>)],
+    deadline: Instant,
+) -> Result<i64, String> {
+    let mut c = session.client.clone();
+    let opts = || Some(PutOptions::new().with_lease(session.lease));
+    let limit = deadline.saturating_duration_since(Instant::now());
+    for (name, _) in lus {
+        let key = format!("{}{}", shared.applied_prefix(name), shared.name);
+        bounded("joining the reservations", limit, c.put(key, "0", opts())).await?;
+    }
+    let r = bounded(
+        "reading the reservations",
+        limit,
+        c.get(
+            format!("{}/reservations/", shared.prefix),
+            Some(GetOptions::new().with_prefix()),
+        ),
+    )
+    .await?;
+    let at = r.header().map_or(0, |h| h.revision());
+    let stored: HashMap<&[u8], (i64, &[u8])> = r
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key(), (kv.mod_revision(), kv.value())))
+        .collect();
+    for (name, lu) in lus {
+        let key = shared.state_key(name);
+        if let Some((rev, value)) = stored.get(key.as_bytes()) {
+            let text = String::from_utf8_lossy(value);
+            lu.apply_shared_reservations(u64::try_from(*rev).unwrap_or(0), Some(&text))?;
+        }
+        let ack = format!("{}{}", shared.applied_prefix(name), shared.name);
+        bounded(
+            "joining the reservations",
+            limit,
+            c.put(ack, at.to_string(), opts()),
+        )
+        .await?;
+    }
+    Ok(at)
+}
+
+/// Applies every change to `lus`' reservations after revision `from`, as
+/// etcd delivers them, and records each as applied. Returns (an error)
+/// when the watch ends: the membership ends with it.
+pub(super) async fn watch(
+    shared: Arc<Shared>,
+    session: Session,
+    lus: Vec<(String, Arc<EmulatedLu>)>,
+    from: i64,
+) -> String {
+    let mut c = session.client.clone();
+    let prefix = format!("{}/reservations/", shared.prefix);
+    let opts = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(from + 1);
+    let (_watcher, mut stream) = match c.watch(prefix.as_str(), Some(opts)).await {
+        Ok(w) => w,
+        Err(e) => return format!("watching the reservations: {e}"),
+    };
+    let by_key: HashMap<String, &(String, Arc<EmulatedLu>)> =
+        lus.iter().map(|l| (shared.state_key(&l.0), l)).collect();
+    loop {
+        let msg = match stream.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => return "etcd ended the reservations watch".into(),
+            Err(e) => return format!("the reservations watch: {e}"),
+        };
+        if msg.canceled() {
+            return format!(
+                "etcd cancelled the reservations watch: {}",
+                msg.cancel_reason()
+            );
+        }
+        for ev in msg.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let Some((name, lu)) = by_key.get(&key) else {
+                continue;
+            };
+            let rev = kv.mod_revision();
+            let text = match ev.event_type() {
+                EventType::Put => Some(String::from_utf8_lossy(kv.value()).into_owned()),
+                EventType::Delete => None,
+            };
+            if let Err(e) =
+                lu.apply_shared_reservations(u64::try_from(rev).unwrap_or(0), text.as_deref())
+            {
+                return e;
+            }
+            let ack = format!("{}{}", shared.applied_prefix(name), shared.name);
+            let put = c.put(
+                ack,
+                rev.to_string(),
+                Some(PutOptions::new().with_lease(session.lease)),
+            );
+            if let Err(e) = bounded("recording an applied change", shared.step(), put).await {
+                return e;
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Reservations shared by a cluster of gateways ([`crate::pr::shared`]).
+//!
+//! With a store set ([`EmulatedLu::share_reservations`]) every change to
+//! the reservation state — PERSISTENT RESERVE OUT, RESERVE(6) and
+//! RELEASE(6), the RESERVE(6) a reset or the holder's nexus loss releases
+//! — is decided on the latest stored version and written back only if
+//! that version is still the latest; then applied here, with its unit
+//! attentions and aborts; and the command is answered once every member
+//! has applied it. Members apply the versions other members write
+//! ([`EmulatedLu::apply_shared_reservations`], from the gateway's watch of
+//! the store) with the effects meant for their own nexuses. Reservation
+//! checks on the data path read the local copy, as without a store: I/O
+//! never waits on the store.
+
+use super::*;
+use crate::pr::{ReservationStore, SharedReservations};
+
+/// Attempts at a change before it is given up (other members' changes
+/// won each time).
+const MAX_ATTEMPTS: usize = 16;
+
+impl EmulatedLu {
+    /// Keeps this LU's reservation state in `store` from now on (a
+    /// cluster's members each set their own store for the same LU). Set
+    /// once; `false` if a store was already set. The store's state is the
+    /// only one from then on: what this LU held (an APTPL file's state) is
+    /// dropped, with a warning if it held anything.
+    pub fn share_reservations(&self, store: Arc<dyn ReservationStore>) -> bool {
+        if self.inner.shared.set(store).is_err() {
+            return false;
+        }
+        let mut st = self.inner.lock();
+        if st.pr.is_active() || st.reserve6.is_some() {
+            tracing::warn!(
+                "reservations: this LU's own reservation state is dropped; the cluster's store holds it from now on"
+            );
+        }
+        st.pr = crate::pr::PrState::new();
+        st.reserve6 = None;
+        st.shared_version = 0;
+        self.inner.update_reserved(&st);
+        true
+    }
+
+    /// Applies `version` of the shared state as read from the store
+    /// (`None`: nothing stored). The state replaces the local copy if it
+    /// is newer; the unit attentions and aborts it carries are applied to
+    /// this member's nexuses unless this member made the change (it
+    /// applied them when it did).
+    pub fn apply_shared_reservations(
+        &self,
+        version: u64,
+        text: Option<&str>,
+    ) -> Result<(), String> {
+        let s = match text {
+            None => SharedReservations::default(),
+            Some(t) => SharedReservations::from_text(t)
+                .ok_or_else(|| format!("shared reservation state version {version} is corrupt"))?,
+        };
+        let ours = self
+            .inner
+            .shared
+            .get()
+            .is_some_and(|st| st.member() == s.origin);
+        self.inner.apply_shared(version, &s, !ours, !ours);
+        Ok(())
+    }
+
+    /// The version of the shared reservation state applied here.
+    pub fn shared_reservations_version(&self) -> u64 {
+        self.inner.lock().shared_version
+    }
+}
+
+/// A change's answer when it could not be made.
+fn store_failed(what: &str, e: &str) -> TaskResult {
+    tracing::warn!(error = %e, "reservations: {what}");
+    // This member cannot reach the cluster's store: the path is as good as
+    // unavailable, and a host retries on another.
+    check(
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_UNAVAILABLE_STATE,
+    )
+}
+
+impl Inner {
+    pub(super) fn shared(&self) -> Option<Arc<dyn ReservationStore>> {
+        self.shared.get().cloned()
+    }
+
+    /// Installs a version of the shared state: the state if newer than
+    /// what is here; (`effects`) its unit attentions and aborts; and
+    /// (`remote`: another member's change) the reset it reports, which the
+    /// member that made it carried out itself.
+    pub(super) fn apply_shared(
+        &self,
+        version: u64,
+        s: &SharedReservations,
+        effects: bool,
+        remote: bool,
+    ) {
+        if remote && let Some(code) = s.reset {
+            drop(self.tasks.abort_matching(|_, _| true));
+            let mut st = self.lock();
+            st.prevent.clear();
+            st.copy_results.clear();
+            self.ua_where(&mut st, |_| true, code, true);
+        }
+        let mut st = self.lock();
+        if version > st.shared_version {
+            st.pr = s.pr.clone();
+            st.reserve6 = s.reserve6.clone();
+            st.shared_version = version;
+            self.update_reserved(&st);
+        }
+        if effects {
+            self.ua_for(&mut st, &s.unit_attentions);
+        }
+        drop(st);
+        if effects {
+            for t in &s.abort {
+                let t = t.clone();
+                drop(
+                    self.tasks
+                        .abort_matching(move |n, _| t.matches(&PortKey::of(n))),
+                );
+            }
+        }
+    }
+
+    /// One change to the shared state: `decide` is given the latest
+    /// version (its effects cleared) and answers whether it changed it, or
+    /// why the command is refused. Retried on a newer version when another
+    /// change was stored first.
+    pub(super) async fn change_shared(
+        self: &Arc<Self>,
+        store: Arc<dyn ReservationStore>,
+        decide: impl Fn(&mut SharedReservations) -> Result<bool, PrRefusal>,
+    ) -> TaskResult {
+        for _ in 0..MAX_ATTEMPTS {
+            let (version, text) = match store.load().await {
+                Ok(v) => v,
+                Err(e) => return store_failed("reading the shared state", &e),
+            };
+            let mut s = match text.as_deref() {
+                None => SharedReservations::default(),
+                Some(t) => match SharedReservations::from_text(t) {
+                    Some(s) => s,
+                    None => {
+                        tracing::error!(version, "reservations: the shared state is corrupt");
+                        return check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE);
+                    }
+                },
+            };
+            s.unit_attentions.clear();
+            s.abort.clear();
+            s.reset = None;
+            s.origin = store.member().to_string();
+            match decide(&mut s) {
+                Err(PrRefusal::Conflict) => {
+                    return TaskResult::status(Status::RESERVATION_CONFLICT);
+                }
+                Err(PrRefusal::Check(sense)) => return TaskResult::check_condition(sense),
+                Ok(false) => return TaskResult::good(),
+                Ok(true) => {}
+            }
+            let stored = match store.store(version, s.to_text()).await {
+                Ok(Some(v)) => v,
+                Ok(None) => continue,
+                Err(e) => return store_failed("writing the shared state", &e),
+            };
+            self.apply_shared(stored, &s, true, false);
+            return match store.settle(stored).await {
+                Ok(()) => TaskResult::good(),
+                Err(e) => store_failed("waiting for the members to apply a change", &e),
+            };
+        }
+        tracing::warn!("reservations: {MAX_ATTEMPTS} attempts lost to other members' changes");
+        check(SenseKey::ABORTED_COMMAND, asc::NO_ADDITIONAL_SENSE)
+    }
+}

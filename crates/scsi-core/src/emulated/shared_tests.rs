@@ -1,0 +1,275 @@
+//! Reservations shared through a store: two emulated LUs (two gateways'
+//! views of one LU) and an in-memory store that delivers every stored
+//! version to both, as the gateway's etcd watch does.
+
+use std::sync::Weak;
+
+use super::tests::{assert_good, assert_ua, data, run};
+use super::*;
+use crate::backend::MemoryBackend;
+use crate::pr::ReservationStore;
+use crate::task::{Lun, TargetPort};
+
+#[derive(Debug, Default)]
+struct Cell {
+    /// Version and value.
+    value: Mutex<(u64, Option<String>)>,
+    /// The members' LUs, for delivering versions.
+    lus: Mutex<Vec<Weak<EmulatedLu>>>,
+    /// The next store loses to a change written in between (this text).
+    race: Mutex<Option<String>>,
+}
+
+impl Cell {
+    fn deliver(&self, version: u64, text: &str) {
+        let lus: Vec<_> = self
+            .lus
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for lu in lus {
+            lu.apply_shared_reservations(version, Some(text)).unwrap();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Member {
+    name: String,
+    cell: Arc<Cell>,
+}
+
+impl ReservationStore for Member {
+    fn member(&self) -> &str {
+        &self.name
+    }
+    fn load(&self) -> BoxFuture<'static, Result<(u64, Option<String>), String>> {
+        let v = self.cell.value.lock().unwrap().clone();
+        Box::pin(std::future::ready(Ok(v)))
+    }
+    fn store(
+        &self,
+        version: u64,
+        value: String,
+    ) -> BoxFuture<'static, Result<Option<u64>, String>> {
+        let cell = self.cell.clone();
+        Box::pin(async move {
+            if let Some(other) = cell.race.lock().unwrap().take() {
+                let v = {
+                    let mut g = cell.value.lock().unwrap();
+                    g.0 += 1;
+                    g.1 = Some(other.clone());
+                    g.0
+                };
+                cell.deliver(v, &other);
+            }
+            let v = {
+                let mut g = cell.value.lock().unwrap();
+                if g.0 != version {
+                    return Ok(None);
+                }
+                g.0 += 1;
+                g.1 = Some(value.clone());
+                g.0
+            };
+            cell.deliver(v, &value);
+            Ok(Some(v))
+        })
+    }
+    fn settle(&self, _version: u64) -> BoxFuture<'static, Result<(), String>> {
+        // Delivery is synchronous: every member applied it already.
+        Box::pin(std::future::ready(Ok(())))
+    }
+    fn detach(&self, work: BoxFuture<'static, ()>) {
+        tokio::spawn(work);
+    }
+}
+
+fn member_lu(name: &str, cell: &Arc<Cell>) -> Arc<EmulatedLu> {
+    let lu = Arc::new(
+        EmulatedLu::new(
+            EmulatedLuConfig {
+                io_mode: IoMode::Inline,
+                ..EmulatedLuConfig::default()
+            },
+            Arc::new(MemoryBackend::new(1 << 20)),
+        )
+        .unwrap(),
+    );
+    assert!(lu.share_reservations(Arc::new(Member {
+        name: name.into(),
+        cell: cell.clone(),
+    })));
+    cell.lus.lock().unwrap().push(Arc::downgrade(&lu));
+    lu
+}
+
+/// A host through gateway `port`'s target port (each gateway its own).
+fn via(init: &str, port: u16) -> ItNexus {
+    ItNexus::new(
+        TransportId::Iscsi {
+            name: init.into(),
+            isid: Some([0x40, 0, 0, 0, 0, 1]),
+        },
+        TargetPort {
+            id: TransportId::Iscsi {
+                name: format!("iqn.2026-11.io.unifab:t,t,{port:#x}"),
+                isid: None,
+            },
+            relative_port_id: port,
+            port_group: port,
+        },
+    )
+}
+
+async fn ready(lu: &EmulatedLu, n: &ItNexus) {
+    let r = run(lu, n, &[0; 6], &[]).await;
+    assert_ua(&r, asc::POWER_ON_RESET_OR_BUS_DEVICE_RESET_OCCURRED);
+    assert_good(&run(lu, n, &[0; 6], &[]).await);
+}
+
+fn prout(sa: u8, ty: u8) -> [u8; 10] {
+    [0x5f, sa, ty, 0, 0, 0, 0, 0, 24, 0]
+}
+fn params(rk: u64, sark: u64) -> Vec<u8> {
+    let mut p = vec![0u8; 24];
+    p[0..8].copy_from_slice(&rk.to_be_bytes());
+    p[8..16].copy_from_slice(&sark.to_be_bytes());
+    p
+}
+const READ10: [u8; 10] = [0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+const WRITE10: [u8; 10] = [0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+const READ_KEYS: [u8; 10] = [0x5e, 0, 0, 0, 0, 0, 0, 0x40, 0, 0];
+const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+const RELEASE6: [u8; 6] = [0x17, 0, 0, 0, 0, 0];
+
+fn conflict(r: &TaskResult) {
+    assert_eq!(r.status, Status::RESERVATION_CONFLICT, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_reservation_taken_through_one_gateway_holds_on_the_other() {
+    let cell = Arc::new(Cell::default());
+    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
+    let h1 = via("iqn.2026-11.test:h1", 1);
+    let h2 = via("iqn.2026-11.test:h2", 2);
+    ready(&a, &h1).await;
+    ready(&b, &h2).await;
+    // h1 registers key 0xa through A and takes WRITE EXCLUSIVE.
+    assert_good(&run(&a, &h1, &prout(0, 0), &params(0, 0xa)).await);
+    assert_good(&run(&a, &h1, &prout(1, 1), &params(0xa, 0)).await);
+    // Through B: reads pass, writes conflict, the key is listed.
+    assert_good(&run(&b, &h2, &READ10, &[]).await);
+    conflict(&run(&b, &h2, &WRITE10, &[0; 512]).await);
+    let keys = data(&run(&b, &h2, &READ_KEYS, &[]).await);
+    assert_eq!(&keys[4..8], &8u32.to_be_bytes(), "{keys:?}");
+    assert_eq!(&keys[8..16], &0xau64.to_be_bytes());
+    // h2 registers through B and is preempted through A: B's nexus hears
+    // REGISTRATIONS PREEMPTED, and its key is gone.
+    assert_good(&run(&b, &h2, &prout(0, 0), &params(0, 0xb)).await);
+    let preempt = params(0xa, 0xb);
+    assert_good(&run(&a, &h1, &prout(4, 1), &preempt).await);
+    assert_ua(
+        &run(&b, &h2, &READ10, &[]).await,
+        asc::REGISTRATIONS_PREEMPTED,
+    );
+    let keys = data(&run(&b, &h2, &READ_KEYS, &[]).await);
+    assert_eq!(&keys[4..8], &8u32.to_be_bytes(), "{keys:?}");
+    // Released through A: B lets writes through again.
+    assert_good(&run(&a, &h1, &prout(2, 1), &params(0xa, 0)).await);
+    assert_good(&run(&b, &h2, &WRITE10, &[0; 512]).await);
+    assert_eq!(
+        a.shared_reservations_version(),
+        b.shared_reservations_version()
+    );
+}
+
+#[tokio::test]
+async fn reserve6_is_shared_and_a_reset_through_either_gateway_releases_it() {
+    let cell = Arc::new(Cell::default());
+    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
+    let h1 = via("iqn.2026-11.test:h1", 1);
+    let h2 = via("iqn.2026-11.test:h2", 2);
+    ready(&a, &h1).await;
+    ready(&b, &h2).await;
+    assert_good(&run(&a, &h1, &RESERVE6, &[]).await);
+    conflict(&run(&b, &h2, &RESERVE6, &[]).await);
+    conflict(&run(&b, &h2, &READ10, &[]).await);
+    // RELEASE by a non-holder changes nothing.
+    assert_good(&run(&b, &h2, &RELEASE6, &[]).await);
+    conflict(&run(&b, &h2, &READ10, &[]).await);
+    // A LOGICAL UNIT RESET through B releases A's holder.
+    let r = b
+        .task_management(TmfRequest {
+            nexus: h2.clone(),
+            lun: Lun::ZERO,
+            function: TmfFunction::LogicalUnitReset,
+        })
+        .await;
+    assert_eq!(r, TmfResponse::FunctionComplete);
+    assert_ua(
+        &run(&b, &h2, &READ10, &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    // A's nexus hears the reset too: one LU behind both gateways.
+    assert_ua(
+        &run(&a, &h1, &READ10, &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_good(&run(&b, &h2, &RESERVE6, &[]).await);
+    // The holder's nexus loss releases it in the store (in the background).
+    b.nexus_loss(&h2);
+    for _ in 0..100 {
+        if cell
+            .value
+            .lock()
+            .unwrap()
+            .1
+            .as_deref()
+            .is_some_and(|t| !t.contains("reserve6"))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(a.inner.lock().reserve6.is_none(), "released on A too");
+    assert_good(&run(&a, &h1, &RESERVE6, &[]).await);
+}
+
+#[tokio::test]
+async fn a_change_that_loses_the_race_is_decided_again_on_the_newer_state() {
+    let cell = Arc::new(Cell::default());
+    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
+    let h1 = via("iqn.2026-11.test:h1", 1);
+    let h2 = via("iqn.2026-11.test:h2", 2);
+    ready(&a, &h1).await;
+    ready(&b, &h2).await;
+    // Another member's change lands between A's read and A's write: h2
+    // took EXCLUSIVE ACCESS through B. A's REGISTER is then decided again
+    // on that state (and kept), and its RESERVE conflicts.
+    assert_good(&run(&b, &h2, &prout(0, 0), &params(0, 0xb)).await);
+    assert_good(&run(&b, &h2, &prout(1, 3), &params(0xb, 0)).await);
+    let taken = cell.value.lock().unwrap().1.clone().unwrap();
+    assert_good(&run(&b, &h2, &prout(2, 3), &params(0xb, 0)).await);
+    *cell.race.lock().unwrap() = Some(taken);
+    assert_good(&run(&a, &h1, &prout(0, 0), &params(0, 0xa)).await);
+    conflict(&run(&a, &h1, &prout(1, 1), &params(0xa, 0)).await);
+    conflict(&run(&a, &h1, &READ10, &[]).await);
+    let keys = data(&run(&b, &h2, &READ_KEYS, &[]).await);
+    assert_eq!(&keys[4..8], &16u32.to_be_bytes(), "both keys: {keys:?}");
+}
+
+#[tokio::test]
+async fn a_corrupt_shared_state_is_refused_not_overwritten() {
+    let cell = Arc::new(Cell::default());
+    let a = member_lu("gw-a", &cell);
+    let h1 = via("iqn.2026-11.test:h1", 1);
+    ready(&a, &h1).await;
+    *cell.value.lock().unwrap() = (7, Some("garbage".into()));
+    let r = run(&a, &h1, &prout(0, 0), &params(0, 0xa)).await;
+    assert_eq!(r.status, Status::CHECK_CONDITION);
+    assert_eq!(cell.value.lock().unwrap().1.as_deref(), Some("garbage"));
+    assert!(a.apply_shared_reservations(8, Some("garbage")).is_err());
+}

@@ -501,3 +501,93 @@ fn failover_under_load_keeps_every_acknowledged_write_and_the_reservation() {
         wait_cluster(admin_b, "A gone", |rows| rows.len() == 1);
     }
 }
+
+/// Fencing: gateway A reaches etcd only through a relay, which freezes (a
+/// stopped etcd proxy: connections open, nothing answered). A host keeps
+/// writing through A all along. A fences itself at its local deadline;
+/// B takes over only after A's lease has expired at etcd; B then writes a
+/// marker — and no write through A lands after it: the marker is still
+/// there seconds later, and every write A acknowledged was answered
+/// before B took over.
+#[test]
+fn a_gateway_cut_from_etcd_lands_no_write_after_the_other_took_over() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use unifab_testkit::relay::TcpRelay;
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let relay = TcpRelay::start(etcd.addr()).unwrap();
+    let (_top, da, db) = dirs();
+    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+    let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+    let via_relay = format!("http://{}", relay.addr());
+    let a = Gateway::start(&da, &config(&da, "gw-a", &via_relay, 1, admin_a));
+    let b = Gateway::start(&db, &config(&db, "gw-b", &etcd.url(), 2, admin_b));
+    wait_cluster(admin_b, "both listed on B", |rows| rows.len() == 2);
+    let opts = host_options();
+    let mut host_b = RawSession::login(b.addr, &b.iqn, &opts).unwrap();
+    read_until(&mut host_b, (0, 0, 0), "B serves");
+    rtpg_until(&mut host_b, &[(0, 1), (1, 2)], "as configured");
+    let mut host_a = RawSession::login(a.addr, &a.iqn, &opts).unwrap();
+    read_until(&mut host_a, (0, 0, 0), "A serves");
+
+    // The host writes block 0 through A without pause: "A" and a counter.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut acked: Vec<(u64, Instant)> = Vec::new();
+            let mut refused = 0u64;
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let mut data = vec![0u8; 512];
+                data[0] = b'A';
+                data[1..9].copy_from_slice(&n.to_be_bytes());
+                match host_a.command(&[0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0], &data, 0) {
+                    Ok(r) if r.status == 0 => acked.push((n, Instant::now())),
+                    Ok(_) => {
+                        refused += 1;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(_) => break,
+                }
+            }
+            (acked, refused)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    relay.freeze();
+    let cut = Instant::now();
+    // B takes over: A's group Unavailable, B's promoted.
+    rtpg_until(&mut host_b, &[(3, 1), (0, 2)], "B took over");
+    let took_over = Instant::now();
+    let mut marker = vec![0u8; 512];
+    marker[0] = b'B';
+    let r = retrying(&mut host_b, &[0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0], &marker, 0).unwrap();
+    assert_eq!(r.status, 0, "B's marker: {:02x?}", r.sense);
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::SeqCst);
+    let (acked, refused) = writer.join().unwrap();
+    let r = retrying(&mut host_b, &[0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0], &[], 512).unwrap();
+    assert_eq!(r.status, 0);
+    assert!(
+        r.data == marker,
+        "a write through A landed after B took over: block 0 starts {:02x?}",
+        &r.data[..9]
+    );
+    let last = acked.last().expect("A acknowledged writes before the cut");
+    assert!(
+        last.1 < took_over,
+        "A acknowledged write {} {:?} after B took over",
+        last.0,
+        last.1 - took_over
+    );
+    assert!(refused > 0, "A went on writing without refusals");
+    println!(
+        "A: {} writes acknowledged, the last {:?} after the cut; {refused} refused; B took over {:?} after the cut",
+        acked.len(),
+        last.1.saturating_duration_since(cut),
+        took_over - cut
+    );
+    relay.thaw();
+}

@@ -47,42 +47,6 @@ make_lu "$WORK/unifab.img" "$SIZE"
 start_tgtd "$WORK/tgtd" "$WORK/tgtd.img"
 start_unifab "$UNIFAB_BIN" "$WORK/unifab" "$WORK/unifab.img" "$SIZE"
 
-ticks=$(getconf CLK_TCK)
-# cpu_of PID -> "utime stime" in clock ticks
-cpu_of() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
-
-# run_one PID URL RW -> "target_user_us target_sys_us client_user_us client_sys_us iops" per command
-run_one() {
-    local pid=$1 url=$2 rw=$3 before after
-    before=$(cpu_of "$pid")
-    local client
-    client=$(python3 - "$url" "$rw" "$REQUESTS" <<'EOF'
-import resource, subprocess, sys, time
-url, rw, n = sys.argv[1], sys.argv[2], sys.argv[3]
-cmd = ["qemu-img", "bench", "-f", "raw", "-t", "none", "-c", n, "-d", "32", "-s", "4096"]
-if rw == "write":
-    cmd.append("-w")
-cmd.append(url)
-t0 = time.monotonic()
-subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-wall = time.monotonic() - t0
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(r.ru_utime, r.ru_stime, wall)
-EOF
-)
-    after=$(cpu_of "$pid")
-    python3 - "$before" "$after" "$client" "$REQUESTS" "$ticks" <<'EOF'
-import sys
-b = [int(x) for x in sys.argv[1].split()]
-a = [int(x) for x in sys.argv[2].split()]
-cu, cs, wall = (float(x) for x in sys.argv[3].split())
-n, hz = int(sys.argv[4]), int(sys.argv[5])
-tu = (a[0] - b[0]) / hz / n * 1e6
-ts = (a[1] - b[1]) / hz / n * 1e6
-print(f"{tu:.1f} {ts:.1f} {cu / n * 1e6:.1f} {cs / n * 1e6:.1f} {n / wall:.0f}")
-EOF
-}
-
 # Warm up both: logins, and a first write of every block the runs touch
 # (REQUESTS sequential 4 KiB requests from block 0), so reads measure data
 # written before, as on a LU in use, not never-written blocks of the file.
@@ -92,16 +56,11 @@ qemu-img bench -f raw -t none -c "$REQUESTS" -d 32 -s 4096 -w "$UNIFAB_URL" >/de
 declare -A rows
 for rw in read write; do
     for ((i = 0; i < REPEATS; i++)); do
-        rows[tgtd-$rw]+="$(run_one "$TGTD_PID" "$TGTD_URL" "$rw")"$'\n'
-        rows[unifab-$rw]+="$(run_one "$UNIFAB_PID" "$UNIFAB_URL" "$rw")"$'\n'
+        rows[tgtd-$rw]+="$(cpu_run_one "$TGTD_PID" "$TGTD_URL" "$rw" "$REQUESTS")"$'\n'
+        rows[unifab-$rw]+="$(cpu_run_one "$UNIFAB_PID" "$UNIFAB_URL" "$rw" "$REQUESTS")"$'\n'
     done
 done
 
-col_median() { # col_median ROWS COLUMN
-    local values
-    mapfile -t values < <(printf '%s' "$1" | awk -v c="$2" 'NF { print $c }')
-    median "${values[@]}"
-}
 
 {
     echo "## CPU per 4 KiB command at QD32 (qemu-img bench), µs"

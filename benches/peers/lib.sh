@@ -94,7 +94,9 @@ start_unifab() {
 
 # start_unifab_luns BINARY WORKDIR SIZE LU-FILE... -> sets UNIFAB_PID UNIFAB_PORT UNIFAB_URL
 # One target whose LUN 0, 1, … are the files in the order given, each of
-# SIZE bytes on the file backend (UNIFAB_URL names LUN 0).
+# SIZE bytes on the file backend (UNIFAB_URL names LUN 0). Raw TOML from
+# the environment goes in too: UNIFAB_LU_EXTRA after each [[lu]] (its
+# sub-tables), UNIFAB_ISCSI_EXTRA in [iscsi], UNIFAB_TOML_EXTRA at the end.
 start_unifab_luns() {
     local bin=$1 dir=$2 size=$3 port i luns=""
     shift 3
@@ -105,15 +107,15 @@ start_unifab_luns() {
     : >"$dir/unifab.toml"
     i=0
     for lu in "$@"; do
-        printf '[[lu]]\nname = "lu%d"\nbackend = "file:%s"\nsize = "%dMiB"\n\n' \
-            "$i" "$lu" "$((size >> 20))" >>"$dir/unifab.toml"
+        printf '[[lu]]\nname = "lu%d"\nbackend = "file:%s"\nsize = "%dMiB"\n%s\n\n' \
+            "$i" "$lu" "$((size >> 20))" "${UNIFAB_LU_EXTRA:-}" >>"$dir/unifab.toml"
         luns+="${luns:+, }\"lu$i\""
         i=$((i + 1))
     done
-    printf '[iscsi]\nlisten = ["127.0.0.1:%d"]\n\n[[iscsi.target]]\niqn = "%s"\nluns = [%s]\n' \
-        "$port" "$UNIFAB_IQN" "$luns" >>"$dir/unifab.toml"
+    printf '[iscsi]\nlisten = ["127.0.0.1:%d"]\n%s\n\n[[iscsi.target]]\niqn = "%s"\nluns = [%s]\n' \
+        "$port" "${UNIFAB_ISCSI_EXTRA:-}" "$UNIFAB_IQN" "$luns" >>"$dir/unifab.toml"
     # The admin endpoint on an ephemeral port: two gateways never collide.
-    printf '\n[admin]\nlisten = "127.0.0.1:0"\ndata_dir = "%s/state"\n' "$dir" >>"$dir/unifab.toml"
+    printf '\n[admin]\nlisten = "127.0.0.1:0"\ndata_dir = "%s/state"\n%s\n' "$dir" "${UNIFAB_TOML_EXTRA:-}" >>"$dir/unifab.toml"
     (cd "$dir" && exec "$bin" run --config "$dir/unifab.toml") >"$dir/unifab.log" 2>&1 &
     UNIFAB_PID=$!
     local deadline=$((SECONDS + 20))
@@ -191,4 +193,49 @@ median() { # median NUMBER... -> the median (mean of the middle two if even)
         if (NR == 0) exit 1
         if (NR % 2) printf "%.1f\n", v[(NR + 1) / 2]
         else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# cpu_of PID -> "utime stime" in clock ticks
+cpu_of() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
+
+# cpu_run_one PID URL RW COUNT -> "target_user_us target_sys_us
+# client_user_us client_sys_us iops": CPU time per command of the target
+# (/proc/PID/stat before and after) and of the client (one qemu-img bench
+# of COUNT 4 KiB requests at QD32, getrusage of the children).
+cpu_run_one() {
+    local pid=$1 url=$2 rw=$3 count=$4 before after ticks client
+    ticks=$(getconf CLK_TCK)
+    before=$(cpu_of "$pid")
+    client=$(python3 - "$url" "$rw" "$count" <<'EOF'
+import resource, subprocess, sys, time
+url, rw, n = sys.argv[1], sys.argv[2], sys.argv[3]
+cmd = ["qemu-img", "bench", "-f", "raw", "-t", "none", "-c", n, "-d", "32", "-s", "4096"]
+if rw == "write":
+    cmd.append("-w")
+cmd.append(url)
+t0 = time.monotonic()
+subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+wall = time.monotonic() - t0
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime, r.ru_stime, wall)
+EOF
+)
+    after=$(cpu_of "$pid")
+    python3 - "$before" "$after" "$client" "$count" "$ticks" <<'EOF'
+import sys
+b = [int(x) for x in sys.argv[1].split()]
+a = [int(x) for x in sys.argv[2].split()]
+cu, cs, wall = (float(x) for x in sys.argv[3].split())
+n, hz = int(sys.argv[4]), int(sys.argv[5])
+tu = (a[0] - b[0]) / hz / n * 1e6
+ts = (a[1] - b[1]) / hz / n * 1e6
+print(f"{tu:.1f} {ts:.1f} {cu / n * 1e6:.1f} {cs / n * 1e6:.1f} {n / wall:.0f}")
+EOF
+}
+
+# col_median ROWS COLUMN -> the median of column COLUMN of the rows
+col_median() {
+    local values
+    mapfile -t values < <(printf '%s' "$1" | awk -v c="$2" 'NF { print $c }')
+    median "${values[@]}"
 }

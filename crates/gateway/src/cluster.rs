@@ -27,7 +27,7 @@
 //! ports serve, and a watch that ends ends the membership (fenced).
 //!
 //! Not yet here (issue 32): SET TARGET PORT GROUPS shared through etcd,
-//! and in-flight commands drained at fencing.
+//! and commands still in a hanging backend ended at fencing.
 
 pub(crate) mod reservations;
 

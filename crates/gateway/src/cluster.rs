@@ -17,18 +17,24 @@
 //!
 //! The ALUA policy, applied by every member alike from the member list
 //! (each member announces its port group): a group whose gateway is not
-//! listed is Unavailable; the others have their configured state, except
-//! that when no listed gateway's group is configured Active/Optimized,
-//! the listed group with the lowest id among those configured
-//! Active/Non-optimized is promoted to Active/Optimized.
+//! listed is Unavailable; the others have their wanted state (configured,
+//! or set by SET TARGET PORT GROUPS), except that when no listed
+//! gateway's group is wanted Active/Optimized, the listed group with the
+//! lowest id among those wanted Active/Non-optimized is promoted to
+//! Active/Optimized.
 //!
 //! Reservations: every clustered LU keeps its reservation state in etcd
 //! ([`reservations`]); a member reads it and starts watching it before its
 //! ports serve, and a watch that ends ends the membership (fenced).
 //!
-//! Not yet here (issue 32): SET TARGET PORT GROUPS shared through etcd,
-//! and commands still in a hanging backend ended at fencing.
+//! SET TARGET PORT GROUPS through any member changes the states the
+//! cluster wants for a LU's groups, in etcd ([`alua`]); every member
+//! applies the policy to them.
+//!
+//! Not yet here (issue 32): commands still in a hanging backend ended at
+//! fencing.
 
+pub(crate) mod alua;
 pub(crate) mod reservations;
 
 use std::sync::{Arc, Mutex};
@@ -38,6 +44,8 @@ use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
 use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
+
+use unifab_scsi_core::alua::AccessState;
 
 use crate::config::ClusterConfig;
 
@@ -82,6 +90,71 @@ pub type Apply = Arc<dyn Fn(Option<&[u16]>) + Send + Sync>;
 /// A clustered LU: its name and the emulated LU.
 pub type ClusteredLu = (String, Arc<unifab_scsi_core::EmulatedLu>);
 
+/// A clustered LU's target port groups: the states configured, and the
+/// states the cluster wants (the configured ones until a SET TARGET PORT
+/// GROUPS through any member changes them, kept in etcd: [`alua`]). The
+/// policy applies member liveness on top of the wanted states.
+#[derive(Debug)]
+pub struct AluaLu {
+    /// The LU's name.
+    pub name: String,
+    /// The LU.
+    pub lu: Arc<unifab_scsi_core::EmulatedLu>,
+    /// Each group's configured state.
+    pub configured: Vec<(u16, AccessState)>,
+    /// Each group's wanted state.
+    pub desired: Mutex<Vec<(u16, AccessState)>>,
+}
+
+/// What the membership and the stores apply the policy with.
+#[derive(Debug)]
+pub(crate) struct Groups {
+    /// This gateway's port group.
+    group: u16,
+    lus: Vec<Arc<AluaLu>>,
+    /// The members' port groups at the last listing; `None` while fenced.
+    alive: Mutex<Option<Vec<u16>>>,
+}
+
+impl Groups {
+    /// Applies the policy to every clustered LU for `alive` (`None`:
+    /// this gateway is fenced, its group Unavailable), as implicit
+    /// transitions.
+    fn apply(&self, alive: Option<&[u16]>) {
+        *self.alive.lock().unwrap_or_else(|e| e.into_inner()) = alive.map(<[u16]>::to_vec);
+        for l in &self.lus {
+            for (g, state) in self.states(l, alive) {
+                if l.lu.set_alua_state(g, state) {
+                    info!(lu = %l.name, group = g, state = state.name(), "cluster: ALUA transition");
+                }
+            }
+        }
+    }
+
+    /// The states the policy gives `l` for `alive`.
+    fn states(&self, l: &AluaLu, alive: Option<&[u16]>) -> Vec<(u16, AccessState)> {
+        match alive {
+            None => vec![(self.group, AccessState::Unavailable)],
+            Some(alive) => policy(&l.desired.lock().unwrap_or_else(|e| e.into_inner()), alive),
+        }
+    }
+
+    /// `l`'s wanted states changed (SET TARGET PORT GROUPS): applied as
+    /// explicit transitions for the members alive now; `except` (the
+    /// nexus that asked, on this member) hears no unit attention.
+    pub(crate) fn apply_explicit(
+        &self,
+        l: &AluaLu,
+        except: Option<&unifab_scsi_core::pr::PortKey>,
+    ) {
+        let alive = self.alive.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let to = self.states(l, alive.as_deref());
+        if l.lu.set_alua_states_explicit(&to, except) {
+            info!(lu = %l.name, states = ?to, "cluster: ALUA transition by SET TARGET PORT GROUPS");
+        }
+    }
+}
+
 /// The cluster member: a task renewing the lease, and its status.
 #[derive(Debug)]
 pub struct Cluster {
@@ -95,10 +168,22 @@ impl Cluster {
         cfg: &ClusterConfig,
         admin: String,
         port_group: u16,
-        fence: Apply,
-        lus: Vec<ClusteredLu>,
+        alua_lus: Vec<Arc<AluaLu>>,
         stop: watch::Receiver<bool>,
     ) -> Result<(Cluster, tokio::task::JoinHandle<()>), String> {
+        let groups = Arc::new(Groups {
+            group: port_group,
+            lus: alua_lus.clone(),
+            alive: Mutex::new(None),
+        });
+        let fence: Apply = {
+            let groups = groups.clone();
+            Arc::new(move |alive: Option<&[u16]>| groups.apply(alive))
+        };
+        let lus: Vec<ClusteredLu> = alua_lus
+            .iter()
+            .map(|l| (l.name.clone(), l.lu.clone()))
+            .collect();
         let ttl = cfg.ttl()?;
         let shared = Arc::new(reservations::Shared {
             name: cfg.name.clone(),
@@ -115,6 +200,18 @@ impl Cluster {
                 return Err(format!("lu {name:?}: its reservations are shared already"));
             }
         }
+        for l in &alua_lus {
+            let store = alua::EtcdAlua {
+                lu: l.clone(),
+                shared: shared.clone(),
+            };
+            if !l.lu.share_alua(Arc::new(store)) {
+                return Err(format!(
+                    "lu {:?}: its port groups are shared already",
+                    l.name
+                ));
+            }
+        }
         let status = Arc::new(Mutex::new(Status {
             name: cfg.name.clone(),
             state: "joining".into(),
@@ -126,7 +223,7 @@ impl Cluster {
             ttl,
             (admin, port_group),
             fence,
-            (shared, lus),
+            (shared, lus, groups),
             status.clone(),
             stop,
         ));
@@ -153,7 +250,7 @@ async fn run(
     ttl: Duration,
     admin: (String, u16),
     fence: Apply,
-    reservations: (Arc<reservations::Shared>, Vec<ClusteredLu>),
+    reservations: (Arc<reservations::Shared>, Vec<ClusteredLu>, Arc<Groups>),
     status: Arc<Mutex<Status>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -200,7 +297,7 @@ async fn member(
     ttl: Duration,
     (admin, port_group): &(String, u16),
     fence: &Apply,
-    (shared, lus): &(Arc<reservations::Shared>, Vec<ClusteredLu>),
+    (shared, lus, groups): &(Arc<reservations::Shared>, Vec<ClusteredLu>, Arc<Groups>),
     status: &Arc<Mutex<Status>>,
 ) -> Result<(), String> {
     // What the local deadline allows for renewing: two thirds of the TTL.
@@ -244,12 +341,20 @@ async fn member(
         lease: id,
     };
     let from = reservations::join(shared, &session, lus, deadline).await?;
+    let alua_from = alua::join(shared, &session, &groups.lus, deadline).await?;
     *shared.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+    let session_for_alua = session.clone();
     let mut watching = AbortOnDrop(tokio::spawn(reservations::watch(
         shared.clone(),
         session,
         lus.clone(),
         from,
+    )));
+    let mut watching_alua = AbortOnDrop(tokio::spawn(alua::watch(
+        shared.clone(),
+        session_for_alua,
+        groups.clone(),
+        alua_from,
     )));
     // A member: the policy decides once the members are listed.
     list(&mut client, &prefix, deadline, fence, status).await?;
@@ -268,6 +373,7 @@ async fn member(
                 stream.message().await
             }) => r,
             e = &mut watching.0 => return Err(e.unwrap_or_else(|j| j.to_string())),
+            e = &mut watching_alua.0 => return Err(e.unwrap_or_else(|j| j.to_string())),
         };
         match renewed {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {

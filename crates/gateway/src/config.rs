@@ -974,12 +974,6 @@ impl Config {
                     ));
                 }
                 let core = a.to_core(&lu.name)?;
-                if self.cluster.is_some() && core.explicit {
-                    return Err(format!(
-                        "lu {:?}: in a [cluster], set [lu.alua] explicit = false: the gateways set the states (SET TARGET PORT GROUPS is not yet shared between them)",
-                        lu.name
-                    ));
-                }
                 if let Some(iscsi) = &self.iscsi {
                     let (port, group) = (
                         iscsi.relative_port.unwrap_or(1),

@@ -203,55 +203,31 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
         Some(c) => {
             let group = cfg.iscsi.as_ref().and_then(|i| i.port_group).unwrap_or(1);
             // Every clustered LU with its groups' configured states.
-            type Clustered = (
-                String,
-                Arc<unifab_scsi_core::EmulatedLu>,
-                Vec<(u16, unifab_scsi_core::alua::AccessState)>,
-            );
-            let clustered: Vec<Clustered> = cfg
+            let clustered: Vec<Arc<crate::cluster::AluaLu>> = cfg
                 .lu
                 .iter()
                 .filter_map(|l| {
                     let a = l.alua.as_ref()?.to_core(&l.name).ok()?;
-                    let states = a.groups.iter().map(|g| (g.id, g.state)).collect();
+                    let states: Vec<_> = a.groups.iter().map(|g| (g.id, g.state)).collect();
                     match lus.get(&l.name)? {
-                        GatewayLu::Emulated(e) => Some((l.name.clone(), e.clone(), states)),
+                        GatewayLu::Emulated(e) => Some(Arc::new(crate::cluster::AluaLu {
+                            name: l.name.clone(),
+                            lu: e.clone(),
+                            desired: std::sync::Mutex::new(states.clone()),
+                            configured: states,
+                        })),
                         _ => None,
                     }
                 })
                 .collect();
-            let shared_lus: Vec<crate::cluster::ClusteredLu> = clustered
-                .iter()
-                .map(|(name, lu, _)| (name.clone(), lu.clone()))
-                .collect();
-            let fence: crate::cluster::Apply = Arc::new(move |alive: Option<&[u16]>| {
-                use unifab_scsi_core::alua::AccessState;
-                for (name, lu, configured) in &clustered {
-                    let to = match alive {
-                        None => vec![(group, AccessState::Unavailable)],
-                        Some(alive) => crate::cluster::policy(configured, alive),
-                    };
-                    for (g, state) in to {
-                        if lu.set_alua_state(g, state) {
-                            info!(lu = %name, group = g, state = state.name(), "cluster: ALUA transition");
-                        }
-                    }
-                }
-            });
             let announced = admin_listener
                 .as_ref()
                 .ok()
                 .and_then(|l| l.local_addr().ok())
                 .map_or_else(|| cfg.admin.listen.to_string(), |a| a.to_string());
-            let (c, _task) = crate::cluster::Cluster::start(
-                c,
-                announced,
-                group,
-                fence,
-                shared_lus,
-                stop_rx.clone(),
-            )
-            .map_err(anyhow::Error::msg)?;
+            let (c, _task) =
+                crate::cluster::Cluster::start(c, announced, group, clustered, stop_rx.clone())
+                    .map_err(anyhow::Error::msg)?;
             Some(Arc::new(c))
         }
         None => None,

@@ -591,3 +591,67 @@ fn a_gateway_cut_from_etcd_lands_no_write_after_the_other_took_over() {
     );
     relay.thaw();
 }
+
+/// SET TARGET PORT GROUPS through one gateway moves the groups on every
+/// gateway: the optimized group moves to B's, every host on every path
+/// but the one that asked hears ASYMMETRIC ACCESS STATE CHANGED, both
+/// report the same states with STATUS CODE 01h; and when the gateway of
+/// the group made optimized dies, the policy promotes the survivor's.
+#[test]
+fn set_target_port_groups_through_one_gateway_moves_the_groups_on_every_gateway() {
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let (_top, da, db) = dirs();
+    let start = |dir: &Path, name: &str, port: u16| {
+        let admin: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+        let text = config(dir, name, &etcd.url(), port, admin)
+            .replace("explicit = false", "explicit = true");
+        (Gateway::start(dir, &text), admin)
+    };
+    let (a, _) = start(&da, "gw-a", 1);
+    let (b, admin_b) = start(&db, "gw-b", 2);
+    wait_cluster(admin_b, "both listed on B", |rows| rows.len() == 2);
+    let opts = host_options();
+    let mut via_a = RawSession::login(a.addr, &a.iqn, &opts).unwrap();
+    let mut via_b = RawSession::login(b.addr, &b.iqn, &opts).unwrap();
+    read_until(&mut via_a, (0, 0, 0), "A serves");
+    read_until(&mut via_b, (0, 0, 0), "B serves");
+    rtpg_until(&mut via_a, &[(0, 1), (1, 2)], "as configured, through A");
+    rtpg_until(&mut via_b, &[(0, 1), (1, 2)], "as configured, through B");
+    // No unit attention left on either path.
+    for s in [&mut via_a, &mut via_b] {
+        while sense(&s.command(&[0; 6], &[], 0).unwrap()) != (0, 0, 0) {}
+    }
+    // Through A: group 1 Active/Non-optimized, group 2 Active/Optimized.
+    let p = [0u8, 0, 0, 0, 0x01, 0, 0, 1, 0x00, 0, 0, 2];
+    let r = via_a
+        .command(&[0xa4, 0x0a, 0, 0, 0, 0, 0, 0, 0, 12, 0, 0], &p, 0)
+        .unwrap();
+    assert_eq!(r.status, 0, "STPG: {:02x?}", r.sense);
+    // B's host hears of it; A's, which asked, does not.
+    assert_eq!(
+        sense(&via_b.command(&[0; 6], &[], 0).unwrap()),
+        (6, 0x2a, 0x06)
+    );
+    assert_eq!(sense(&via_a.command(&[0; 6], &[], 0).unwrap()), (0, 0, 0));
+    assert_eq!(rtpg(&mut via_a), vec![(1, 1), (0, 2)]);
+    assert_eq!(rtpg(&mut via_b), vec![(1, 1), (0, 2)]);
+    // STATUS CODE 01h (by SET TARGET PORT GROUPS) on both.
+    for s in [&mut via_a, &mut via_b] {
+        let r = s
+            .command(&[0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], &[], 256)
+            .unwrap();
+        assert_eq!(
+            (r.data[4 + 5], r.data[16 + 5]),
+            (1, 1),
+            "{:02x?}",
+            &r.data[..28]
+        );
+    }
+    // B, now the optimized group's gateway, dies: A's group is promoted.
+    b.kill();
+    rtpg_until(
+        &mut via_a,
+        &[(0, 1), (3, 2)],
+        "A promoted, B's group Unavailable",
+    );
+}

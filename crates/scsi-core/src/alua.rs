@@ -17,6 +17,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::sense::{Asc, Sense, SenseKey, asc};
 
+/// Where a cluster of gateways keeps a LU's SET TARGET PORT GROUPS: a
+/// checked request is handed over, and the store has every member apply
+/// it (as explicit transitions) before the future resolves.
+pub trait AluaStore: Send + Sync + std::fmt::Debug {
+    /// Applies `to` on every member; `requester` (the I_T nexus that
+    /// asked) hears no unit attention.
+    fn set(
+        &self,
+        to: Vec<(u16, AccessState)>,
+        requester: crate::pr::PortKey,
+    ) -> crate::lu::BoxFuture<'static, Result<(), String>>;
+}
+
 /// A target port group's asymmetric access state (SPC-4 table 150).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AccessState {
@@ -367,6 +380,20 @@ impl Alua {
     /// state changed (the caller then establishes ASYMMETRIC ACCESS STATE
     /// CHANGED for every other I_T nexus).
     pub fn set(&self, p: &[u8]) -> Result<bool, Sense> {
+        let to = self.parse_set(p)?;
+        Ok(self.change(&to, 1))
+    }
+
+    /// Explicit transitions decided elsewhere (SET TARGET PORT GROUPS
+    /// through another gateway of a cluster): STATUS CODE 01h. Returns
+    /// whether a state changed.
+    pub fn set_explicit(&self, to: &[(u16, AccessState)]) -> bool {
+        self.change(to, 1)
+    }
+
+    /// Checks SET TARGET PORT GROUPS parameter list `p` and returns the
+    /// transitions it asks for, applying none.
+    pub fn parse_set(&self, p: &[u8]) -> Result<Vec<(u16, AccessState)>, Sense> {
         if !self.explicit {
             // The service action is not supported.
             return Err(Sense::illegal_field(
@@ -419,7 +446,7 @@ impl Alua {
             }
             to.push((id, state));
         }
-        Ok(self.change(&to, 1))
+        Ok(to)
     }
 }
 

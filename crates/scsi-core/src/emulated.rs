@@ -308,6 +308,9 @@ struct Inner {
     /// Where the reservation state lives when several gateways front
     /// this LU ([`shared`]); unset, this process alone decides.
     shared: std::sync::OnceLock<Arc<dyn crate::pr::ReservationStore>>,
+    /// Where SET TARGET PORT GROUPS goes when several gateways front this
+    /// LU; unset, it applies here.
+    alua_shared: std::sync::OnceLock<Arc<dyn crate::alua::AluaStore>>,
     /// Target port groups' access states.
     alua: crate::alua::Alua,
 }
@@ -547,6 +550,36 @@ impl EmulatedLu {
         true
     }
 
+    /// Explicit transitions (STATUS CODE 01h) that SET TARGET PORT GROUPS
+    /// decided, here or through another gateway of a cluster: every I_T
+    /// nexus but `except` (the one that asked) hears ASYMMETRIC ACCESS
+    /// STATE CHANGED. Returns whether a state changed.
+    pub fn set_alua_states_explicit(
+        &self,
+        to: &[(u16, crate::alua::AccessState)],
+        except: Option<&crate::pr::PortKey>,
+    ) -> bool {
+        let inner = &self.inner;
+        let mut st = inner.lock();
+        if !inner.alua.set_explicit(to) {
+            return false;
+        }
+        inner.ua_where(
+            &mut st,
+            |k| Some(k) != except,
+            asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+            false,
+        );
+        true
+    }
+
+    /// Keeps SET TARGET PORT GROUPS for this LU in `store` (a cluster's):
+    /// a checked request goes there, and every member applies it. Set
+    /// once; `false` if a store was already set.
+    pub fn share_alua(&self, store: Arc<dyn crate::alua::AluaStore>) -> bool {
+        self.inner.alua_shared.set(store).is_ok()
+    }
+
     /// Every configured target port group and its access state.
     pub fn alua_states(&self) -> Vec<(u16, crate::alua::AccessState)> {
         self.inner.alua.states()
@@ -653,6 +686,7 @@ impl EmulatedLu {
             write_lock: ShardedLock::new(()),
             tasks: TaskSet::new(config.task_set_depth),
             shared: std::sync::OnceLock::new(),
+            alua_shared: std::sync::OnceLock::new(),
             alua,
             backend,
             cfg: config,

@@ -49,6 +49,20 @@ pub struct PortKey {
 }
 
 impl PortKey {
+    /// `INITIATOR TARGET` as text (a cluster's store keeps it).
+    pub fn to_text(&self) -> String {
+        format!("{} {}", tid_text(&self.initiator), tid_text(&self.target))
+    }
+
+    /// Parses [`PortKey::to_text`].
+    pub fn from_text(s: &str) -> Option<PortKey> {
+        let (i, t) = s.split_once(' ')?;
+        Some(PortKey {
+            initiator: tid_parse(i)?,
+            target: tid_parse(t)?,
+        })
+    }
+
     /// The identity of a nexus.
     pub fn of(nexus: &ItNexus) -> PortKey {
         PortKey {

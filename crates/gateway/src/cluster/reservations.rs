@@ -56,7 +56,7 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    fn session(&self) -> Result<Session, String> {
+    pub(super) fn session(&self) -> Result<Session, String> {
         self.session
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -70,7 +70,7 @@ impl Shared {
         format!("{}/reservations-applied/{lu}/", self.prefix)
     }
     /// One etcd call's bound: a third of the TTL.
-    fn step(&self) -> Duration {
+    pub(super) fn step(&self) -> Duration {
         self.ttl / 3
     }
 }
@@ -82,7 +82,7 @@ pub(crate) struct EtcdReservations {
     pub shared: Arc<Shared>,
 }
 
-async fn bounded<T, E: std::fmt::Display>(
+pub(super) async fn bounded<T, E: std::fmt::Display>(
     what: &str,
     limit: Duration,
     f: impl std::future::Future<Output = Result<T, E>>,
@@ -137,49 +137,66 @@ impl ReservationStore for EtcdReservations {
     }
 
     fn settle(&self, version: u64) -> BoxFuture<'static, Result<(), String>> {
-        let shared = self.shared.clone();
-        let prefix = shared.applied_prefix(&self.lu);
-        let mine = format!("{prefix}{}", shared.name);
-        Box::pin(async move {
-            // A member that neither applies the change nor leaves within
-            // two TTLs is stuck: the host hears an error and retries.
-            let give_up = Instant::now() + shared.ttl * 2;
-            loop {
-                let mut c = shared.session()?.client;
-                let r = bounded(
-                    "reading the members' applied revisions",
-                    shared.step(),
-                    c.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
-                )
-                .await?;
-                let behind: Vec<String> = r
-                    .kvs()
-                    .iter()
-                    .filter(|kv| kv.key() != mine.as_bytes())
-                    .filter(|kv| {
-                        kv.value_str()
-                            .ok()
-                            .and_then(|v| v.parse::<u64>().ok())
-                            .is_none_or(|v| v < version)
-                    })
-                    .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-                    .collect();
-                if behind.is_empty() {
-                    return Ok(());
-                }
-                if Instant::now() >= give_up {
-                    return Err(format!(
-                        "members have not applied revision {version}: {}",
-                        behind.join(", ")
-                    ));
-                }
-                tokio::time::sleep(SETTLE_POLL).await;
-            }
-        })
+        Box::pin(settle(
+            self.shared.clone(),
+            self.shared.applied_prefix(&self.lu),
+            version,
+            false,
+        ))
     }
 
     fn detach(&self, work: BoxFuture<'static, ()>) {
         tokio::spawn(work);
+    }
+}
+
+/// Waits until every key under `prefix` (members' applied revisions)
+/// but this member's (`mine_too`: and this member's) holds `version` or
+/// more, or has gone with its member's lease; at most two TTLs.
+pub(super) async fn settle(
+    shared: Arc<Shared>,
+    prefix: String,
+    version: u64,
+    mine_too: bool,
+) -> Result<(), String> {
+    let mine = if mine_too {
+        String::new()
+    } else {
+        format!("{prefix}{}", shared.name)
+    };
+    // A member that neither applies the change nor leaves within two
+    // TTLs is stuck: the host hears an error and retries.
+    let give_up = Instant::now() + shared.ttl * 2;
+    loop {
+        let mut c = shared.session()?.client;
+        let r = bounded(
+            "reading the members' applied revisions",
+            shared.step(),
+            c.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        let behind: Vec<String> = r
+            .kvs()
+            .iter()
+            .filter(|kv| kv.key() != mine.as_bytes())
+            .filter(|kv| {
+                kv.value_str()
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_none_or(|v| v < version)
+            })
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "members have not applied revision {version}: {}",
+                behind.join(", ")
+            ));
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
     }
 }
 

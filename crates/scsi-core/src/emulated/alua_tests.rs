@@ -305,3 +305,79 @@ fn inconsistent_groups_are_refused() {
     c.groups[0].state = AccessState::Transitioning;
     assert!(matches!(lu(c), Err(LuError::Alua(_))));
 }
+
+/// A cluster's store that applies a request on two members' LUs at once.
+#[derive(Debug)]
+struct TwoMembers {
+    lus: std::sync::Mutex<Vec<std::sync::Weak<EmulatedLu>>>,
+    asked: std::sync::Mutex<Vec<Vec<(u16, AccessState)>>>,
+}
+
+impl crate::alua::AluaStore for TwoMembers {
+    fn set(
+        &self,
+        to: Vec<(u16, AccessState)>,
+        requester: crate::pr::PortKey,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        self.asked.lock().unwrap().push(to.clone());
+        let lus: Vec<_> = self
+            .lus
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for lu in lus {
+            lu.set_alua_states_explicit(&to, Some(&requester));
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+#[tokio::test]
+async fn set_through_a_clusters_store_is_checked_here_and_applied_on_every_member() {
+    let store = Arc::new(TwoMembers {
+        lus: Default::default(),
+        asked: Default::default(),
+    });
+    let a = Arc::new(lu(two_groups(true)).unwrap());
+    let b = Arc::new(lu(two_groups(true)).unwrap());
+    for l in [&a, &b] {
+        assert!(l.share_alua(store.clone()));
+        store.lus.lock().unwrap().push(Arc::downgrade(l));
+    }
+    let h1 = via("iqn.2026-11.test:h1", 1, 1);
+    let h2 = via("iqn.2026-11.test:h2", 2, 2);
+    ready(&a, &h1).await;
+    ready(&b, &h2).await;
+    // A bad request is refused here and never reaches the store.
+    let bad = stpg_params(&[(9, 0)]);
+    let r = run(&a, &h1, &stpg(bad.len() as u32), &bad).await;
+    assert_eq!(sense_of(&r).asc, asc::INVALID_FIELD_IN_PARAMETER_LIST);
+    assert!(store.asked.lock().unwrap().is_empty());
+    // Group 2 optimized, group 1 non-optimized, asked through A.
+    let p = stpg_params(&[(2, 0), (1, 1)]);
+    assert_good(&run(&a, &h1, &stpg(p.len() as u32), &p).await);
+    assert_eq!(store.asked.lock().unwrap().len(), 1);
+    for l in [&a, &b] {
+        assert_eq!(
+            l.alua_states(),
+            vec![
+                (1, AccessState::ActiveNonOptimized),
+                (2, AccessState::ActiveOptimized)
+            ]
+        );
+    }
+    // B's host hears of it; A's, which asked, does not.
+    assert_ua(
+        &run(&b, &h2, &TUR, &[]).await,
+        asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+    );
+    assert_good(&run(&a, &h1, &TUR, &[]).await);
+    // Both report STATUS CODE 01h (by SET TARGET PORT GROUPS).
+    let g = groups_of(&data(&run(&b, &h2, &rtpg(false), &[]).await), false);
+    assert_eq!(
+        g.iter().map(|d| (d.1, d.2, d.3)).collect::<Vec<_>>(),
+        vec![(1, 1, 1), (0, 2, 1)]
+    );
+}

@@ -396,6 +396,22 @@ impl Inner {
                 if p.len() < len {
                     return illegal(asc::PARAMETER_LIST_LENGTH_ERROR);
                 }
+                if let Some(store) = self.alua_shared.get().cloned() {
+                    let to = match self.alua.parse_set(&p) {
+                        Ok(to) => to,
+                        Err(s) => return TaskResult::check_condition(s),
+                    };
+                    return match Box::pin(store.set(to, PortKey::of(&task.nexus))).await {
+                        Ok(()) => TaskResult::good(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "alua: SET TARGET PORT GROUPS not applied");
+                            TaskResult::check_condition(Sense::new(
+                                SenseKey::NOT_READY,
+                                asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_UNAVAILABLE_STATE,
+                            ))
+                        }
+                    };
+                }
                 let mut st = self.lock();
                 let key = self.enter(&mut st, &task.nexus);
                 match self.alua.set(&p) {

@@ -340,21 +340,41 @@ async fn member(
         client: client.clone(),
         lease: id,
     };
-    let from = reservations::join(shared, &session, lus, deadline).await?;
-    let alua_from = alua::join(shared, &session, &groups.lus, deadline).await?;
+    let names: Vec<String> = lus.iter().map(|(n, _)| n.clone()).collect();
+    let from = reservations::join_kind(
+        shared,
+        &session,
+        "reservations",
+        &names,
+        deadline,
+        &mut reservations::apply_reservations(lus),
+    )
+    .await?;
+    let alua_from = reservations::join_kind(
+        shared,
+        &session,
+        "alua",
+        &names,
+        deadline,
+        &mut alua::apply_alua(groups.clone(), shared.prefix.clone()),
+    )
+    .await?;
     *shared.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
-    let session_for_alua = session.clone();
-    let mut watching = AbortOnDrop(tokio::spawn(reservations::watch(
+    let mut watching = AbortOnDrop(tokio::spawn(reservations::watch_kind(
+        shared.clone(),
+        session.clone(),
+        "reservations",
+        names.clone(),
+        from,
+        reservations::apply_reservations(lus),
+    )));
+    let mut watching_alua = AbortOnDrop(tokio::spawn(reservations::watch_kind(
         shared.clone(),
         session,
-        lus.clone(),
-        from,
-    )));
-    let mut watching_alua = AbortOnDrop(tokio::spawn(alua::watch(
-        shared.clone(),
-        session_for_alua,
-        groups.clone(),
+        "alua",
+        names,
         alua_from,
+        alua::apply_alua(groups.clone(), shared.prefix.clone()),
     )));
     // A member: the policy decides once the members are listed.
     list(&mut client, &prefix, deadline, fence, status).await?;

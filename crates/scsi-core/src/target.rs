@@ -161,6 +161,17 @@ impl ScsiTarget {
             .cloned()
     }
 
+    /// Every mapped LU, in LUN order.
+    fn lus(&self) -> Vec<Arc<dyn LogicalUnit>> {
+        self.inner
+            .luns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// Mapped LUNs in order.
     pub fn luns(&self) -> Vec<Lun> {
         self.inner
@@ -301,14 +312,7 @@ impl Dispatch for ScsiTarget {
     fn task_management(&self, req: TmfRequest) -> BoxFuture<'static, TmfResponse> {
         match req.function {
             TmfFunction::TargetReset | TmfFunction::ItNexusReset => {
-                let lus: Vec<Arc<dyn LogicalUnit>> = self
-                    .inner
-                    .luns
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .values()
-                    .cloned()
-                    .collect();
+                let lus = self.lus();
                 let futures: Vec<_> = lus
                     .iter()
                     .map(|lu| lu.task_management(req.clone()))
@@ -332,14 +336,7 @@ impl Dispatch for ScsiTarget {
     }
 
     fn nexus_closing(&self, nexus: &ItNexus) -> BoxFuture<'static, ()> {
-        let lus: Vec<Arc<dyn LogicalUnit>> = self
-            .inner
-            .luns
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let lus = self.lus();
         let futures: Vec<_> = lus.iter().map(|lu| lu.nexus_closing(nexus)).collect();
         Box::pin(async move {
             for f in futures {
@@ -356,14 +353,7 @@ impl Dispatch for ScsiTarget {
                 n.count = n.count.saturating_sub(1);
             }
         }
-        let lus: Vec<Arc<dyn LogicalUnit>> = self
-            .inner
-            .luns
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let lus = self.lus();
         for lu in lus {
             lu.nexus_loss(nexus);
         }

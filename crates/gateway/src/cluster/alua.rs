@@ -18,16 +18,13 @@
 //! answered once every member has.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
-};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use unifab_scsi_core::BoxFuture;
 use unifab_scsi_core::alua::{AccessState, AluaStore};
 use unifab_scsi_core::pr::PortKey;
 
-use super::reservations::{Session, Shared, bounded, settle};
+use super::reservations::{ApplyFn, Shared, bounded, settle};
 use super::{AluaLu, Groups};
 
 /// Most attempts at one SET TARGET PORT GROUPS against other members'.
@@ -135,117 +132,29 @@ impl AluaStore for EtcdAlua {
     }
 }
 
-/// Joins the port groups of `lus`: marks this member as applying them,
-/// reads the wanted states (not applied yet: the membership's first
-/// listing applies the policy), records the revision read and returns it.
-pub(super) async fn join(
-    shared: &Shared,
-    session: &Session,
-    lus: &[Arc<AluaLu>],
-    deadline: Instant,
-) -> Result<i64, String> {
-    let mut c = session.client.clone();
-    let opts = || Some(PutOptions::new().with_lease(session.lease));
-    let limit = deadline.saturating_duration_since(Instant::now());
-    for l in lus {
-        let ack = format!("{}{}", applied_prefix(shared, &l.name), shared.name);
-        bounded("joining the port groups", limit, c.put(ack, "0", opts())).await?;
-    }
-    let r = bounded(
-        "reading the port groups",
-        limit,
-        c.get(
-            format!("{}/alua/", shared.prefix),
-            Some(GetOptions::new().with_prefix()),
-        ),
-    )
-    .await?;
-    let at = r.header().map_or(0, |h| h.revision());
-    for l in lus {
-        let k = key(shared, &l.name);
-        let wanted = match r.kvs().iter().find(|kv| kv.key() == k.as_bytes()) {
+/// Installs wanted states on `groups`' LUs: a change is applied as
+/// explicit transitions, the requester's nexus (on the member it asked
+/// through) hearing no unit attention.
+pub(super) fn apply_alua(groups: Arc<Groups>, prefix: String) -> ApplyFn {
+    Box::new(move |lu, _rev, text| {
+        let Some(l) = groups.lus.iter().find(|l| l.name == lu) else {
+            return Ok(());
+        };
+        let wanted = match text {
+            Some(t) => {
+                parse(t, &l.configured).ok_or_else(|| format!("{prefix}/alua/{lu} is corrupt"))?
+            }
             None => l.configured.clone(),
-            Some(kv) => parse(&String::from_utf8_lossy(kv.value()), &l.configured)
-                .ok_or_else(|| format!("{k} is corrupt"))?,
         };
-        *l.desired.lock().unwrap_or_else(|e| e.into_inner()) = wanted;
-        let ack = format!("{}{}", applied_prefix(shared, &l.name), shared.name);
-        bounded(
-            "joining the port groups",
-            limit,
-            c.put(ack, at.to_string(), opts()),
-        )
-        .await?;
-    }
-    Ok(at)
-}
-
-/// Applies every change to the wanted states after revision `from`, as
-/// etcd delivers them, and records each as applied. Returns (an error)
-/// when the watch ends: the membership ends with it.
-pub(super) async fn watch(
-    shared: Arc<Shared>,
-    session: Session,
-    groups: Arc<Groups>,
-    from: i64,
-) -> String {
-    let mut c = session.client.clone();
-    let prefix = format!("{}/alua/", shared.prefix);
-    let opts = WatchOptions::new()
-        .with_prefix()
-        .with_start_revision(from + 1);
-    let (_watcher, mut stream) = match c.watch(prefix.as_str(), Some(opts)).await {
-        Ok(w) => w,
-        Err(e) => return format!("watching the port groups: {e}"),
-    };
-    loop {
-        let msg = match stream.message().await {
-            Ok(Some(m)) => m,
-            Ok(None) => return "etcd ended the port groups watch".into(),
-            Err(e) => return format!("the port groups watch: {e}"),
+        let changed = {
+            let mut d = l.desired.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = *d != wanted;
+            *d = wanted;
+            changed
         };
-        if msg.canceled() {
-            return format!(
-                "etcd cancelled the port groups watch: {}",
-                msg.cancel_reason()
-            );
+        if changed {
+            groups.apply_explicit(l, text.and_then(requester).as_ref());
         }
-        for ev in msg.events() {
-            let Some(kv) = ev.kv() else { continue };
-            let Some(l) = groups
-                .lus
-                .iter()
-                .find(|l| key(&shared, &l.name).as_bytes() == kv.key())
-            else {
-                continue;
-            };
-            let text = String::from_utf8_lossy(kv.value());
-            let wanted = match ev.event_type() {
-                EventType::Put => match parse(&text, &l.configured) {
-                    Some(w) => w,
-                    None => return format!("{} is corrupt", key(&shared, &l.name)),
-                },
-                EventType::Delete => l.configured.clone(),
-            };
-            let asked_by = requester(&text);
-            let changed = {
-                let mut d = l.desired.lock().unwrap_or_else(|e| e.into_inner());
-                let changed = *d != wanted;
-                *d = wanted;
-                changed
-            };
-            if changed {
-                groups.apply_explicit(l, asked_by.as_ref());
-            }
-            let ack = format!("{}{}", applied_prefix(&shared, &l.name), shared.name);
-            let put = c.put(
-                ack,
-                kv.mod_revision().to_string(),
-                Some(PutOptions::new().with_lease(session.lease)),
-            );
-            if let Err(e) = bounded("recording applied port groups", shared.step(), put).await {
-                return e;
-            }
-        }
-    }
+        Ok(())
+    })
 }

@@ -200,27 +200,36 @@ pub(super) async fn settle(
     }
 }
 
-/// Joins the reservations of `lus`: marks this member as applying them
-/// (revision 0), reads their state, applies it, and records the revision
-/// read. Returns the revision to watch from.
-pub(super) async fn join(
+/// One kind of per-LU state every member applies: `PREFIX/KIND/LU`, with
+/// each member's applied revision at `PREFIX/KIND-applied/LU/MEMBER`
+/// under its lease. `apply(lu, revision, value)` installs one version
+/// (`None`: nothing stored).
+pub(super) type ApplyFn = Box<dyn FnMut(&str, i64, Option<&str>) -> Result<(), String> + Send>;
+
+/// Joins `kind` for `lus`: marks this member as applying them (revision
+/// 0) *before* it reads them, reads and applies them, and records the
+/// revision read. Returns the revision to watch from.
+pub(super) async fn join_kind(
     shared: &Shared,
     session: &Session,
-    lus: &[(String, Arc<EmulatedLu>)],
+    kind: &str,
+    lus: &[String],
     deadline: Instant,
+    apply: &mut ApplyFn,
 ) -> Result<i64, String> {
     let mut c = session.client.clone();
     let opts = || Some(PutOptions::new().with_lease(session.lease));
     let limit = deadline.saturating_duration_since(Instant::now());
-    for (name, _) in lus {
-        let key = format!("{}{}", shared.applied_prefix(name), shared.name);
-        bounded("joining the reservations", limit, c.put(key, "0", opts())).await?;
+    let what = format!("joining the {kind}");
+    let ack = |lu: &str| format!("{}/{kind}-applied/{lu}/{}", shared.prefix, shared.name);
+    for lu in lus {
+        bounded(&what, limit, c.put(ack(lu), "0", opts())).await?;
     }
     let r = bounded(
-        "reading the reservations",
+        &what,
         limit,
         c.get(
-            format!("{}/reservations/", shared.prefix),
+            format!("{}/{kind}/", shared.prefix),
             Some(GetOptions::new().with_prefix()),
         ),
     )
@@ -231,59 +240,53 @@ pub(super) async fn join(
         .iter()
         .map(|kv| (kv.key(), (kv.mod_revision(), kv.value())))
         .collect();
-    for (name, lu) in lus {
-        let key = shared.state_key(name);
-        if let Some((rev, value)) = stored.get(key.as_bytes()) {
-            let text = String::from_utf8_lossy(value);
-            lu.apply_shared_reservations(u64::try_from(*rev).unwrap_or(0), Some(&text))?;
+    for lu in lus {
+        let key = format!("{}/{kind}/{lu}", shared.prefix);
+        match stored.get(key.as_bytes()) {
+            Some((rev, value)) => apply(lu, *rev, Some(&String::from_utf8_lossy(value)))?,
+            None => apply(lu, 0, None)?,
         }
-        let ack = format!("{}{}", shared.applied_prefix(name), shared.name);
-        bounded(
-            "joining the reservations",
-            limit,
-            c.put(ack, at.to_string(), opts()),
-        )
-        .await?;
+        bounded(&what, limit, c.put(ack(lu), at.to_string(), opts())).await?;
     }
     Ok(at)
 }
 
-/// Applies every change to `lus`' reservations after revision `from`, as
-/// etcd delivers them, and records each as applied. Returns (an error)
-/// when the watch ends: the membership ends with it.
-pub(super) async fn watch(
+/// Applies every change to `kind` of `lus` after revision `from`, as etcd
+/// delivers them, and records each as applied. Returns (an error) when
+/// the watch ends: the membership ends with it.
+pub(super) async fn watch_kind(
     shared: Arc<Shared>,
     session: Session,
-    lus: Vec<(String, Arc<EmulatedLu>)>,
+    kind: &'static str,
+    lus: Vec<String>,
     from: i64,
+    mut apply: ApplyFn,
 ) -> String {
     let mut c = session.client.clone();
-    let prefix = format!("{}/reservations/", shared.prefix);
+    let prefix = format!("{}/{kind}/", shared.prefix);
     let opts = WatchOptions::new()
         .with_prefix()
         .with_start_revision(from + 1);
     let (_watcher, mut stream) = match c.watch(prefix.as_str(), Some(opts)).await {
         Ok(w) => w,
-        Err(e) => return format!("watching the reservations: {e}"),
+        Err(e) => return format!("watching the {kind}: {e}"),
     };
-    let by_key: HashMap<String, &(String, Arc<EmulatedLu>)> =
-        lus.iter().map(|l| (shared.state_key(&l.0), l)).collect();
     loop {
         let msg = match stream.message().await {
             Ok(Some(m)) => m,
-            Ok(None) => return "etcd ended the reservations watch".into(),
-            Err(e) => return format!("the reservations watch: {e}"),
+            Ok(None) => return format!("etcd ended the {kind} watch"),
+            Err(e) => return format!("the {kind} watch: {e}"),
         };
         if msg.canceled() {
-            return format!(
-                "etcd cancelled the reservations watch: {}",
-                msg.cancel_reason()
-            );
+            return format!("etcd cancelled the {kind} watch: {}", msg.cancel_reason());
         }
         for ev in msg.events() {
             let Some(kv) = ev.kv() else { continue };
-            let key = String::from_utf8_lossy(kv.key()).into_owned();
-            let Some((name, lu)) = by_key.get(&key) else {
+            let key = String::from_utf8_lossy(kv.key());
+            let Some(lu) = key
+                .strip_prefix(prefix.as_str())
+                .filter(|lu| lus.iter().any(|l| l == lu))
+            else {
                 continue;
             };
             let rev = kv.mod_revision();
@@ -291,12 +294,10 @@ pub(super) async fn watch(
                 EventType::Put => Some(String::from_utf8_lossy(kv.value()).into_owned()),
                 EventType::Delete => None,
             };
-            if let Err(e) =
-                lu.apply_shared_reservations(u64::try_from(rev).unwrap_or(0), text.as_deref())
-            {
+            if let Err(e) = apply(lu, rev, text.as_deref()) {
                 return e;
             }
-            let ack = format!("{}{}", shared.applied_prefix(name), shared.name);
+            let ack = format!("{}/{kind}-applied/{lu}/{}", shared.prefix, shared.name);
             let put = c.put(
                 ack,
                 rev.to_string(),
@@ -307,4 +308,18 @@ pub(super) async fn watch(
             }
         }
     }
+}
+
+/// Installs reservation state versions on `lus`.
+pub(super) fn apply_reservations(lus: &[(String, Arc<EmulatedLu>)]) -> ApplyFn {
+    let lus: HashMap<String, Arc<EmulatedLu>> = lus.iter().cloned().collect();
+    Box::new(move |lu, rev, text| match (lus.get(lu), text) {
+        (Some(l), Some(text)) => {
+            l.apply_shared_reservations(u64::try_from(rev).unwrap_or(0), Some(text))
+        }
+        (Some(l), None) if rev > 0 => {
+            l.apply_shared_reservations(u64::try_from(rev).unwrap_or(0), None)
+        }
+        _ => Ok(()),
+    })
 }

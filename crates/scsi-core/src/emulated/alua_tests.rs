@@ -9,7 +9,7 @@ use crate::backend::MemoryBackend;
 use crate::task::TargetPort;
 
 /// A host's nexus through relative port `port` of group `group`.
-fn via(init: &str, port: u16, group: u16) -> ItNexus {
+pub(super) fn via(init: &str, port: u16, group: u16) -> ItNexus {
     ItNexus::new(
         TransportId::Iscsi {
             name: init.into(),

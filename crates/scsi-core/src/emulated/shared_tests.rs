@@ -8,7 +8,7 @@ use super::tests::{assert_good, assert_ua, data, run};
 use super::*;
 use crate::backend::MemoryBackend;
 use crate::pr::ReservationStore;
-use crate::task::{Lun, TargetPort};
+use crate::task::Lun;
 
 #[derive(Debug, Default)]
 struct Cell {
@@ -106,22 +106,10 @@ fn member_lu(name: &str, cell: &Arc<Cell>) -> Arc<EmulatedLu> {
     lu
 }
 
-/// A host through gateway `port`'s target port (each gateway its own).
+/// A host through gateway `port`'s target port (each gateway its own,
+/// in its own group).
 fn via(init: &str, port: u16) -> ItNexus {
-    ItNexus::new(
-        TransportId::Iscsi {
-            name: init.into(),
-            isid: Some([0x40, 0, 0, 0, 0, 1]),
-        },
-        TargetPort {
-            id: TransportId::Iscsi {
-                name: format!("iqn.2026-11.io.unifab:t,t,{port:#x}"),
-                isid: None,
-            },
-            relative_port_id: port,
-            port_group: port,
-        },
-    )
+    super::alua_tests::via(init, port, port)
 }
 
 async fn ready(lu: &EmulatedLu, n: &ItNexus) {

@@ -24,11 +24,11 @@
 //! Active/Optimized.
 //!
 //! Reservations: every clustered LU keeps its reservation state in etcd
-//! ([`reservations`]); a member reads it and starts watching it before its
+//! (`cluster::reservations`); a member reads it and starts watching it before its
 //! ports serve, and a watch that ends ends the membership (fenced).
 //!
 //! SET TARGET PORT GROUPS through any member changes the states the
-//! cluster wants for a LU's groups, in etcd ([`alua`]); every member
+//! cluster wants for a LU's groups, in etcd (`cluster::alua`); every member
 //! applies the policy to them.
 //!
 //! Not yet here (issue 32): commands still in a hanging backend ended at
@@ -92,7 +92,7 @@ pub type ClusteredLu = (String, Arc<unifab_scsi_core::EmulatedLu>);
 
 /// A clustered LU's target port groups: the states configured, and the
 /// states the cluster wants (the configured ones until a SET TARGET PORT
-/// GROUPS through any member changes them, kept in etcd: [`alua`]). The
+/// GROUPS through any member changes them, kept in etcd: `cluster::alua`). The
 /// policy applies member liveness on top of the wanted states.
 #[derive(Debug)]
 pub struct AluaLu {

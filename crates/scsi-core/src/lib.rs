@@ -30,6 +30,7 @@ pub mod gather;
 pub mod idmap;
 pub mod initiator;
 pub mod lu;
+pub mod multipath;
 pub mod pr;
 #[cfg(feature = "rbd")]
 pub mod rbd;

@@ -378,6 +378,12 @@ pub struct RemoteIscsiConfig {
     /// See `busy_poll_us` (default 1).
     #[serde(default)]
     pub busy_poll_depth: Option<usize>,
+    /// More portals of the same remote target (`host:port`), each another
+    /// path to the LU: commands go to the path whose target port group is
+    /// Active/Optimized, and on to the others on an ALUA refusal or a lost
+    /// path (`unifab_scsi_core::multipath`; docs/bridge.md).
+    #[serde(default)]
+    pub portals: Option<Vec<String>>,
 }
 
 impl fmt::Debug for RemoteIscsiConfig {

@@ -56,15 +56,7 @@ pub type LuList = Arc<RwLock<Vec<(String, GatewayLu)>>>;
 
 /// The `iscsi://` LUs `unifab show remotes` lists: name, redacted
 /// backend, the factory of its sessions.
-pub type IscsiRemotes = Arc<
-    RwLock<
-        Vec<(
-            String,
-            String,
-            Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
-        )>,
-    >,
->;
+pub type IscsiRemotes = Arc<RwLock<Vec<(String, String, crate::plane::remote::IscsiPaths)>>>;
 
 /// The `fc://` LUs `unifab show remotes` lists: name and remote.
 pub type FcRemotes = Arc<RwLock<Vec<(String, crate::config::fabric::FcUrl)>>>;
@@ -611,7 +603,7 @@ enum Added {
     ),
     Iscsi(
         Arc<unifab_scsi_core::RemoteLu>,
-        Arc<unifab_iscsi::initiator::io::IscsiInitiatorFactory>,
+        crate::plane::remote::IscsiPaths,
     ),
     Fc(
         Arc<unifab_scsi_core::RemoteLu>,

@@ -655,3 +655,128 @@ fn set_target_port_groups_through_one_gateway_moves_the_groups_on_every_gateway(
         "A promoted, B's group Unavailable",
     );
 }
+
+/// The initiator follows ALUA across portals: a third gateway bridges to
+/// the clustered LU through both gateways (`iscsi://A` with `portals =
+/// [B]`), learns A's path Active/Optimized and B's Active/Non-optimized
+/// (`show remotes`), sends its host's commands through A, and when A is
+/// SIGKILLed carries on through B: every write its host had acknowledged
+/// reads back, and `show remotes` reports the path failures and B's path
+/// Active/Optimized once B is promoted.
+#[test]
+fn a_bridge_with_two_portals_follows_alua_and_fails_over() {
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let (top, (a, _), (b, admin_b)) = two_gateways(&etcd);
+    wait_cluster(admin_b, "both listed on B", |rows| rows.len() == 2);
+    let mut probe = RawSession::login(b.addr, &b.iqn, &host_options()).unwrap();
+    rtpg_until(&mut probe, &[(0, 1), (1, 2)], "as configured");
+    let front_dir = top.path().join("front");
+    std::fs::create_dir_all(&front_dir).unwrap();
+    let admin_f: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+    let front = Gateway::start(
+        &front_dir,
+        &format!(
+            r#"
+[[lu]]
+name = "bridged"
+backend = "iscsi://{}/{}/0"
+[lu.iscsi]
+portals = ["{}"]
+replacement_timeout = 1
+command_timeout = 5
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:front"
+luns = ["bridged"]
+
+[admin]
+listen = "{admin_f}"
+data_dir = "{}/state"
+"#,
+            a.addr,
+            a.iqn,
+            b.addr,
+            front_dir.display()
+        ),
+    );
+    let remotes = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+            .args(["show", "remotes", "--json", "--admin", &admin_f.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        rows
+    };
+    // (remote portal, path state) of the front's rows.
+    let paths = || -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = remotes()
+            .iter()
+            .map(|r| {
+                (
+                    r["remote"].as_str().unwrap().to_string(),
+                    r["path"].as_str().unwrap_or("-").to_string(),
+                )
+            })
+            .collect();
+        v.dedup();
+        v
+    };
+    let opts = RawOptions {
+        timeout: Duration::from_secs(30),
+        ..host_options()
+    };
+    let mut host = RawSession::login(front.addr, &front.iqn, &opts).unwrap();
+    read_until(&mut host, (0, 0, 0), "the front serves");
+    let via_a = format!("iscsi://{}/{}/0", a.addr, a.iqn);
+    let via_b = format!("iscsi://{}/{}/0", b.addr, b.iqn);
+    let want = vec![
+        (via_a.clone(), "active/optimized".to_string()),
+        (via_b.clone(), "active/non-optimized".to_string()),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while paths() != want {
+        assert!(Instant::now() < deadline, "path states: {:?}", paths());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Writes through the front; A dies part way.
+    let mut acked: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut a = Some(a);
+    for i in 0..64u32 {
+        if i == 24 {
+            a.take().unwrap().kill();
+        }
+        let data: Vec<u8> = (0..4096u32).map(|k| (k * 31 + i * 7) as u8).collect();
+        let lba = i * 8;
+        let mut cdb = [0x2a, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        let r = retrying(&mut host, &cdb, &data, 0).unwrap();
+        assert_eq!(r.status, 0, "write {i} through the front: {:02x?}", r.sense);
+        acked.push((lba, data));
+    }
+    for (lba, data) in &acked {
+        let mut cdb = [0x28, 0, 0, 0, 0, 0, 0, 0, 8, 0];
+        cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+        let r = retrying(&mut host, &cdb, &[], 4096).unwrap();
+        assert_eq!(r.status, 0);
+        assert!(r.data == *data, "LBA {lba} differs");
+    }
+    // B promoted once A's lease expired; the front learns it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = remotes();
+        let b_row = rows.iter().find(|r| r["remote"] == via_b.as_str()).unwrap();
+        let a_row = rows.iter().find(|r| r["remote"] == via_a.as_str()).unwrap();
+        if b_row["path"] == "active/optimized"
+            && a_row["path_detail"]["failures"].as_u64().unwrap_or(0) >= 1
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after A's death: {rows:#?}");
+        // The front learns states again when a command tells it to.
+        let _ = host.command(&READ10, &[], 512);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

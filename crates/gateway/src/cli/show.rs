@@ -67,6 +67,7 @@ pub async fn show(
             "initiator",
             "isid",
             "state",
+            "path",
             "zoning",
             "for",
             "logins",

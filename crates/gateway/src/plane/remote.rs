@@ -15,6 +15,8 @@ use unifab_iscsi::initiator::io::{InitiatorConfig, IscsiInitiatorFactory};
 use unifab_iscsi::negotiate::Digest;
 use unifab_scsi_core::LogicalUnit;
 use unifab_scsi_core::emulated::EmulatedLu;
+use unifab_scsi_core::initiator::InitiatorFactory;
+use unifab_scsi_core::multipath::MultipathFactory;
 use unifab_scsi_core::remote::{Identity, RemoteLu, RemoteLuConfig};
 
 use crate::config::remote::{identity, replacement_timeout, secs};
@@ -78,6 +80,7 @@ pub fn initiator_config(
         queue_depth: None,
         busy_poll_us: None,
         busy_poll_depth: None,
+        portals: None,
     };
     let r = r.unwrap_or(&d);
     let mut cfg = InitiatorConfig::new(
@@ -121,9 +124,19 @@ pub fn build_remote_lu(lu: &LuConfig) -> anyhow::Result<Arc<RemoteLu>> {
     build_remote(lu).map(|(lu, _)| lu)
 }
 
-/// [`build_remote_lu`], with the factory of its sessions (for `unifab
-/// show remotes`).
-pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiInitiatorFactory>)> {
+/// The paths of an `iscsi://` LU, for `unifab show remotes`: each
+/// portal's address and the factory of its sessions, and with several
+/// the multipath factory that chooses among them.
+#[derive(Debug, Clone)]
+pub struct IscsiPaths {
+    /// Each path: its redacted address and its sessions' factory.
+    pub paths: Vec<(String, Arc<IscsiInitiatorFactory>)>,
+    /// The paths' states, with more than one.
+    pub multipath: Option<Arc<MultipathFactory>>,
+}
+
+/// [`build_remote_lu`], with its paths (for `unifab show remotes`).
+pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, IscsiPaths)> {
     let Backend::Iscsi(url) = lu.parsed_backend().map_err(anyhow::Error::msg)? else {
         anyhow::bail!("lu {:?} is not an iscsi:// LU", lu.name);
     };
@@ -132,10 +145,44 @@ pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiIn
     let target = url.target.clone().context("no target in the URL")?;
     let lun = url.lun().context("no LUN in the URL")?;
     let per_nexus = r.and_then(|r| r.nexus.as_deref()) != Some("shared");
-    let factory = Arc::new(
-        IscsiInitiatorFactory::new(cfg, &url.portal(), &target, &lu.name, per_nexus)
-            .fixed_name(r.is_some_and(|r| r.fixed_name)),
-    );
+    let fixed = r.is_some_and(|r| r.fixed_name);
+    let mut paths = vec![(
+        url.redacted(),
+        Arc::new(
+            IscsiInitiatorFactory::new(cfg.clone(), &url.portal(), &target, &lu.name, per_nexus)
+                .fixed_name(fixed),
+        ),
+    )];
+    for p in r.and_then(|r| r.portals.as_ref()).into_iter().flatten() {
+        let other: IscsiUrl = format!("iscsi://{p}/{target}/{}", url.lun.unwrap_or(0))
+            .parse()
+            .map_err(|e| anyhow::anyhow!("lu {:?}: portal {p:?}: {e}", lu.name))?;
+        paths.push((
+            other.redacted(),
+            Arc::new(
+                IscsiInitiatorFactory::new(
+                    cfg.clone(),
+                    &other.portal(),
+                    &target,
+                    &lu.name,
+                    per_nexus,
+                )
+                .fixed_name(fixed),
+            ),
+        ));
+    }
+    let multipath = (paths.len() > 1).then(|| {
+        Arc::new(MultipathFactory::new(
+            paths
+                .iter()
+                .map(|(name, f)| (name.clone(), f.clone() as Arc<dyn InitiatorFactory>))
+                .collect(),
+        ))
+    });
+    let factory: Arc<dyn InitiatorFactory> = match &multipath {
+        Some(m) => m.clone(),
+        None => paths[0].1.clone(),
+    };
     let identity = identity(
         r.and_then(|r| r.identity.as_deref()),
         r.and_then(|r| r.identity_seed.as_deref()),
@@ -150,9 +197,9 @@ pub fn build_remote(lu: &LuConfig) -> anyhow::Result<(Arc<RemoteLu>, Arc<IscsiIn
             task_set_depth: 4096,
             read_only: lu.read_only,
         },
-        factory.clone(),
+        factory,
     ));
-    Ok((remote, factory))
+    Ok((remote, IscsiPaths { paths, multipath }))
 }
 
 /// What every row of `unifab show remotes` has, `iscsi://` or `fc://`.
@@ -198,26 +245,38 @@ impl RemoteRow<'_> {
 /// Rows of `unifab show remotes`: every session to the remote of each
 /// `iscsi://` LU (the shared one that probes it, and one per host
 /// initiator with `nexus = "per-initiator"`).
-pub fn iscsi_remote_rows(
-    remotes: &[(String, String, Arc<IscsiInitiatorFactory>)],
-) -> Vec<serde_json::Value> {
+pub fn iscsi_remote_rows(remotes: &[(String, String, IscsiPaths)]) -> Vec<serde_json::Value> {
     let mut rows = Vec::new();
-    for (name, backend, factory) in remotes {
-        for s in factory.sessions() {
-            let row = RemoteRow {
-                lu: name,
-                remote: backend,
-                initiator: s.initiator_name.clone(),
-                up: s.connected,
-                for_how_long: s.for_how_long,
-                logins: s.logins,
-                last_error: s.last_error.as_deref().zip(s.last_error_age),
-            };
-            rows.push(row.to_json(serde_json::json!({
-                "isid": s.isid.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                "digests": s.digests.map(|d| d.to_string()),
-                "commands": s.commands,
-            })));
+    for (name, _, paths) in remotes {
+        let states = paths.multipath.as_ref().map(|m| m.paths());
+        for (i, (backend, factory)) in paths.paths.iter().enumerate() {
+            // With several paths: each one's ALUA state as learnt.
+            let path = states.as_ref().and_then(|s| s.get(i)).map(|p| {
+                serde_json::json!({
+                    "group": p.group,
+                    "state": p.state.map(|s| s.name()),
+                    "failures": p.failures,
+                    "last_error": p.last_error,
+                })
+            });
+            for s in factory.sessions() {
+                let row = RemoteRow {
+                    lu: name,
+                    remote: backend,
+                    initiator: s.initiator_name.clone(),
+                    up: s.connected,
+                    for_how_long: s.for_how_long,
+                    logins: s.logins,
+                    last_error: s.last_error.as_deref().zip(s.last_error_age),
+                };
+                rows.push(row.to_json(serde_json::json!({
+                    "isid": s.isid.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                    "digests": s.digests.map(|d| d.to_string()),
+                    "commands": s.commands,
+                    "path": path.as_ref().and_then(|p| p["state"].as_str()).unwrap_or("-"),
+                    "path_detail": path,
+                })));
+            }
         }
     }
     rows

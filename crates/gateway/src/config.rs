@@ -980,6 +980,25 @@ impl Config {
                     ));
                 }
                 let core = a.to_core(&lu.name)?;
+                // In a cluster the LU is one behind every gateway: only a
+                // backend every gateway reaches as the same storage.
+                if self.cluster.is_some() {
+                    if matches!(backend, Backend::Memory) {
+                        return Err(format!(
+                            "lu {:?}: in a [cluster] a LU with [lu.alua] is one LU behind every gateway; a memory backend would be each gateway's own (use file: on storage they share, or rbd:)",
+                            lu.name
+                        ));
+                    }
+                    if matches!(backend, Backend::Rbd(_))
+                        && !lu.read_only
+                        && lu.ceph_exclusive_lock != Some(false)
+                    {
+                        return Err(format!(
+                            "lu {:?}: in a [cluster] every gateway opens the image: set ceph_exclusive_lock = false (the cluster's reservations and fencing arbitrate instead)",
+                            lu.name
+                        ));
+                    }
+                }
                 if let Some(iscsi) = &self.iscsi {
                     let (port, group) = (
                         iscsi.relative_port.unwrap_or(1),
@@ -1309,6 +1328,33 @@ chap = { user = "u", secret = "secretsecret", mutual_user = "t", mutual_secret =
             let e = with(&lu, iscsi).unwrap_err();
             assert!(e.contains(want), "{want}: {e}");
         }
+        // In a cluster: not a memory LU, not an rbd: image under its
+        // exclusive lock.
+        let cluster = "[cluster]\nname = \"gw-a\"\netcd = [\"http://127.0.0.1:2379\"]\n";
+        let clustered = |backend: &str, extra: &str| {
+            Config::parse(
+                &format!(
+                    "{}\n{cluster}",
+                    EXAMPLE
+                        .replace("file:/var/lib/unifab/vol0.img", backend)
+                        .replace(
+                            "size = \"1GiB\"",
+                            &format!(
+                                "size = \"1GiB\"\n{extra}\n{}",
+                                groups.replace("STATE", "standby")
+                            )
+                        )
+                ),
+                "f",
+            )
+            .map_err(|e| e.to_string())
+        };
+        assert!(clustered("file:/srv/vol0.img", "").is_ok());
+        let e = clustered("memory", "").unwrap_err();
+        assert!(e.contains("each gateway's own"), "{e}");
+        let e = clustered("rbd:rbd/vol0", "").unwrap_err();
+        assert!(e.contains("ceph_exclusive_lock = false"), "{e}");
+        assert!(clustered("rbd:rbd/vol0", "ceph_exclusive_lock = false").is_ok());
     }
 
     #[test]

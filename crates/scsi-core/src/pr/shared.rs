@@ -86,7 +86,9 @@ impl SharedReservations {
     /// [`PrState::to_text`].
     pub fn to_text(&self) -> String {
         let mut s = String::from("unifab-reservations 1\n");
-        s.push_str(&format!("origin {}\n", self.origin));
+        if !self.origin.is_empty() {
+            s.push_str(&format!("origin {}\n", self.origin));
+        }
         if let Some(h) = &self.reserve6 {
             s.push_str(&format!(
                 "reserve6 {} {}\n",
@@ -109,6 +111,10 @@ impl SharedReservations {
 
     /// Parses [`SharedReservations::to_text`]; `None` if it is not that.
     pub fn from_text(text: &str) -> Option<SharedReservations> {
+        // `\n` ends lines, nothing else (`lines` would also eat a `\r`).
+        if text.contains('\r') {
+            return None;
+        }
         let mut lines = text.lines();
         if lines.next()? != "unifab-reservations 1" {
             return None;
@@ -118,7 +124,18 @@ impl SharedReservations {
         for line in lines.by_ref() {
             let mut w = line.split(' ');
             match w.next()? {
-                "origin" => out.origin = w.next()?.to_string(),
+                "origin" => {
+                    // A cluster member's name: 1–64 of A-Z a-z 0-9 - _ .
+                    let name = w.next()?;
+                    let ok = (1..=64).contains(&name.len())
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+                    if !ok || w.next().is_some() {
+                        return None;
+                    }
+                    out.origin = name.to_string();
+                }
                 "reserve6" => {
                     out.reserve6 = Some(PortKey {
                         initiator: tid_parse(w.next()?)?,
@@ -196,6 +213,9 @@ mod tests {
             "unifab-reservations 1\nua iscsi:00 * 2a\nunifab-pr 1\n",
             "unifab-reservations 1\nreserve6 fc:zz fc:01\nunifab-pr 1\n",
             "unifab-reservations 1\norigin a\n",
+            "unifab-reservations 1\norigin a\r\r\nunifab-pr 1\n",
+            "unifab-reservations 1\norigin a b\nunifab-pr 1\n",
+            "unifab-reservations 1\norigin \nunifab-pr 1\n",
         ] {
             assert_eq!(SharedReservations::from_text(bad), None, "{bad:?}");
         }

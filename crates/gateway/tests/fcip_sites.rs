@@ -526,7 +526,8 @@ fn backup_stream(pipelining: bool) {
             table.contains("on ("),
             "show fcip names tape pipelining on:\n{table}"
         );
-        let acc = tape_counter(&s, "tape_accelerated");
+        // The tunnels' statistics are refreshed every second or so.
+        let acc = tape_counter_reaching(&s, "tape_accelerated", u64::from(BLOCKS));
         assert!(
             acc >= u64::from(BLOCKS),
             "{acc} commands accelerated:\n{table}"
@@ -866,7 +867,9 @@ fn tape_pipelining_streams_to_tgtds_tape_behind_the_far_site() {
         "iscsi-inq",
     );
     let (wrote, read) = stream_and_verify(&s, 1024, 256);
-    let acc = tape_counter(&s, "tape_accelerated");
+    // The tunnels' statistics are refreshed every second or so (a loaded
+    // CI machine once read 834 here right after the stream).
+    let acc = tape_counter_reaching(&s, "tape_accelerated", 1024);
     assert!(acc >= 1024, "{acc} commands accelerated\n{}", show_fcip(&s));
     // Each file's first READ(6) crosses; the rest are read ahead, and the
     // discarded streams were spaced back on tgtd's drive.

@@ -159,6 +159,7 @@ impl Groups {
 #[derive(Debug)]
 pub struct Cluster {
     status: Arc<Mutex<Status>>,
+    groups: Arc<Groups>,
 }
 
 impl Cluster {
@@ -223,11 +224,41 @@ impl Cluster {
             ttl,
             (admin, port_group),
             fence,
-            (shared, lus, groups),
+            (shared, lus, groups.clone()),
             status.clone(),
             stop,
         ));
-        Ok((Cluster { status }, task))
+        Ok((Cluster { status, groups }, task))
+    }
+
+    /// Each clustered LU as this gateway sees it (`unifab show cluster`):
+    /// its groups' states, the member that owns it (the one whose group is
+    /// Active/Optimized) and the reservation held.
+    pub fn lus(&self) -> Vec<serde_json::Value> {
+        let members = self.status().members;
+        self.groups
+            .lus
+            .iter()
+            .map(|l| {
+                let states = l.lu.alua_states();
+                let alua = states
+                    .iter()
+                    .map(|(g, s)| format!("{g} {}", s.name()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let owner = states
+                    .iter()
+                    .find(|(_, s)| *s == AccessState::ActiveOptimized)
+                    .and_then(|(g, _)| members.iter().find(|m| m.port_group == *g))
+                    .map(|m| m.name.clone());
+                serde_json::json!({
+                    "lu": l.name,
+                    "alua": alua,
+                    "owner": owner,
+                    "reservation": l.lu.reservation_summary(),
+                })
+            })
+            .collect()
     }
 
     /// The status now.

@@ -494,6 +494,39 @@ fn failover_under_load_keeps_every_acknowledged_write_and_the_reservation() {
         let mut other_b = RawSession::login(b.addr, &b.iqn, &h2).unwrap();
         let r = retrying(&mut other_b, &write16(0), &[0u8; 4096], 0).unwrap();
         assert_eq!(r.status, 0x18, "round {round}: H2's write through B");
+        // show cluster: B owns the LU now, and the reservation is H1's.
+        let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+            .args([
+                "show",
+                "cluster-lus",
+                "--json",
+                "--admin",
+                &admin_b.to_string(),
+            ])
+            .output()
+            .unwrap();
+        let lus: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(lus.len(), 1, "{lus:#?}");
+        assert_eq!(lus[0]["lu"], "disk");
+        assert_eq!(lus[0]["owner"], "gw-b", "{lus:#?}");
+        assert_eq!(
+            lus[0]["alua"], "1 unavailable, 2 active/optimized",
+            "{lus:#?}"
+        );
+        let held = lus[0]["reservation"].as_str().unwrap_or_default();
+        assert!(
+            held.starts_with("PR type 5 by iqn.2026-11.io.unifab:h1 (key 0xc0ffee"),
+            "{held}"
+        );
+        let table = Command::new(env!("CARGO_BIN_EXE_unifab"))
+            .args(["show", "cluster", "--admin", &admin_b.to_string()])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&table.stdout);
+        assert!(
+            table.contains("RESERVATION") && table.contains("gw-b"),
+            "{table}"
+        );
         println!(
             "round {round}: {} blocks of 8 acknowledged, {through_b} writes through B after A died",
             acked.len()

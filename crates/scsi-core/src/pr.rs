@@ -326,6 +326,20 @@ impl PrState {
         self.aptpl
     }
 
+    /// The persistent reservation, if one is held: its TYPE, the holder's
+    /// I_T nexus and the holder's reservation key, and how many
+    /// registrations there are.
+    pub fn holder(&self) -> Option<(u8, PortKey, u64, usize)> {
+        let r = self.reservation.as_ref()?;
+        let key = self.reg_of(&r.holder).map_or(0, |i| self.regs[i].key);
+        Some((r.pr_type, r.holder.clone(), key, self.regs.len()))
+    }
+
+    /// Registrations held.
+    pub fn registrations(&self) -> usize {
+        self.regs.len()
+    }
+
     fn reg_of(&self, nexus: &PortKey) -> Option<usize> {
         self.regs.iter().position(|r| r.matches(nexus))
     }

@@ -322,6 +322,10 @@ impl AdminView for View {
                 Some(c) => Ok(cluster_rows(&c.status()).to_string()),
                 None => Err(Unshown::NotConfigured("[cluster]")),
             },
+            "cluster-lus" => match &self.cluster {
+                Some(c) => Ok(serde_json::Value::Array(c.lus()).to_string()),
+                None => Err(Unshown::NotConfigured("[cluster]")),
+            },
             "fcns" | "zones" => match &self.fc {
                 Some(f) => f.show(what).ok_or(Unshown::NoSuchView),
                 None => fabric(),

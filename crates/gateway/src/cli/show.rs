@@ -126,6 +126,20 @@ pub async fn show(
         ],
         _ => &[],
     };
+    if what == "cluster" {
+        // The members, then each clustered LU.
+        let lus = admin::fetch(admin_addr, "/show/cluster-lus", token)
+            .await
+            .map_err(|e| anyhow!(e))?;
+        let lus: Vec<Value> = serde_json::from_str(&lus)
+            .map_err(|e| anyhow!("the gateway answered something that is not JSON: {e}"))?;
+        crate::out!(
+            "{}\n{}",
+            table(columns, &rows),
+            table(&["lu", "alua", "owner", "reservation"], &lus)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     crate::out!("{}", table(columns, &rows));
     Ok(ExitCode::SUCCESS)
 }

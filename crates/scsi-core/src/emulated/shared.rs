@@ -66,6 +66,30 @@ impl EmulatedLu {
         Ok(())
     }
 
+    /// The reservation held, as an operator reads it: `PR type T by
+    /// INITIATOR (key K, N registrations)`, `RESERVE(6) by INITIATOR`, or
+    /// `N registrations` with none held; `None` with nothing at all.
+    pub fn reservation_summary(&self) -> Option<String> {
+        let st = self.inner.lock();
+        let name = |k: &PortKey| match &k.initiator {
+            crate::task::TransportId::Iscsi { name, .. } => name.clone(),
+            crate::task::TransportId::Fcp { wwpn } => format!("{wwpn:016x}"),
+        };
+        if let Some(h) = &st.reserve6 {
+            return Some(format!("RESERVE(6) by {}", name(h)));
+        }
+        match st.pr.holder() {
+            Some((t, k, key, n)) => Some(format!(
+                "PR type {t} by {} (key {key:#x}, {n} registrations)",
+                name(&k)
+            )),
+            None if st.pr.registrations() > 0 => {
+                Some(format!("{} registrations", st.pr.registrations()))
+            }
+            None => None,
+        }
+    }
+
     /// The version of the shared reservation state applied here.
     pub fn shared_reservations_version(&self) -> u64 {
         self.inner.lock().shared_version

@@ -81,6 +81,11 @@ pub enum BackendError {
     /// client): the LU stops serving until the operator opens it again.
     #[error("fenced off by the storage: {0}")]
     Fenced(String),
+    /// Not issued: the target port the command came through turned
+    /// Unavailable (a cluster member fencing itself) before the I/O was
+    /// handed to the storage.
+    #[error("not issued: the target port is unavailable")]
+    PortUnavailable,
     /// An error at a known byte: the first byte that could not be read or
     /// written (the LU reports its LBA in the sense data).
     #[error("at byte {offset}: {source}")]

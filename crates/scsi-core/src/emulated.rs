@@ -407,6 +407,12 @@ fn backend_failed(e: &BackendError, write: bool, shift: u32) -> TaskResult {
                 asc::LOGICAL_UNIT_NOT_READY_MANUAL_INTERVENTION_REQUIRED,
             );
         }
+        BackendError::PortUnavailable => {
+            return check(
+                SenseKey::NOT_READY,
+                asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_UNAVAILABLE_STATE,
+            );
+        }
         _ if write && e.is_out_of_space() => Sense::new(
             SenseKey::DATA_PROTECT,
             asc::SPACE_ALLOCATION_FAILED_WRITE_PROTECT,

@@ -381,3 +381,51 @@ async fn set_through_a_clusters_store_is_checked_here_and_applied_on_every_membe
         vec![(1, 1, 1), (0, 2, 1)]
     );
 }
+
+/// A write that arrived while its port was active and waits (here for the
+/// write lock, as it may for an I/O thread) while the port turns
+/// Unavailable — a cluster member fencing itself — is not handed to the
+/// backend: NOT READY, TARGET PORT IN UNAVAILABLE STATE, and the medium
+/// is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_held_up_past_its_ports_fencing_is_not_issued() {
+    let lu = Arc::new(
+        EmulatedLu::new(
+            EmulatedLuConfig {
+                io_mode: IoMode::Blocking,
+                alua: two_groups(false),
+                ..EmulatedLuConfig::default()
+            },
+            Arc::new(MemoryBackend::new(1 << 20)),
+        )
+        .unwrap(),
+    );
+    let h = via("iqn.2026-11.test:h1", 1, 1);
+    ready(&lu, &h).await;
+    let write = [0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+    let held = lu.inner.write_lock.write().unwrap();
+    let pending = {
+        let (lu, h) = (lu.clone(), h.clone());
+        tokio::spawn(async move { run(&lu, &h, &write, &[0xab; 512]).await })
+    };
+    // The write is past its arrival checks and waits for the lock.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!pending.is_finished());
+    assert!(lu.set_alua_state(1, AccessState::Unavailable));
+    drop(held);
+    let r = pending.await.unwrap();
+    assert_sense(
+        &r,
+        SenseKey::NOT_READY,
+        asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_UNAVAILABLE_STATE,
+    );
+    // Through the other group: the block was never written.
+    let h2 = via("iqn.2026-11.test:h2", 2, 2);
+    ready(&lu, &h2).await;
+    let r = run(&lu, &h2, &READ10, &[]).await;
+    assert_good(&r);
+    assert!(
+        data(&r).iter().all(|b| *b == 0),
+        "the write reached the medium"
+    );
+}

@@ -155,6 +155,13 @@ impl Inner {
         if fua && let Some(refused) = self.flush_refused() {
             return refused;
         }
+        // A port made Unavailable since the command arrived (a cluster
+        // member past its local deadline, fencing itself): the write is not
+        // handed to the backend — checked again right before it is, after
+        // any wait for the write lock or an I/O thread. One atomic load
+        // while every group is active.
+        let group = task.nexus.target().port_group;
+        let cdb = task.cdb.bytes().clone();
         let data = first_bytes(std::mem::take(&mut task.data_out), n as usize);
         let off = io.lba << self.shift;
         let aio = self.backend.aio().filter(|_| !exclusive && !verify);
@@ -164,6 +171,9 @@ impl Inner {
             // (and waits for it in `quiesce`).
             let done = {
                 let _shared = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                if self.alua.refuses(group, &cdb).is_some() {
+                    return backend_failed(&BackendError::PortUnavailable, true, self.shift);
+                }
                 aio.write(off, data, fua)
             };
             Some(done.await.map(|()| None))
@@ -176,6 +186,9 @@ impl Inner {
                 } else {
                     None
                 };
+                if me.alua.refuses(group, &cdb).is_some() {
+                    return Err(BackendError::PortUnavailable);
+                }
                 me.backend.write_at(off, &data, fua)?;
                 if verify {
                     let mut back = vec![0u8; n as usize];

@@ -30,17 +30,7 @@ name = "disk"
 backend = "file:{shared}/disk.img"
 size = "4MiB"
 
-[lu.alua]
-explicit = false
-[[lu.alua.group]]
-id = 1
-state = "active/optimized"
-ports = [1]
-[[lu.alua.group]]
-id = 2
-state = "active/non-optimized"
-ports = [2]
-
+{alua}
 [iscsi]
 listen = ["127.0.0.1:0"]
 relative_port = {port}
@@ -60,7 +50,8 @@ listen = "{admin}"
 data_dir = "{dir}/state"
 "#,
         dir = dir.display(),
-        shared = shared.display()
+        shared = shared.display(),
+        alua = common::TWO_GATEWAY_GROUPS,
     )
 }
 

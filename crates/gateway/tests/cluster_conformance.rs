@@ -8,6 +8,8 @@
 //! (`conformance/unifab-cluster.pass`), which only grows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use unifab_testkit::peers::{
@@ -15,25 +17,10 @@ use unifab_testkit::peers::{
 };
 use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
 
-/// Group 1 (gateway A's port 1) Active/Optimized, group 2 (B's port 2)
-/// Active/Non-optimized: both paths serve.
-const ALUA: &str = r#"
-[lu.alua]
-explicit = false
-[[lu.alua.group]]
-id = 1
-state = "active/optimized"
-ports = [1]
-[[lu.alua.group]]
-id = 2
-state = "active/non-optimized"
-ports = [2]
-"#;
-
 fn member(path: &std::path::Path, etcd: &Etcd, name: &str, port: u16) -> Unifab {
     Unifab::builder()
         .file_lu(path, 1 << 30)
-        .lu_table(ALUA)
+        .lu_table(common::TWO_GATEWAY_GROUPS)
         .iscsi_setting("relative_port", port.to_string())
         .iscsi_setting("port_group", port.to_string())
         .section(format!(

@@ -83,6 +83,21 @@ impl Drop for Gateway {
     }
 }
 
+/// `[lu.alua]` of a LU behind two clustered gateways: group 1 (gateway
+/// A's port 1) Active/Optimized, group 2 (B's port 2)
+/// Active/Non-optimized, so both paths serve.
+pub const TWO_GATEWAY_GROUPS: &str = r#"[lu.alua]
+explicit = false
+[[lu.alua.group]]
+id = 1
+state = "active/optimized"
+ports = [1]
+[[lu.alua.group]]
+id = 2
+state = "active/non-optimized"
+ports = [2]
+"#;
+
 /// A config serving one file LU over iSCSI on an ephemeral port.
 pub fn file_lu_config(dir: &Path, size: &str) -> String {
     format!(

@@ -25,6 +25,10 @@
 #   ceph-mon ceph-osd ceph-common   a throwaway one-node Ceph cluster
 #                     (scripts/ceph.sh) for the rbd: backend's tests and bench
 #   librbd-dev librados-dev         librbd's C API, linked by the rbd feature
+#   qemu-system-x86 debootstrap     the Linux guest of the kernel-peer tests
+#                     (scripts/vm-image.sh builds its image once, ~90 s, cached
+#                     in /var/cache/unifab/vm); e2fsprogs: debugfs reads the
+#                     guest's filesystem from the LU's file on the host
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
 # Usage: bash scripts/setup.sh
@@ -40,6 +44,7 @@ APT_PACKAGES=(
     zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping ethtool
     ceph-mon ceph-osd ceph-common librbd-dev librados-dev
     etcd-server protobuf-compiler libprotobuf-dev
+    qemu-system-x86 debootstrap e2fsprogs
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }
@@ -178,6 +183,9 @@ ceph_check() {
     return "$rc"
 }
 check "a one-node Ceph cluster starts, makes an image, stops (scripts/ceph.sh)" ceph_check
+check "qemu-system-x86_64 --version" qemu-system-x86_64 --version
+check "the kernel-peer guest image (scripts/vm-image.sh; built once, ~90 s)" \
+    timeout --kill-after=30 900 bash "$here/vm-image.sh"
 if ! python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 3260))' 2>/dev/null; then
     echo "  note: 127.0.0.1:3260 (unifab run's default portal) is taken by another process here" >&2
 fi

@@ -9,6 +9,7 @@
 //! | [`IscsiTestCu`] | `iscsi-test-cu` | `libiscsi-bin` |
 //! | [`Unifab`] | `unifab` (this workspace, release build) | — |
 //! | [`Etcd`] | `etcd` | `etcd-server` |
+//! | [`Guest`] | a Linux kernel under `qemu-system-x86_64` (image: `scripts/vm-image.sh`) | `qemu-system-x86`, `debootstrap` |
 //!
 //! A missing program is an error that names the package to install
 //! ([`PeerError::MissingProgram`]); nothing here skips itself quietly.
@@ -39,6 +40,7 @@ mod process;
 pub mod ratchet;
 mod tgtd;
 mod unifab;
+mod vm;
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -55,6 +57,7 @@ pub use process::find_program;
 pub use ratchet::{Broken, PassList, RatchetFailure, RatchetReport, assert_run_passes};
 pub use tgtd::{Chap, Digest, Tgtd, TgtdBuilder};
 pub use unifab::{UNIFAB_DEFAULT_IQN, Unifab, UnifabBuilder, unifab_bin};
+pub use vm::{Guest, GuestBuilder, GuestImage, GuestRun, HOST_FROM_GUEST};
 
 /// Why a peer could not be started, driven or understood.
 #[derive(Debug, thiserror::Error)]

@@ -109,6 +109,42 @@ impl Frame {
     pub fn crc(&self) -> u32 {
         super::crc::fc_crc_parts(&self.header.to_bytes(), &[&self.payload])
     }
+
+    /// Fill bytes a link must add after the payload to make the data
+    /// field whole words (FC-FS-4 §9.5: a frame's content is a multiple of
+    /// four bytes; F_CTL bits 1–0 count the fill). 0 for a payload that
+    /// already is (ELS and CT payloads are built padded).
+    pub fn fill_needed(&self) -> usize {
+        (4 - self.payload.len() % 4) % 4
+    }
+
+    /// The header as it goes on a wire: with F_CTL counting the fill bytes
+    /// [`Frame::fill_needed`] adds (unchanged when none are needed).
+    pub fn wire_header(&self) -> FcHeaderRepr {
+        let mut h = self.header;
+        let fill = self.fill_needed();
+        if fill != 0 {
+            h.f_ctl = h.f_ctl.with_fill_bytes(fill as u8);
+        }
+        h
+    }
+
+    /// The frame with the fill bytes of solicited data (FCP_DATA) removed,
+    /// as F_CTL counts them: fill is not data, and the payload is then
+    /// exactly what the sender's FCP layer sent. Other frames keep theirs
+    /// (their payload structures account for it).
+    pub fn without_data_fill(mut self) -> Frame {
+        let fill = usize::from(self.header.f_ctl.fill_bytes());
+        if fill != 0
+            && self.header.fc_type == FcType::FCP
+            && self.header.r_ctl == RCtl::FCP_DATA
+            && self.payload.len() >= fill
+        {
+            self.payload = self.payload.slice(..self.payload.len() - fill);
+            self.header.f_ctl = self.header.f_ctl.with_fill_bytes(0);
+        }
+        self
+    }
 }
 
 /// The typed meaning of a frame's payload, chosen by R_CTL, TYPE and

@@ -4,7 +4,6 @@
 
 use bytes::{Bytes, BytesMut};
 use unifab_fc::wire::frame::Frame;
-use unifab_fc::wire::header::FcType;
 
 use crate::wire::frame::FcipFrameRepr;
 
@@ -78,16 +77,8 @@ pub fn word_aligned(mut f: Frame) -> Frame {
 }
 
 /// Fill bytes of solicited data are not data: they are dropped again on
-/// receive so the payload is exactly what the sender's FCP layer sent.
-pub fn strip_data_fill(mut f: Frame) -> Frame {
-    let fill = usize::from(f.header.f_ctl.fill_bytes());
-    if fill != 0
-        && f.header.fc_type == FcType::FCP
-        && f.header.r_ctl == unifab_fc::wire::RCtl::FCP_DATA
-        && f.payload.len() >= fill
-    {
-        f.payload = f.payload.slice(..f.payload.len() - fill);
-        f.header.f_ctl = f.header.f_ctl.with_fill_bytes(0);
-    }
-    f
+/// receive so the payload is exactly what the sender's FCP layer sent
+/// ([`Frame::without_data_fill`]).
+pub fn strip_data_fill(f: Frame) -> Frame {
+    f.without_data_fill()
 }

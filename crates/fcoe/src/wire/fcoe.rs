@@ -163,17 +163,23 @@ pub fn decode(payload: &Bytes) -> Result<Frame, WireError> {
         payload.slice(FCOE_HEADER_LEN..n - FCOE_TRAILER_LEN),
         sof,
         eof,
-    )?)
+    )?
+    .without_data_fill())
 }
 
-/// Bytes an Ethernet frame carrying `frame` takes.
+/// Bytes an Ethernet frame carrying `frame` takes (its fill bytes
+/// included).
 pub fn encapsulated_len(eth: &EthernetRepr, frame: &Frame) -> usize {
-    (eth.header_len() + FcoeRepr::buffer_len(frame.len())).max(MIN_ETHERNET_FRAME)
+    (eth.header_len() + FcoeRepr::buffer_len(frame.len() + frame.fill_needed()))
+        .max(MIN_ETHERNET_FRAME)
 }
 
 /// Writes a whole Ethernet frame carrying `frame` into `buf` (which must
 /// hold [`encapsulated_len`] bytes) and returns its length. The payload is
-/// copied once, here; the CRC is computed over header and payload.
+/// copied once, here; a payload that is not whole words (FCP_DATA of an
+/// odd length) gets its fill bytes, counted in F_CTL (FC-FS-4 §9.5: Linux's
+/// libfc checks a data frame's CRC over payload and fill); the CRC is
+/// computed over header, payload and fill.
 pub fn encapsulate(eth: &EthernetRepr, frame: &Frame, buf: &mut [u8]) -> Result<usize, WireError> {
     let n = encapsulated_len(eth, frame);
     if n > BABY_JUMBO {
@@ -186,13 +192,16 @@ pub fn encapsulate(eth: &EthernetRepr, frame: &Frame, buf: &mut [u8]) -> Result<
     buf[at] = FCOE_VERSION << 4;
     buf[at + FCOE_HEADER_LEN - 1] = frame.sof.0;
     at += FCOE_HEADER_LEN;
-    let header = frame.header.to_bytes();
+    let header = frame.wire_header().to_bytes();
     buf[at..at + FC_HEADER_LEN].copy_from_slice(&header);
     at += FC_HEADER_LEN;
     let p = frame.payload.len();
     buf[at..at + p].copy_from_slice(&frame.payload);
     at += p;
-    let crc = fc_crc_parts(&header, &[&frame.payload]);
+    let fill = &[0u8; 3][..frame.fill_needed()];
+    buf[at..at + fill.len()].copy_from_slice(fill);
+    at += fill.len();
+    let crc = fc_crc_parts(&header, &[&frame.payload, fill]);
     buf[at..at + 4].copy_from_slice(&crc.to_le_bytes());
     buf[at + 4] = frame.eof.0;
     buf[at + 5..at + 8].fill(0);
@@ -259,6 +268,57 @@ mod tests {
             let mut bad = payload.to_vec();
             bad[0] = 0x10;
             assert_eq!(decode(&Bytes::from(bad)), Err(WireError::FcoeVersion(1)));
+        }
+    }
+
+    /// FCP_DATA of a length that is not whole words (an 11-byte VPD page,
+    /// say) goes out padded with fill bytes that F_CTL counts, the CRC over
+    /// all of it, as FC-FS wants and Linux's libfc checks; decoding drops
+    /// the fill again.
+    #[test]
+    fn odd_fcp_data_is_padded_with_counted_fill_and_stripped_on_decode() {
+        use unifab_fc::wire::{FCtl, FcId, FcType, OxId, RCtl, RxId};
+        for len in [1usize, 2, 3, 4, 11, 2047] {
+            let header = FcHeaderRepr {
+                r_ctl: RCtl::FCP_DATA,
+                d_id: FcId::new(0x02_03_00),
+                cs_ctl: 0,
+                s_id: FcId::new(0x02_01_00),
+                fc_type: FcType::FCP,
+                f_ctl: FCtl(FCtl::EXCHANGE_CONTEXT | FCtl::RELATIVE_OFFSET | FCtl::END_SEQUENCE),
+                seq_id: 1,
+                df_ctl: 0,
+                seq_cnt: 0,
+                ox_id: OxId(7),
+                rx_id: RxId(9),
+                parameter: 0,
+            };
+            let data: Vec<u8> = (0..len).map(|i| i as u8 | 0x80).collect();
+            let f = Frame::new(header, Bytes::from(data.clone()));
+            let eth = EthernetRepr {
+                dst: MacAddr([0x0e, 0xfc, 0, 2, 3, 0]),
+                src: MacAddr([2, 0, 0, 0, 0, 1]),
+                vlan: None,
+                ethertype: EtherType::FCOE,
+            };
+            let mut buf = vec![0u8; encapsulated_len(&eth, &f)];
+            let n = encapsulate(&eth, &f, &mut buf).unwrap();
+            let e = EthernetFrame::new_checked(&buf[..n]).unwrap();
+            let payload = Bytes::copy_from_slice(e.payload());
+            let v = FcoeFrame::new_checked(&payload[..]).unwrap();
+            let fill = (4 - len % 4) % 4;
+            // The FC frame on the wire: header, data, fill; whole words.
+            let fc = v.fc_frame();
+            assert_eq!(fc.len(), 24 + len + fill, "len {len}");
+            assert_eq!(fc.len() % 4, 0);
+            // F_CTL is header bytes 9–11; bits 1–0 of byte 11 count the fill.
+            assert_eq!(usize::from(fc[11] & 0b11), fill, "F_CTL fill count");
+            assert!(fc[24 + len..].iter().all(|&b| b == 0));
+            // The CRC covers the fill (decode checks it over everything).
+            let back = decode(&payload).unwrap();
+            assert_eq!(&back.payload[..], &data[..], "len {len}");
+            assert_eq!(back.header.f_ctl.fill_bytes(), 0);
+            assert_eq!(back.header, header);
         }
     }
 }

@@ -485,11 +485,11 @@ impl Fcf {
             d,
         );
         self.counters.cvl_sent += 1;
-        // To each VN_Port's MAC (as FCFs do), or to the ENode if it has none.
-        match ports.first() {
-            Some(p) if ports.len() == 1 => self.send_fip(p.mac, fip),
-            _ => self.send_fip(enode, fip),
-        }
+        // To the ENode's MAC, as every FIP frame from an FCF to an ENode
+        // (FC-BB-5): the VN_Ports to clear are in the descriptors.
+        // Linux's libfcoe drops FIP frames addressed to anything else (a
+        // VN_Port's FPMA included), and so ignored a CVL sent there.
+        self.send_fip(enode, fip);
     }
 
     fn drop_enode(&mut self, enode: MacAddr, reason: &'static str, send_cvl: bool) {

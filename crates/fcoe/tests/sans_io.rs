@@ -315,6 +315,19 @@ fn clear_virtual_links_and_fcf_loss_recover() {
     assert!(w.sees_target(0));
     let before = w.fcf.counters().logins;
     w.fcf.clear_virtual_links(mac(1));
+    // The CVL goes to the ENode's own MAC (FC-BB-5; Linux's libfcoe drops
+    // FIP frames to any other address, its VN_Port's FPMA included).
+    let mut cvls = 0;
+    while let Some(o) = w.fcf.poll_transmit() {
+        if let EthBody::Fip(f) = &o.body
+            && f.subcode == FipSubcode::CLEAR_VIRTUAL_LINKS
+        {
+            assert_eq!(o.eth.dst, mac(1), "CVL sent to {}", o.eth.dst);
+            cvls += 1;
+        }
+        w.ether(None, &o);
+    }
+    assert_eq!(cvls, 1);
     w.run_for(Duration::from_secs(5));
     assert_eq!(w.hosts[0].enode.counters().cvl_received, 1);
     assert!(w.fcf.counters().logins > before, "no new login after CVL");

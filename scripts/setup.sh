@@ -28,7 +28,8 @@
 #   qemu-system-x86 debootstrap     the Linux guest of the kernel-peer tests
 #                     (scripts/vm-image.sh builds its image once, ~90 s, cached
 #                     in /var/cache/unifab/vm); e2fsprogs: debugfs reads the
-#                     guest's filesystem from the LU's file on the host
+#                     guest's filesystem from the LU's file on the host;
+#                     gcc libc6-dev: a static helper the FCoE guest runs
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
 # Usage: bash scripts/setup.sh
@@ -44,7 +45,7 @@ APT_PACKAGES=(
     zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping ethtool
     ceph-mon ceph-osd ceph-common librbd-dev librados-dev
     etcd-server protobuf-compiler libprotobuf-dev
-    qemu-system-x86 debootstrap e2fsprogs
+    qemu-system-x86 debootstrap e2fsprogs gcc libc6-dev
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }

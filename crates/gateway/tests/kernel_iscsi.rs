@@ -18,17 +18,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod kernel;
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use common::Gateway;
-use unifab_testkit::peers::{Guest, GuestImage, GuestRun, free_tcp_port};
-
-/// One guest at a time.
-static GUEST: Mutex<()> = Mutex::new(());
+use kernel::{GUEST, assert_steps, image, text};
+use unifab_testkit::peers::{Guest, free_tcp_port};
 
 const IQN: &str = "iqn.2026-11.io.unifab:kernel";
 const CHAP_USER: &str = "kernel-host";
@@ -78,30 +76,6 @@ fn script(port: u16, body: &str) -> String {
         .replace("@CHAP_SECRET@", CHAP_SECRET)
         .replace("@MUTUAL_USER@", MUTUAL_USER)
         .replace("@MUTUAL_SECRET@", MUTUAL_SECRET)
-}
-
-fn image() -> GuestImage {
-    GuestImage::ensure().unwrap_or_else(|e| panic!("the kernel-peer guest cannot run: {e}"))
-}
-
-fn text(run: &GuestRun, name: &str) -> String {
-    String::from_utf8_lossy(
-        run.file(name)
-            .unwrap_or_else(|| panic!("the guest left no {name}")),
-    )
-    .into_owned()
-}
-
-/// Every step the script reports (`ok NAME` lines in `passed`) must be
-/// there: a script that stopped early cannot pass.
-fn assert_steps(run: &GuestRun, steps: &[&str]) {
-    let passed = text(run, "passed");
-    for step in steps {
-        assert!(
-            passed.lines().any(|l| l == *step),
-            "step {step:?} not reported by the guest; it reported:\n{passed}"
-        );
-    }
 }
 
 /// The byte offset of the first data at or after `from` in `path`

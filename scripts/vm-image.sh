@@ -165,6 +165,14 @@ qemu-img convert -O qcow2 "$WORK/rootfs.raw" "$WORK/out/rootfs.qcow2"
     echo "mirror $MIRROR"
     echo "built $(date -u +%FT%TZ)"
     echo "packages ${PACKAGES[*]}"
+    # The versions the kernel-peer tests ran against (README, interop).
+    chroot "$ROOTFS" dpkg-query -W -f='version ${Package} ${Version}\n' \
+        linux-image-amd64 open-iscsi multipath-tools fcoe-utils sg3-utils mt-st
 } >"$WORK/out/RECIPE"
 mv "$WORK/out" "$DEST"
+# Images of other recipes unused for a week, and builds a killed run left.
+find "$CACHE" -mindepth 1 -maxdepth 1 -type d -name '????????????????' ! -name "$KEY" \
+    -mtime +7 -exec rm -rf {} + 2>/dev/null || true
+find "$CACHE" -mindepth 1 -maxdepth 1 -type d -name '.build-*' -mmin +60 \
+    -exec rm -rf {} + 2>/dev/null || true
 echo "$DEST"

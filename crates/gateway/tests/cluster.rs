@@ -23,35 +23,17 @@ const READ10: [u8; 10] = [0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
 /// `shared/disk.img` (opened with a shared lock in a cluster).
 fn config(dir: &Path, name: &str, etcd: &str, port: u16, admin: SocketAddr) -> String {
     let shared = dir.parent().unwrap().join("shared");
-    format!(
-        r#"
-[[lu]]
-name = "disk"
-backend = "file:{shared}/disk.img"
-size = "4MiB"
-
-{alua}
-[iscsi]
-listen = ["127.0.0.1:0"]
-relative_port = {port}
-port_group = {port}
-
-[[iscsi.target]]
-iqn = "iqn.2026-11.io.unifab:clustered"
-luns = ["disk"]
-
-[cluster]
-name = "{name}"
-etcd = ["{etcd}"]
-lease_ttl = "3s"
-
-[admin]
-listen = "{admin}"
-data_dir = "{dir}/state"
-"#,
-        dir = dir.display(),
-        shared = shared.display(),
-        alua = common::TWO_GATEWAY_GROUPS,
+    common::clustered_config(
+        dir,
+        &shared,
+        "4MiB",
+        &common::Member {
+            name,
+            etcd,
+            listen: "127.0.0.1:0",
+            rel: port,
+            admin: &admin.to_string(),
+        },
     )
 }
 

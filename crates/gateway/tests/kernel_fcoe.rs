@@ -21,63 +21,14 @@ mod kernel;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use fcoe_support::{Gw, TARGET_WWPN, require_root, tail};
-use kernel::{GUEST, assert_steps, image, text};
+use kernel::{GUEST, Tap, assert_steps, expect_passed, image, text};
 use unifab_testkit::peers::{Guest, free_tcp_port, unifab_bin};
-use unifab_testkit::veth::run;
 
 const VLAN: u16 = 100;
 const LU_BYTES: u64 = 256 << 20;
-
-/// A tap device for the guest's second NIC, deleted on drop.
-struct Tap(String);
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-impl Tap {
-    fn new() -> Tap {
-        // Taps a killed run left behind (`kfc<pid>x<n>` of a dead pid).
-        if let Ok(out) = Command::new("ip").args(["-br", "link", "show"]).output() {
-            for dev in String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| l.split_whitespace().next())
-            {
-                let dead = dev
-                    .strip_prefix("kfc")
-                    .and_then(|t| t.split_once('x'))
-                    .and_then(|(pid, _)| u32::from_str_radix(pid, 16).ok())
-                    .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
-                if dead {
-                    let _ = Command::new("ip").args(["link", "del", dev]).output();
-                }
-            }
-        }
-        let name = format!(
-            "kfc{:x}x{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        run(&["ip", "tuntap", "add", "dev", &name, "mode", "tap"]);
-        run(&["ip", "link", "set", &name, "mtu", "2500", "up"]);
-        Tap(name)
-    }
-
-    fn mac(&self) -> String {
-        std::fs::read_to_string(format!("/sys/class/net/{}/address", self.0))
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-}
-
-impl Drop for Tap {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
-    }
-}
 
 /// The FCF gateway: a fabric, an FCP target over a file LU, an FCF on the
 /// tap (on `vlan`, or untagged).
@@ -171,12 +122,7 @@ fn kernel_enode(vlan: Option<u16>) {
     let mut guest = Guest::builder()
         .script(script)
         .file("fcoe-spoof", std::fs::read(&helper).unwrap())
-        .qemu_args([
-            "-netdev".to_owned(),
-            format!("tap,id=n1,ifname={},script=no,downscript=no", tap.0),
-            "-device".to_owned(),
-            "virtio-net-pci,netdev=n1,host_mtu=2500".to_owned(),
-        ])
+        .qemu_args(tap.qemu_nic(None))
         .limit(Duration::from_secs(420))
         .start(&image)
         .unwrap();
@@ -228,11 +174,7 @@ fn kernel_enode(vlan: Option<u16>) {
     guest.write_file("spoof-counted", b"").unwrap();
 
     let run = guest.wait().unwrap();
-    println!("guest ({}): {:.1?}", image.kernel_release(), run.elapsed);
-    println!("{}", run.console);
-    if let Err(why) = run.success() {
-        panic!("{why}\ngateway:\n{}", tail(&gw.log));
-    }
+    expect_passed(&run, &image, || format!("gateway:\n{}", tail(&gw.log)));
     assert_eq!(spoofed, 5, "spoofed frames counted: {}", gw.show("fcoe"));
     let mut steps = vec![
         "FLOGI, name server, PRLI to the target: the LU is a disk",

@@ -25,7 +25,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::Gateway;
-use kernel::{GUEST, assert_steps, image, text};
+use kernel::{GUEST, assert_steps, expect_passed, image, text};
 use unifab_testkit::peers::{Guest, free_tcp_port};
 
 const IQN: &str = "iqn.2026-11.io.unifab:kernel";
@@ -127,11 +127,7 @@ fn open_iscsi_filesystem_chap_digests_unmap_sg3_utils() {
         .limit(Duration::from_secs(420))
         .run(&image)
         .unwrap();
-    println!("guest ({}): {:.1?}", image.kernel_release(), run.elapsed);
-    println!("{}", run.console);
-    if let Err(why) = run.success() {
-        panic!("{why}");
-    }
+    expect_passed(&run, &image, String::new);
     assert_steps(
         &run,
         &[
@@ -229,11 +225,7 @@ fn open_iscsi_survives_a_gateway_restart_under_a_mounted_filesystem() {
     guest.write_file("restarted", b"").unwrap();
     let run = guest.wait().unwrap();
     drop(gateway);
-    println!("guest ({}): {:.1?}", image.kernel_release(), run.elapsed);
-    println!("{}", run.console);
-    if let Err(why) = run.success() {
-        panic!("{why}");
-    }
+    expect_passed(&run, &image, String::new);
     assert_steps(
         &run,
         &[

@@ -18,14 +18,12 @@ mod kernel;
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use fcoe_support::{Gw, require_root, tail};
-use kernel::{GUEST, assert_steps, image, text};
+use kernel::{GUEST, Tap, assert_steps, expect_passed, image, text};
 use unifab_testkit::peers::{Guest, IscsiTestCu, Outcome, free_tcp_port};
 use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
-use unifab_testkit::veth::run;
 
 const IQN: &str = "iqn.2026-11.io.unifab:lio";
 /// The guest NIC's MAC, from which Linux's fcoe derives the port's WWPN.
@@ -43,29 +41,6 @@ const HOSTS: [(&str, &str); 3] = [
     ),
     ("iqn.2026-11.invalid.unifab:raw", "21:00:00:00:c9:00:0a:0e"),
 ];
-
-struct Tap(String);
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-impl Tap {
-    fn new() -> Tap {
-        let name = format!(
-            "klio{:x}x{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        run(&["ip", "tuntap", "add", "dev", &name, "mode", "tap"]);
-        run(&["ip", "link", "set", &name, "mtu", "2500", "up"]);
-        Tap(name)
-    }
-}
-
-impl Drop for Tap {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
-    }
-}
 
 fn config(dir: &Path, tap: &str, port: u16) -> String {
     let admin = free_tcp_port().unwrap();
@@ -141,12 +116,7 @@ fn libiscsi_through_unifab_to_lio_over_fcoe() {
     .replace("@INITIATORS@", &initiators.join(" "));
     let mut guest = Guest::builder()
         .script(script)
-        .qemu_args([
-            "-netdev".to_owned(),
-            format!("tap,id=n1,ifname={},script=no,downscript=no", tap.0),
-            "-device".to_owned(),
-            format!("virtio-net-pci,netdev=n1,host_mtu=2500,mac={GUEST_MAC}"),
-        ])
+        .qemu_args(tap.qemu_nic(Some(GUEST_MAC)))
         .limit(Duration::from_secs(540))
         .start(&image)
         .unwrap();
@@ -212,11 +182,7 @@ fn libiscsi_through_unifab_to_lio_over_fcoe() {
 
     guest.write_file("host-done", b"").unwrap();
     let run = guest.wait().unwrap();
-    println!("guest ({}): {:.1?}", image.kernel_release(), run.elapsed);
-    println!("{}", run.console);
-    if let Err(why) = run.success() {
-        panic!("{why}\ngateway:\n{}", tail(&gw.log));
-    }
+    expect_passed(&run, &image, || format!("gateway:\n{}", tail(&gw.log)));
     assert_steps(
         &run,
         &[

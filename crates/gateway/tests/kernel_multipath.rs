@@ -18,44 +18,9 @@ mod kernel;
 use std::path::Path;
 use std::time::Duration;
 
-use common::Gateway;
-use kernel::{GUEST, assert_steps, image, text};
+use common::{CLUSTERED_IQN, Gateway, Member, clustered_config};
+use kernel::{GUEST, assert_steps, expect_passed, image, text};
 use unifab_testkit::peers::{Etcd, Guest, free_tcp_port};
-
-const IQN: &str = "iqn.2026-11.io.unifab:clustered";
-
-fn config(dir: &Path, shared: &Path, name: &str, etcd: &str, port: u16, rel: u16) -> String {
-    format!(
-        r#"
-[[lu]]
-name = "disk"
-backend = "file:{shared}/disk.img"
-size = "128MiB"
-
-{alua}
-[iscsi]
-listen = ["127.0.0.1:{port}"]
-relative_port = {rel}
-port_group = {rel}
-
-[[iscsi.target]]
-iqn = "{IQN}"
-luns = ["disk"]
-
-[cluster]
-name = "{name}"
-etcd = ["{etcd}"]
-lease_ttl = "3s"
-
-[admin]
-listen = "127.0.0.1:0"
-data_dir = "{dir}/state"
-"#,
-        dir = dir.display(),
-        shared = shared.display(),
-        alua = common::TWO_GATEWAY_GROUPS,
-    )
-}
 
 #[test]
 fn dm_multipath_fails_over_between_clustered_gateways_without_an_io_error() {
@@ -67,8 +32,24 @@ fn dm_multipath_fails_over_between_clustered_gateways_without_an_io_error() {
     std::fs::create_dir_all(&da).unwrap();
     std::fs::create_dir_all(&db).unwrap();
     let (pa, pb) = (free_tcp_port().unwrap(), free_tcp_port().unwrap());
-    let a = Gateway::start(&da, &config(&da, top.path(), "gw-a", &etcd.url(), pa, 1));
-    let _b = Gateway::start(&db, &config(&db, top.path(), "gw-b", &etcd.url(), pb, 2));
+    let member = |dir: &Path, name: &str, port: u16, rel: u16| {
+        let listen = format!("127.0.0.1:{port}");
+        let config = clustered_config(
+            dir,
+            top.path(),
+            "128MiB",
+            &Member {
+                name,
+                etcd: &etcd.url(),
+                listen: &listen,
+                rel,
+                admin: "127.0.0.1:0",
+            },
+        );
+        Gateway::start(dir, &config)
+    };
+    let a = member(&da, "gw-a", pa, 1);
+    let _b = member(&db, "gw-b", pb, 2);
 
     let script = format!(
         "{}\n{}",
@@ -77,7 +58,7 @@ fn dm_multipath_fails_over_between_clustered_gateways_without_an_io_error() {
     )
     .replace("@PORTAL_A@", &format!("10.0.2.2:{pa}"))
     .replace("@PORTAL_B@", &format!("10.0.2.2:{pb}"))
-    .replace("@IQN@", IQN)
+    .replace("@IQN@", CLUSTERED_IQN)
     .replace("@PORTAL@", "unused");
     let mut guest = Guest::builder()
         .script(script)
@@ -91,11 +72,7 @@ fn dm_multipath_fails_over_between_clustered_gateways_without_an_io_error() {
     a.kill();
     guest.write_file("killed", b"").unwrap();
     let run = guest.wait().unwrap();
-    println!("guest ({}): {:.1?}", image.kernel_release(), run.elapsed);
-    println!("{}", run.console);
-    if let Err(why) = run.success() {
-        panic!("{why}");
-    }
+    expect_passed(&run, &image, String::new);
     assert_steps(
         &run,
         &[

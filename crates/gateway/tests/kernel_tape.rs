@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::fcip_tunnel;
 use fcoe_support::{Gw, tail};
-use kernel::{GUEST, assert_steps, image, text};
+use kernel::{GUEST, assert_steps, expect_passed, image, text};
 use unifab_testkit::peers::{Guest, GuestRun, free_tcp_port};
 
 const IQN: &str = "iqn.2026-11.io.unifab:kernel";
@@ -36,8 +36,9 @@ fn tape_lu(dir: &Path) -> String {
     )
 }
 
-/// Boots the guest with `tape.sh` against `port` and checks what it left.
-fn run_guest(port: u16) -> GuestRun {
+/// Boots the guest with `tape.sh` against `port`; fails with the guest's
+/// console and `context` unless its script passed.
+fn run_guest(port: u16, context: impl FnOnce() -> String) -> GuestRun {
     let image = image();
     let script = format!(
         "{}\n{}",
@@ -55,8 +56,7 @@ fn run_guest(port: u16) -> GuestRun {
         .limit(Duration::from_secs(420))
         .run(&image)
         .unwrap();
-    println!("guest ({}): {:.1?}", image.kernel_release(), run.elapsed);
-    println!("{}", run.console);
+    expect_passed(&run, &image, context);
     run
 }
 
@@ -104,10 +104,7 @@ fn linux_st_drives_unifab_tape_over_iscsi() {
         lu = tape_lu(dir.path()),
     );
     let gw = Gw::start(dir.path(), "tape", &config, None, "iSCSI target");
-    let run = run_guest(port);
-    if let Err(why) = run.success() {
-        panic!("{why}\ngateway:\n{}", tail(&gw.log));
-    }
+    let run = run_guest(port, || format!("gateway:\n{}", tail(&gw.log)));
     check(&run);
 }
 
@@ -164,14 +161,9 @@ fn linux_st_drives_a_far_tape_across_fcip_with_pipelining() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    let run = run_guest(port);
-    if let Err(why) = run.success() {
-        panic!(
-            "{why}\nnear:\n{}\nfar:\n{}",
-            tail(&near_gw.log),
-            tail(&far_gw.log)
-        );
-    }
+    let run = run_guest(port, || {
+        format!("near:\n{}\nfar:\n{}", tail(&near_gw.log), tail(&far_gw.log))
+    });
     check(&run);
     // The stream was pipelined across the tunnel (the statistics refresh
     // about every second).

@@ -98,6 +98,61 @@ state = "active/non-optimized"
 ports = [2]
 "#;
 
+/// The iSCSI target of a clustered LU.
+pub const CLUSTERED_IQN: &str = "iqn.2026-11.io.unifab:clustered";
+
+/// A member of a cluster of gateways: its name, the etcd it uses (3 s
+/// lease), its iSCSI listen address, its port `rel` (relative port and
+/// port group, in [`TWO_GATEWAY_GROUPS`]) and its admin endpoint.
+pub struct Member<'a> {
+    pub name: &'a str,
+    pub etcd: &'a str,
+    pub listen: &'a str,
+    pub rel: u16,
+    pub admin: &'a str,
+}
+
+/// `member`'s config: the shared file LU `{shared}/disk.img` of `size` to
+/// [`CLUSTERED_IQN`], state in `dir`.
+pub fn clustered_config(dir: &Path, shared: &Path, size: &str, member: &Member<'_>) -> String {
+    let Member {
+        name,
+        etcd,
+        listen,
+        rel,
+        admin,
+    } = member;
+    format!(
+        r#"
+[[lu]]
+name = "disk"
+backend = "file:{shared}/disk.img"
+size = "{size}"
+
+{TWO_GATEWAY_GROUPS}
+[iscsi]
+listen = ["{listen}"]
+relative_port = {rel}
+port_group = {rel}
+
+[[iscsi.target]]
+iqn = "{CLUSTERED_IQN}"
+luns = ["disk"]
+
+[cluster]
+name = "{name}"
+etcd = ["{etcd}"]
+lease_ttl = "3s"
+
+[admin]
+listen = "{admin}"
+data_dir = "{dir}/state"
+"#,
+        dir = dir.display(),
+        shared = shared.display(),
+    )
+}
+
 /// A config serving one file LU over iSCSI on an ephemeral port.
 pub fn file_lu_config(dir: &Path, size: &str) -> String {
     format!(

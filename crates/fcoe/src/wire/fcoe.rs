@@ -84,7 +84,8 @@ impl<T: AsRef<[u8]>> FcoeFrame<T> {
         Eof(b[b.len() - 4])
     }
 
-    /// Checks version, delimiters and CRC.
+    /// Checks version, delimiters, that the FC frame is whole words, and
+    /// the CRC.
     pub fn check(&self) -> Result<(), WireError> {
         if self.version() != FCOE_VERSION {
             return Err(WireError::FcoeVersion(self.version()));
@@ -94,6 +95,9 @@ impl<T: AsRef<[u8]>> FcoeFrame<T> {
         }
         if !self.eof().is_valid() {
             return Err(WireError::Delimiter(self.eof().0));
+        }
+        if self.fc_frame().len() % 4 != 0 {
+            return Err(WireError::Unaligned(self.fc_frame().len()));
         }
         let computed = fc_crc(self.fc_frame());
         if computed != self.crc() {
@@ -319,6 +323,18 @@ mod tests {
             assert_eq!(&back.payload[..], &data[..], "len {len}");
             assert_eq!(back.header.f_ctl.fill_bytes(), 0);
             assert_eq!(back.header, header);
+            // Without its fill, the same frame is refused: an FC frame is
+            // whole words.
+            if fill != 0 {
+                let bare = &fc[..24 + len];
+                let r = FcoeRepr::parse(&v);
+                let mut raw = vec![0u8; FcoeRepr::buffer_len(bare.len())];
+                r.emit(bare, &mut raw).unwrap();
+                assert_eq!(
+                    decode(&Bytes::from(raw)),
+                    Err(WireError::Unaligned(24 + len))
+                );
+            }
         }
     }
 }

@@ -68,6 +68,10 @@ pub enum WireError {
     /// The frame is larger than the link allows (a baby jumbo of 2,500 bytes).
     #[error("frame of {0} bytes exceeds the 2,500-byte baby jumbo")]
     TooLong(usize),
+    /// An FC frame (header and data field) that is not whole words:
+    /// FC-FS-4 §9.5 pads the data field with fill bytes, counted in F_CTL.
+    #[error("FC frame of {0} bytes is not whole words (the data field must be padded with fill)")]
+    Unaligned(usize),
     /// The FC frame inside is malformed.
     #[error("FC frame: {0}")]
     Fc(#[from] unifab_fc::WireError),

@@ -96,7 +96,7 @@ impl<T: AsRef<[u8]>> FcoeFrame<T> {
         if !self.eof().is_valid() {
             return Err(WireError::Delimiter(self.eof().0));
         }
-        if self.fc_frame().len() % 4 != 0 {
+        if !self.fc_frame().len().is_multiple_of(4) {
             return Err(WireError::Unaligned(self.fc_frame().len()));
         }
         let computed = fc_crc(self.fc_frame());

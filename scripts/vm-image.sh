@@ -40,18 +40,19 @@ if [[ "${1:-}" == --path ]]; then
     exit 0
 fi
 
-die() { printf 'vm-image FAILED: %s\n' "$*" >&2; exit 1; }
-[[ $(id -u) -eq 0 ]] || die "building the guest image needs root (debootstrap, chroot)"
-for prog in debootstrap qemu-img mkfs.ext4; do
-    command -v "$prog" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$prog" >/dev/null 2>&1 \
-        || die "$prog not found: install the Debian packages debootstrap qemu-utils e2fsprogs (scripts/setup.sh)"
-done
-export PATH="$PATH:/usr/sbin:/sbin"
-
+# A built image needs nothing more (booting it needs no root).
 if [[ -f "$DEST/RECIPE" ]]; then
     echo "$DEST"
     exit 0
 fi
+
+die() { printf 'vm-image FAILED: %s\n' "$*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "building the guest image needs root (debootstrap, chroot)"
+export PATH="$PATH:/usr/sbin:/sbin"
+for prog in debootstrap qemu-img mkfs.ext4; do
+    command -v "$prog" >/dev/null 2>&1 \
+        || die "$prog not found: install the Debian packages debootstrap qemu-utils e2fsprogs (scripts/setup.sh)"
+done
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"

@@ -11,14 +11,16 @@
 #
 #   ${UNIFAB_VM_CACHE:-/var/cache/unifab/vm}/<key>/{vmlinuz,initrd.img,rootfs.qcow2,RECIPE}
 #
-# where <key> is a hash of this script: change the recipe and the next run
-# builds a new image beside the old one. Nothing here is ever committed.
+# where <key> is a hash of this script's code (comments left out): change
+# the recipe and the next run builds a new image beside the old one.
+# Nothing here is ever committed.
 # A build takes ~2 minutes on 2 cores (debootstrap ~80 s) and ~500 MB of
 # disk; a cached image costs nothing. The build happens in a temporary
 # directory and is renamed into place, under a lock, so two concurrent
 # callers build it once and a killed build leaves no half image.
 #
-# The guest does not run systemd. Its kernel command line names
+# Its last line of output is the image's directory (all else goes to
+# stderr). The guest does not run systemd. Its kernel command line names
 # init=/sbin/unifab-init (written below): mount /proc, /sys, /dev, the 9p
 # share "unifab" at /mnt/host, run /mnt/host/run.sh with its output on the
 # console (ttyS0), eth0 at 10.0.2.15/24 (QEMU user networking: the host's
@@ -32,7 +34,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 CACHE=${UNIFAB_VM_CACHE:-/var/cache/unifab/vm}
-KEY=$(sha256sum "$here/vm-image.sh" | cut -c1-16)
+# The recipe is this script without its comment lines: editing the words
+# above builds nothing new.
+KEY=$(grep -v '^[[:space:]]*#' "$here/vm-image.sh" | sha256sum | cut -c1-16)
 DEST="$CACHE/$KEY"
 
 if [[ "${1:-}" == --path ]]; then
@@ -158,8 +162,8 @@ mkdir -p "$WORK/out"
 cp "$ROOTFS/boot/vmlinuz-$KVER" "$WORK/out/vmlinuz"
 cp "$ROOTFS/boot/initrd.img-$KVER" "$WORK/out/initrd.img"
 SIZE_MB=$(($(du -sm "$ROOTFS" | cut -f1) + 400))
-mkfs.ext4 -q -L unifab-guest -d "$ROOTFS" "$WORK/rootfs.raw" "${SIZE_MB}M"
-qemu-img convert -O qcow2 "$WORK/rootfs.raw" "$WORK/out/rootfs.qcow2"
+mkfs.ext4 -q -L unifab-guest -d "$ROOTFS" "$WORK/rootfs.raw" "${SIZE_MB}M" >&2
+qemu-img convert -O qcow2 "$WORK/rootfs.raw" "$WORK/out/rootfs.qcow2" >&2
 {
     echo "key $KEY"
     echo "kernel $KVER"

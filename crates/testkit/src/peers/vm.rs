@@ -73,7 +73,8 @@ impl GuestImage {
                 output: format!("{}{}", finished.stdout, finished.stderr),
             });
         }
-        let dir = PathBuf::from(finished.stdout.trim());
+        // The script's last line names the image's directory.
+        let dir = PathBuf::from(finished.stdout.lines().last().unwrap_or_default().trim());
         for part in ["vmlinuz", "initrd.img", "rootfs.qcow2"] {
             if !dir.join(part).is_file() {
                 return Err(PeerError::Unparsable {

@@ -159,9 +159,14 @@ fn kernel_enode(vlan: Option<u16>) {
     guest
         .wait_for_file("spoof-ready", Duration::from_secs(180))
         .unwrap_or_else(|e| panic!("{e}\ngateway:\n{}", tail(&gw.log)));
+    // The port's counters are refreshed about every second: wait for the
+    // kernel's frames since the CVL to show.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&gw, "rx_fcoe") == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(counter(&gw, "rx_fcoe") > 0, "{}", gw.show("fcoe"));
     assert_eq!(counter(&gw, "spoofed"), 0, "{}", gw.show("fcoe"));
-    let accepted = counter(&gw, "rx_fcoe");
-    assert!(accepted > 0, "{}", gw.show("fcoe"));
     guest.write_file("spoof-go", b"").unwrap();
     guest
         .wait_for_file("spoofed", Duration::from_secs(60))

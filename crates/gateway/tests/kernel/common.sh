@@ -119,3 +119,57 @@ no_io_errors() {
         fail "the kernel logged I/O errors"
     fi
 }
+
+# COUNT files of assorted sizes in a tree under /mnt/lu, and /mnt/lu/big of
+# BIG bytes (head -c syntax: 8M).
+write_tree() {
+    i=0
+    while [ $i -lt "$1" ]; do
+        d=/mnt/lu/dir$((i % 6))/sub$((i % 3))
+        mkdir -p "$d"
+        head -c $((i * 7919 + 513)) /dev/urandom >"$d/file$i"
+        i=$((i + 1))
+    done
+    head -c "$2" /dev/urandom >/mnt/lu/big
+}
+
+# The checksums of the files under /mnt/lu (named like $1, default all)
+# into $SHARE/sums; check_sums WHY checks them again.
+save_sums() {
+    (cd /mnt/lu && find . -type f -name "${1:-*}" -print | sort | xargs md5sum) >"$SHARE/sums"
+}
+check_sums() {
+    (cd /mnt/lu && md5sum -c --quiet "$SHARE/sums") || fail "checksums differ ($1)"
+}
+
+# A writer of SIZE-byte files w0, w1, … in /mnt/lu, a sync every SYNC_EVERY
+# files, until $SHARE/stop; its pid in WRITER.
+start_writer() {
+    (
+        i=0
+        while [ ! -e "$SHARE/stop" ]; do
+            head -c "$1" /dev/urandom >"/mnt/lu/w$i"
+            if [ $((i % $2)) -eq 0 ]; then sync; fi
+            i=$((i + 1))
+        done
+    ) &
+    WRITER=$!
+}
+
+# With the writer running: asks the host to act ($SHARE/$1), waits for its
+# answer ($2, at most 120 s), writes on for $3 s, stops the writer; fails
+# unless every write and the sync after succeeded and files were written
+# after the host's act ($4 names it).
+writes_go_on_through() {
+    sleep 3
+    touch "$SHARE/$1"
+    wait_host "$2" 120
+    before=$(find /mnt/lu -maxdepth 1 -name 'w*' | wc -l)
+    sleep "$3"
+    touch "$SHARE/stop"
+    wait "$WRITER" || fail "the writer failed"
+    sync || fail "sync failed after $4"
+    after=$(find /mnt/lu -maxdepth 1 -name 'w*' | wc -l)
+    echo "files: $before when $4 was done, $after at the end"
+    [ "$after" -gt "$before" ] || fail "no file was written after $4"
+}

@@ -47,7 +47,7 @@ disk_back() {
 
 check_files() {
     mount "/dev/$D" /mnt/lu
-    (cd /mnt/lu && md5sum -c --quiet "$SHARE/sums") || fail "checksums differ ($1)"
+    check_sums "$1"
     umount /mnt/lu
 }
 
@@ -62,15 +62,8 @@ cat "/sys/class/net/$IF/address" >"$SHARE/enode_mac.txt"
 mkfs.ext4 -q -F -b 4096 "/dev/$D"
 mkdir -p /mnt/lu
 mount "/dev/$D" /mnt/lu
-i=0
-while [ $i -lt 40 ]; do
-    d=/mnt/lu/dir$((i % 4))
-    mkdir -p "$d"
-    head -c $((i * 7919 + 513)) /dev/urandom >"$d/file$i"
-    i=$((i + 1))
-done
-head -c 8M /dev/urandom >/mnt/lu/big
-(cd /mnt/lu && find . -type f -print | sort | xargs md5sum) >"$SHARE/sums"
+write_tree 40 8M
+save_sums
 sync
 umount /mnt/lu
 echo 3 >/proc/sys/vm/drop_caches

@@ -33,15 +33,8 @@ ok "CRC32C header and data digests"
 mkfs.ext4 -q -F -b 4096 "/dev/$D" 200M
 mkdir -p /mnt/lu
 mount "/dev/$D" /mnt/lu
-i=0
-while [ $i -lt 60 ]; do
-    d=/mnt/lu/dir$((i % 6))/sub$((i % 3))
-    mkdir -p "$d"
-    head -c $((i * 7919 + 513)) /dev/urandom >"$d/file$i"
-    i=$((i + 1))
-done
-head -c 24M /dev/urandom >/mnt/lu/big
-(cd /mnt/lu && find . -type f -print | sort | xargs md5sum) >"$SHARE/sums"
+write_tree 60 24M
+save_sums
 sync
 umount /mnt/lu
 fsck.ext4 -f -n "/dev/$D" || fail "fsck -f found errors"
@@ -52,7 +45,7 @@ no_disks
 login
 D=$(new_disk "")
 mount "/dev/$D" /mnt/lu
-(cd /mnt/lu && md5sum -c --quiet "$SHARE/sums") || fail "checksums differ after a fresh login"
+check_sums "after a fresh login"
 ok "checksums match after logout and a fresh login"
 
 [ "$(cat "/sys/block/$D/queue/discard_max_bytes")" -gt 0 ] || fail "the disk takes no discard"

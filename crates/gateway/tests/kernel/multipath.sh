@@ -69,33 +69,16 @@ sg_persist --in --read-reservation "/dev/$B" | tee "$SHARE/pr-before.txt"
 mkfs.ext4 -q -F -b 4096 /dev/mapper/mpatha
 mkdir -p /mnt/lu
 mount /dev/mapper/mpatha /mnt/lu
-(
-    i=0
-    while [ ! -e "$SHARE/stop" ]; do
-        head -c 65536 /dev/urandom >"/mnt/lu/w$i"
-        sync
-        i=$((i + 1))
-    done
-) &
-WRITER=$!
-sleep 3
-touch "$SHARE/kill-now"
-wait_host killed 120
-before=$(find /mnt/lu -maxdepth 1 -name 'w*' | wc -l)
-# Go on writing through the surviving path.
-sleep 12
-touch "$SHARE/stop"
-wait $WRITER || fail "the writer failed"
-sync || fail "sync failed after the failover"
-after=$(find /mnt/lu -maxdepth 1 -name 'w*' | wc -l)
-echo "files: $before when gateway A was killed, $after at the end"
-[ "$after" -gt "$before" ] || fail "no file was written after the failover"
-(cd /mnt/lu && find . -type f -name 'w*' -print | sort | xargs md5sum) >"$SHARE/sums"
+# 64 KiB files, each synced, through the SIGKILL of gateway A and 12 s
+# after it.
+start_writer 65536 1
+writes_go_on_through kill-now killed 12 "gateway A's SIGKILL"
+save_sums 'w*'
 umount /mnt/lu
 echo 3 >/proc/sys/vm/drop_caches
 fsck.ext4 -f -n /dev/mapper/mpatha || fail "fsck -f found errors after the failover"
 mount /dev/mapper/mpatha /mnt/lu
-(cd /mnt/lu && md5sum -c --quiet "$SHARE/sums") || fail "checksums differ after the failover"
+check_sums "after the failover"
 umount /mnt/lu
 ok "writes went on through the failover; fsck -f clean, checksums match"
 

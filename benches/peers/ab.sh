@@ -8,7 +8,10 @@
 # Both serve a 1 GiB, fully allocated LU file on tmpfs (/dev/shm) on
 # 127.0.0.1, side by side for the whole run. qemu-img bench (QEMU's own
 # iSCSI driver) runs each workload against A, then B, ROUNDS times, and the
-# script prints every round and the medians, in requests per second:
+# script prints every round and the medians, in requests per second, each
+# with the target's CPU time per request (user + system of its process,
+# from /proc/PID/stat around the run, in µs): when the client is the limit,
+# the rates match and only the CPU tells a cheaper target from a dearer one.
 #
 #   write-4k   4 KiB sequential writes, queue depth 32
 #   read-4k    4 KiB sequential reads,  queue depth 32
@@ -53,32 +56,43 @@ A_PID=$UNIFAB_PID A_URL=$UNIFAB_URL
 start_unifab "$B" "$WORK/b" "$WORK/b.img" "$SIZE"
 B_PID=$UNIFAB_PID B_URL=$UNIFAB_URL
 
-# rate URL MODE -> requests per second of one qemu-img bench run
+TICKS=$(getconf CLK_TCK)
+# rate URL MODE PID -> "requests per second" "target CPU µs per request" of
+# one qemu-img bench run
 rate() {
-    local flag=() start end
+    local flag=() start end before after
     [[ $2 == write ]] && flag=(-w)
+    before=$(cpu_of "$3")
     start=$(date +%s.%N)
     qemu-img bench -f raw -t none "${flag[@]}" -c "$REQUESTS" -d 32 -s 4096 -S 4096 "$1" \
         >/dev/null 2>&1 || die "qemu-img bench failed on $1 ($2)"
     end=$(date +%s.%N)
-    python3 -c "print(f'{$REQUESTS / ($end - $start):.0f}')"
+    after=$(cpu_of "$3")
+    python3 -c "
+b, a = '$before'.split(), '$after'.split()
+cpu = (int(a[0]) + int(a[1]) - int(b[0]) - int(b[1])) / $TICKS
+print(f'{$REQUESTS / ($end - $start):.0f} {cpu / $REQUESTS * 1e6:.2f}')"
 }
 
-declare -A RUNS
-echo "| round | workload | A (req/s) | B (req/s) |"
-echo "|---|---|---:|---:|"
+declare -A RUNS CPU
+echo "| round | workload | A (req/s) | B (req/s) | A (µs CPU/req) | B (µs CPU/req) |"
+echo "|---|---|---:|---:|---:|---:|"
 for r in $(seq 1 "$ROUNDS"); do
     for mode in write read; do
-        a=$(rate "$A_URL" "$mode")
-        b=$(rate "$B_URL" "$mode")
+        read -r a ca < <(rate "$A_URL" "$mode" "$A_PID")
+        read -r b cb < <(rate "$B_URL" "$mode" "$B_PID")
         RUNS[$mode-a]+="$a "
         RUNS[$mode-b]+="$b "
-        echo "| $r | $mode-4k | $a | $b |"
+        CPU[$mode-a]+="$ca "
+        CPU[$mode-b]+="$cb "
+        echo "| $r | $mode-4k | $a | $b | $ca | $cb |"
     done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 for mode in write read; do
     a=$(median <<<"${RUNS[$mode-a]}")
     b=$(median <<<"${RUNS[$mode-b]}")
-    echo "| median | $mode-4k | $a | $b (B/A $(python3 -c "print(f'{$b / $a:.3f}')")) |"
+    ca=$(median <<<"${CPU[$mode-a]}")
+    cb=$(median <<<"${CPU[$mode-b]}")
+    echo "| median | $mode-4k | $a | $b (B/A $(python3 -c "print(f'{$b / $a:.3f}')")) | $ca | $cb (B/A $(python3 -c "print(f'{$cb / $ca:.3f}')")) |"
 done

@@ -465,6 +465,24 @@ fn gather(data: &[Bytes], skip: usize, n: usize) -> Vec<u8> {
 
 /// The first `n` bytes of data-out as slices, without copying; the input
 /// vector itself when it is exactly `n` bytes.
+/// A command that changes the medium, as [`Inner::fence`] sees it: the
+/// target port group it arrived through and its CDB (ALUA's states refuse
+/// by operation code).
+#[derive(Debug, Clone)]
+struct Fence {
+    group: u16,
+    cdb: Bytes,
+}
+
+impl Fence {
+    fn of(task: &Task) -> Fence {
+        Fence {
+            group: task.nexus.target().port_group,
+            cdb: task.cdb.bytes().clone(),
+        }
+    }
+}
+
 fn first_bytes(data: Vec<Bytes>, n: usize) -> Vec<Bytes> {
     let total: usize = data.iter().map(Bytes::len).sum();
     if total == n {
@@ -792,6 +810,22 @@ impl Inner {
                 error = %e,
                 "flush failed: every later flush of this LU fails until it is opened again"
             );
+        }
+    }
+
+    /// Whether the command `f` describes may still change the medium
+    /// through its port. Checked right before each change is handed to
+    /// the backend — after any wait for the write lock or an I/O thread,
+    /// and between the pieces of a long one (WRITE SAME, UNMAP's ranges,
+    /// EXTENDED COPY, SANITIZE) — so a command that arrived while its port
+    /// was active changes nothing once the port is Unavailable: a cluster
+    /// member past its local deadline, fencing itself, while another
+    /// gateway takes the LU over. One atomic load while every group is
+    /// active.
+    fn fence(&self, f: &Fence) -> Result<(), BackendError> {
+        match self.alua.refuses(f.group, &f.cdb) {
+            Some(_) => Err(BackendError::PortUnavailable),
+            None => Ok(()),
         }
     }
 

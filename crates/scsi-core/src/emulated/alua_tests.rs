@@ -2,7 +2,10 @@
 //! attentions of a transition, and what each state lets through, with two
 //! hosts on ports of two groups.
 
-use super::tests::{assert_good, assert_sense, assert_ua, data, run, sense_of};
+use super::tests::{
+    assert_good, assert_sense, assert_ua, caw, data, overwrite_params, run, rw10, rw16, sanitize,
+    sense_of, xcopy_cdb, xcopy_list,
+};
 use super::*;
 use crate::alua::{AccessState, AluaConfig, PortGroup};
 use crate::backend::MemoryBackend;
@@ -428,4 +431,139 @@ async fn a_write_held_up_past_its_ports_fencing_is_not_issued() {
         data(&r).iter().all(|b| *b == 0),
         "the write reached the medium"
     );
+}
+
+/// Not only WRITE: every command that changes the medium — ORWRITE,
+/// COMPARE AND WRITE, WRITE SAME (a pattern, zeros, UNMAP), UNMAP,
+/// EXTENDED COPY, SANITIZE — that is past its arrival checks and waits (for
+/// the write lock here, as it may for an I/O thread) while its port turns
+/// Unavailable changes nothing and answers NOT READY, TARGET PORT IN
+/// UNAVAILABLE STATE. Each case fails if its path hands the change to the
+/// backend without asking the fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_medium_change_is_issued_past_its_ports_fencing() {
+    const OLD: u8 = 0x5a;
+    let unmap = |lba: u64, n: u32| {
+        let mut p = vec![0u8; 8];
+        p[1] = 22;
+        p[3] = 16;
+        let mut d = [0u8; 16];
+        d[..8].copy_from_slice(&lba.to_be_bytes());
+        d[8..12].copy_from_slice(&n.to_be_bytes());
+        p.extend_from_slice(&d);
+        p
+    };
+    let overwrite = overwrite_params(0x01, &[0xab]);
+    type Case = (&'static str, Vec<u8>, Vec<u8>);
+    let cases: Vec<Box<dyn Fn(u64) -> Case>> = vec![
+        Box::new(|_| {
+            (
+                "ORWRITE(16)",
+                rw16(0x8b, 0, 0, 8).to_vec(),
+                vec![0x01; 8 * 512],
+            )
+        }),
+        Box::new(|_| {
+            let mut d = vec![OLD; 512];
+            d.extend_from_slice(&[0xab; 512]);
+            ("COMPARE AND WRITE", caw(0, 1).to_vec(), d)
+        }),
+        Box::new(|_| {
+            (
+                "WRITE SAME(16)",
+                rw16(0x93, 0, 0, 8).to_vec(),
+                vec![0xab; 512],
+            )
+        }),
+        Box::new(|_| {
+            (
+                "WRITE SAME(16) of zeros",
+                rw16(0x93, 0, 0, 8).to_vec(),
+                vec![0; 512],
+            )
+        }),
+        Box::new(|_| {
+            (
+                "WRITE SAME(16) UNMAP",
+                rw16(0x93, 0x08, 0, 8).to_vec(),
+                vec![0; 512],
+            )
+        }),
+        Box::new(move |_| {
+            let p = unmap(0, 8);
+            let mut c = [0u8; 10];
+            c[0] = 0x42;
+            c[7..9].copy_from_slice(&(p.len() as u16).to_be_bytes());
+            ("UNMAP", c.to_vec(), p)
+        }),
+        Box::new(|naa| {
+            // From blocks 1000.. (zeros) onto blocks 0..8.
+            let p = xcopy_list(1, 0, naa, 8, 1000, 0);
+            ("EXTENDED COPY", xcopy_cdb(p.len() as u32).to_vec(), p)
+        }),
+        Box::new(move |_| {
+            (
+                "SANITIZE OVERWRITE",
+                sanitize(false, 1, overwrite.len() as u16).to_vec(),
+                overwrite.clone(),
+            )
+        }),
+        Box::new(|_| {
+            (
+                "SANITIZE BLOCK ERASE",
+                sanitize(false, 2, 0).to_vec(),
+                vec![],
+            )
+        }),
+    ];
+    for case in &cases {
+        let lu = Arc::new(
+            EmulatedLu::new(
+                EmulatedLuConfig {
+                    io_mode: IoMode::Blocking,
+                    alua: two_groups(false),
+                    sanitize_rate: 0,
+                    ..EmulatedLuConfig::default()
+                },
+                Arc::new(MemoryBackend::new(1 << 20)),
+            )
+            .unwrap(),
+        );
+        let (what, cdb, out) = case(lu.naa());
+        let h = via("iqn.2026-11.test:h1", 1, 1);
+        let h2 = via("iqn.2026-11.test:h2", 2, 2);
+        ready(&lu, &h).await;
+        ready(&lu, &h2).await;
+        assert_good(&run(&lu, &h2, &rw10(0x2a, 0, 0, 8), &[OLD; 8 * 512]).await);
+        let held = lu.inner.write_lock.write().unwrap();
+        let pending = {
+            let (lu, h) = (lu.clone(), h.clone());
+            tokio::spawn(async move { run(&lu, &h, &cdb, &out).await })
+        };
+        // The command is past its arrival checks and waits for the lock.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if pending.is_finished() {
+            panic!("{what} did not wait for the lock: {:?}", pending.await);
+        }
+        assert!(lu.set_alua_state(1, AccessState::Unavailable));
+        drop(held);
+        let r = pending.await.unwrap();
+        let s = sense_of(&r);
+        assert_eq!(
+            (s.key, s.asc),
+            (
+                SenseKey::NOT_READY,
+                asc::LOGICAL_UNIT_NOT_ACCESSIBLE_TARGET_PORT_IN_UNAVAILABLE_STATE
+            ),
+            "{what}"
+        );
+        // The medium itself (a SANITIZE that stopped leaves the LU in its
+        // failure mode, so not through a READ): as it was.
+        let mut medium = vec![0u8; 8 * 512];
+        lu.inner.backend.read_at(0, &mut medium).unwrap();
+        assert!(
+            medium.iter().all(|b| *b == OLD),
+            "{what} reached the medium after its port was fenced"
+        );
+    }
 }

@@ -40,6 +40,7 @@ impl Inner {
             bytes: 0,
         };
         let mut result = TaskResult::good();
+        let fence = Fence::of(task);
         for seg in &plan.segments {
             let n = u64::from(seg.blocks);
             if self.range(seg.src_lba, n).is_some() || self.range(seg.dst_lba, n).is_some() {
@@ -49,16 +50,24 @@ impl Inner {
             }
             let len = n << self.shift;
             let (src, dst) = (seg.src_lba << self.shift, seg.dst_lba << self.shift);
+            let fence = fence.clone();
             let res = self
                 .io(move |me| {
                     let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
-                    copy_within(me.backend.as_ref(), src, dst, len)
+                    copy_within(me.backend.as_ref(), src, dst, len, &|| me.fence(&fence))
                 })
                 .await;
             match res {
                 Some(Ok(())) => {
                     status.segments += 1;
                     status.bytes += len;
+                }
+                Some(Err(e @ BackendError::PortUnavailable)) => {
+                    // Fenced between two pieces: what the copy wrote so far
+                    // stays, and the host hears why it stopped.
+                    status.ok = false;
+                    result = backend_failed(&e, true, self.shift);
+                    break;
                 }
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "EXTENDED COPY segment failed");

@@ -89,8 +89,10 @@ impl Inner {
             );
         }
         let me = self.clone();
+        let fence = Fence::of(task);
+        let answer_fence = fence.clone();
         let work = move || {
-            let ok = match me.sanitize_run(&job) {
+            let ok = match me.sanitize_run(&job, &fence) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(error = %e, "SANITIZE failed");
@@ -127,18 +129,29 @@ impl Inner {
             work();
         }
         if self.sanitize_failed.load(Ordering::Acquire) {
+            // Stopped by the fence: the port's state is the answer.
+            if let Err(e) = self.fence(&answer_fence) {
+                return backend_failed(&e, true, self.shift);
+            }
             check(SenseKey::MEDIUM_ERROR, asc::SANITIZE_COMMAND_FAILED)
         } else {
             TaskResult::good()
         }
     }
 
-    /// The sanitize operation itself (on the sanitize thread).
-    pub(super) fn sanitize_run(&self, job: &SanitizeJob) -> Result<(), BackendError> {
+    /// The sanitize operation itself (on the sanitize thread); it stops
+    /// where the fence of the SANITIZE command that started it says the
+    /// port may no longer write.
+    pub(super) fn sanitize_run(
+        &self,
+        job: &SanitizeJob,
+        fence: &Fence,
+    ) -> Result<(), BackendError> {
         let size = self.blocks() << self.shift;
         match job {
             SanitizeJob::Erase => {
                 let _g = self.exclusive()?;
+                self.fence(fence)?;
                 if self.thin {
                     self.backend.discard(0, size)?;
                 } else {
@@ -156,6 +169,7 @@ impl Inner {
                     let n = (size - pos).min(chunk.len() as u64) as usize;
                     {
                         let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                        self.fence(fence)?;
                         self.backend.write_at(pos, &[chunk.slice(..n)], false)?;
                     }
                     pos += n as u64;

@@ -155,13 +155,9 @@ impl Inner {
         if fua && let Some(refused) = self.flush_refused() {
             return refused;
         }
-        // A port made Unavailable since the command arrived (a cluster
-        // member past its local deadline, fencing itself): the write is not
-        // handed to the backend — checked again right before it is, after
-        // any wait for the write lock or an I/O thread. One atomic load
-        // while every group is active.
-        let group = task.nexus.target().port_group;
-        let cdb = task.cdb.bytes().clone();
+        // A port made Unavailable since the command arrived: the write is
+        // not handed to the backend ([`Inner::fence`]).
+        let fence = Fence::of(task);
         let data = first_bytes(std::mem::take(&mut task.data_out), n as usize);
         let off = io.lba << self.shift;
         let aio = self.backend.aio().filter(|_| !exclusive && !verify);
@@ -171,8 +167,8 @@ impl Inner {
             // (and waits for it in `quiesce`).
             let done = {
                 let _shared = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
-                if self.alua.refuses(group, &cdb).is_some() {
-                    return backend_failed(&BackendError::PortUnavailable, true, self.shift);
+                if let Err(e) = self.fence(&fence) {
+                    return backend_failed(&e, true, self.shift);
                 }
                 aio.write(off, data, fua)
             };
@@ -186,9 +182,7 @@ impl Inner {
                 } else {
                     None
                 };
-                if me.alua.refuses(group, &cdb).is_some() {
-                    return Err(BackendError::PortUnavailable);
-                }
+                me.fence(&fence)?;
                 me.backend.write_at(off, &data, fua)?;
                 if verify {
                     let mut back = vec![0u8; n as usize];
@@ -291,9 +285,11 @@ impl Inner {
         let data = gather(&task.data_out, 0, n);
         let fua = io.fua || !self.wce.load(Ordering::Acquire);
         let off = io.lba << self.shift;
+        let fence = Fence::of(task);
         let res = self
             .io(move |me| {
                 let _g = me.exclusive()?;
+                me.fence(&fence)?;
                 let mut medium = vec![0u8; n];
                 me.backend.read_at(off, &mut medium)?;
                 for (m, d) in medium.iter_mut().zip(data.iter()) {
@@ -331,6 +327,7 @@ impl Inner {
         let write = gather(&task.data_out, half, half);
         let fua = io.fua || !self.wce.load(Ordering::Acquire);
         let off = io.lba << self.shift;
+        let fence = Fence::of(task);
         if let Some(aio) = self.backend.aio() {
             let (v, w) = (Bytes::from(verify.clone()), Bytes::from(write.clone()));
             // Submitted under the shared write lock, as a write is: an
@@ -338,6 +335,9 @@ impl Inner {
             // for it in `quiesce` rather than interleaving with it.
             let submitted = {
                 let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = self.fence(&fence) {
+                    return backend_failed(&e, true, self.shift);
+                }
                 aio.compare_and_write(off, v, w, fua)
             };
             if let Some(done) = submitted {
@@ -362,6 +362,7 @@ impl Inner {
         let res = self
             .io(move |me| {
                 let _g = me.exclusive()?;
+                me.fence(&fence)?;
                 let mut medium = vec![0u8; half];
                 me.backend.read_at(off, &mut medium)?;
                 if let Some(at) = medium.iter().zip(verify.iter()).position(|(a, b)| a != b) {
@@ -441,12 +442,16 @@ impl Inner {
         let fua = !self.wce.load(Ordering::Acquire);
         let off = lba << self.shift;
         let len = count << self.shift;
+        let fence = Fence::of(task);
         if !unmap
             && !zero
             && let Some(aio) = self.backend.aio()
         {
             let submitted = {
                 let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = self.fence(&fence) {
+                    return backend_failed(&e, true, self.shift);
+                }
                 aio.write_same(off, len, Bytes::from(pattern.clone()))
             };
             if let Some(done) = submitted {
@@ -463,6 +468,7 @@ impl Inner {
         let res = self
             .io(move |me| {
                 let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                me.fence(&fence)?;
                 // UNMAP=1 deallocates whatever the data block holds: with
                 // LBPRZ=1 the blocks then read back as zeros (SBC-3 §4.7.3.4;
                 // libiscsi's WriteSame*.UnmapUntilEnd checks exactly this).
@@ -481,6 +487,7 @@ impl Inner {
                     let end = off + len;
                     while pos < end {
                         let n = (end - pos).min(chunk.len() as u64) as usize;
+                        me.fence(&fence)?;
                         me.backend.write_at(pos, &[chunk.slice(..n)], false)?;
                         pos += n as u64;
                     }
@@ -546,11 +553,15 @@ impl Inner {
         if ranges.is_empty() {
             return TaskResult::good();
         }
+        let fence = Fence::of(task);
         if let Some(aio) = self.backend.aio() {
             // Every range submitted under the shared write lock, then all
             // awaited: the first error (if any) is the command's.
             let pending: Option<Vec<_>> = {
                 let _g = self.write_lock.read().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = self.fence(&fence) {
+                    return backend_failed(&e, true, self.shift);
+                }
                 ranges
                     .iter()
                     .map(|&(off, len)| aio.discard(off, len))
@@ -573,6 +584,7 @@ impl Inner {
             .io(move |me| {
                 let _g = me.write_lock.read().unwrap_or_else(|p| p.into_inner());
                 for (off, len) in ranges {
+                    me.fence(&fence)?;
                     me.backend.discard(off, len)?;
                 }
                 Ok::<_, BackendError>(())
@@ -631,12 +643,14 @@ impl Inner {
 }
 
 /// Copies `len` bytes at `src` to `dst` on `backend` in 1 MiB pieces,
-/// backwards when the destination overlaps the source from above.
+/// backwards when the destination overlaps the source from above; `may_write`
+/// is asked before each piece is written (the fence).
 pub(super) fn copy_within(
     backend: &dyn BlockBackend,
     src: u64,
     dst: u64,
     len: u64,
+    may_write: &dyn Fn() -> Result<(), BackendError>,
 ) -> Result<(), BackendError> {
     const PIECE: u64 = 1 << 20;
     let backwards = dst > src && dst < src + len;
@@ -647,6 +661,7 @@ pub(super) fn copy_within(
         let at = if backwards { len - done - n } else { done };
         let piece = buf.get_mut(..n as usize).unwrap_or_default();
         backend.read_at(src + at, piece)?;
+        may_write()?;
         backend.write_at(dst + at, &[Bytes::copy_from_slice(piece)], false)?;
         done += n;
     }

@@ -106,7 +106,7 @@ pub(super) fn data(r: &TaskResult) -> Vec<u8> {
 fn tur() -> [u8; 6] {
     [0; 6]
 }
-fn rw10(op: u8, flags: u8, lba: u32, n: u16) -> [u8; 10] {
+pub(super) fn rw10(op: u8, flags: u8, lba: u32, n: u16) -> [u8; 10] {
     let mut c = [0u8; 10];
     c[0] = op;
     c[1] = flags;
@@ -114,7 +114,7 @@ fn rw10(op: u8, flags: u8, lba: u32, n: u16) -> [u8; 10] {
     c[7..9].copy_from_slice(&n.to_be_bytes());
     c
 }
-fn rw16(op: u8, flags: u8, lba: u64, n: u32) -> [u8; 16] {
+pub(super) fn rw16(op: u8, flags: u8, lba: u64, n: u32) -> [u8; 16] {
     let mut c = [0u8; 16];
     c[0] = op;
     c[1] = flags;
@@ -122,7 +122,7 @@ fn rw16(op: u8, flags: u8, lba: u64, n: u32) -> [u8; 16] {
     c[10..14].copy_from_slice(&n.to_be_bytes());
     c
 }
-fn caw(lba: u64, n: u8) -> [u8; 16] {
+pub(super) fn caw(lba: u64, n: u8) -> [u8; 16] {
     let mut c = [0u8; 16];
     c[0] = 0x89;
     c[2..10].copy_from_slice(&lba.to_be_bytes());
@@ -1430,7 +1430,7 @@ async fn write_atomic16_writes_and_refuses() {
     );
 }
 
-fn sanitize(immed: bool, sa: u8, param_len: u16) -> [u8; 10] {
+pub(super) fn sanitize(immed: bool, sa: u8, param_len: u16) -> [u8; 10] {
     let mut c = [0u8; 10];
     c[0] = 0x48;
     c[1] = (u8::from(immed) << 7) | sa;
@@ -1438,7 +1438,7 @@ fn sanitize(immed: bool, sa: u8, param_len: u16) -> [u8; 10] {
     c
 }
 
-fn overwrite_params(flags: u8, pattern: &[u8]) -> Vec<u8> {
+pub(super) fn overwrite_params(flags: u8, pattern: &[u8]) -> Vec<u8> {
     let mut p = vec![flags, 0];
     p.extend_from_slice(&(pattern.len() as u16).to_be_bytes());
     p.extend_from_slice(pattern);
@@ -1598,7 +1598,7 @@ async fn sanitize_in_progress_refuses_commands_until_done() {
     );
 }
 
-fn xcopy_cdb(len: u32) -> [u8; 16] {
+pub(super) fn xcopy_cdb(len: u32) -> [u8; 16] {
     let mut c = [0u8; 16];
     c[0] = 0x83;
     c[10..14].copy_from_slice(&len.to_be_bytes());
@@ -1615,7 +1615,7 @@ fn rcr_cdb(sa: u8, list_id: u8) -> [u8; 16] {
 }
 
 /// A one-segment LID1 list copying `n` blocks within the LU named `naa`.
-fn xcopy_list(list_id: u8, usage: u8, naa: u64, n: u16, src: u64, dst: u64) -> Vec<u8> {
+pub(super) fn xcopy_list(list_id: u8, usage: u8, naa: u64, n: u16, src: u64, dst: u64) -> Vec<u8> {
     let mut p = vec![0u8; 16];
     p[0] = list_id;
     p[1] = usage << 3;

@@ -471,6 +471,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub struct IscsiConfig {
     /// Portals to listen on.
     pub listen: Vec<SocketAddr>,
+    /// The addresses SendTargets gives hosts instead of the portals' own
+    /// (`host[:port]`, IPv6 in brackets): for a gateway that hosts reach
+    /// through NAT or a port mapping. Unset: the portals' addresses.
+    #[serde(default)]
+    pub advertise: Option<Vec<String>>,
     /// Targets.
     #[serde(default)]
     pub target: Vec<TargetConfig>,
@@ -529,6 +534,9 @@ pub struct IscsiConfig {
     #[serde(default)]
     pub port_group: Option<u16>,
 }
+
+/// Most addresses `[iscsi] advertise` may list.
+pub const MAX_ADVERTISED: usize = 64;
 
 /// Most answers a batch of response coalescing may hold.
 pub const MAX_COALESCE_RESPONSES: u32 = 1024;
@@ -871,6 +879,7 @@ impl Config {
                 login_timeout: None,
                 coalesce_responses: None,
                 coalesce_max_delay_us: None,
+                advertise: None,
                 relative_port: None,
                 port_group: None,
             }),
@@ -1073,6 +1082,17 @@ impl Config {
         if let Some(iscsi) = &self.iscsi {
             if iscsi.listen.is_empty() {
                 return Err("iscsi.listen is empty".into());
+            }
+            if let Some(adv) = &iscsi.advertise {
+                if adv.len() > MAX_ADVERTISED {
+                    return Err(format!(
+                        "iscsi.advertise: at most {MAX_ADVERTISED} addresses"
+                    ));
+                }
+                for a in adv {
+                    unifab_iscsi::sendtargets::check_advertised_address(a)
+                        .map_err(|e| format!("iscsi.advertise: {e}"))?;
+                }
             }
             if iscsi
                 .coalesce_responses

@@ -231,9 +231,26 @@ impl Plan {
             c.as_ref().map(|i| IscsiConfig {
                 target: Vec::new(),
                 listen: Vec::new(),
+                advertise: None,
                 ..i.clone()
             })
         };
+        // What SendTargets advertises changes live: the next discovery
+        // gives the new addresses.
+        if let (Some(a), Some(b)) = (&old.iscsi, &new.iscsi)
+            && a.advertise != b.advertise
+        {
+            let show = |l: &Option<Vec<String>>| match l {
+                Some(l) => format!("[{}]", l.join(", ")),
+                None => "the portals' own".into(),
+            };
+            push(
+                Action::Change,
+                "[iscsi] advertise".into(),
+                format!("{} -> {}", show(&a.advertise), show(&b.advertise)),
+                true,
+            );
+        }
         // The portal's addresses change live (new ones listen, removed
         // ones stop accepting; their sessions go on).
         if let (Some(a), Some(b)) = (&old.iscsi, &new.iscsi)
@@ -962,6 +979,15 @@ impl Live {
                     running_iscsi.listen.retain(|x| *x != a);
                 }
             }
+        }
+        // The addresses discovery advertises.
+        if let (Some(server), Some(running_iscsi), Some(new_i)) =
+            (&self.server, self.running.iscsi.as_mut(), &new.iscsi)
+            && live("[iscsi] advertise", Action::Change)
+        {
+            server.set_advertised(new_i.advertise.clone().unwrap_or_default());
+            running_iscsi.advertise = new_i.advertise.clone();
+            info!(advertise = ?new_i.advertise, "reload: SendTargets addresses changed");
         }
         // Zoning.
         if let (Some(fc), Some(old_f), Some(new_f)) =

@@ -50,6 +50,9 @@ serial = "{SERIAL}"
 
 [iscsi]
 listen = ["127.0.0.1:{port}"]
+# The guest reaches the host through QEMU's NAT: discovery must name the
+# address it dials, not the gateway's own.
+advertise = ["10.0.2.2:{port}"]
 digests = ["None", "CRC32C"]
 
 [[iscsi.target]]
@@ -131,7 +134,7 @@ fn open_iscsi_filesystem_chap_digests_unmap_sg3_utils() {
     assert_steps(
         &run,
         &[
-            "discovery lists the target",
+            "discovery lists the target at the advertised address",
             "a wrong CHAP secret is refused",
             "a wrong mutual CHAP secret is refused",
             "login with mutual CHAP",

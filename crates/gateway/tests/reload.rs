@@ -542,6 +542,102 @@ fn portal_addresses_change_live_and_keep_their_sessions() {
     assert!(RawSession::login(second, IQN_A, &host("iqn.2026-11.io.example:third")).is_ok());
 }
 
+/// SendTargets as `initiator` sees the gateway at `addr`: each target's
+/// name and TargetAddress values.
+fn discovered(addr: std::net::SocketAddr, initiator: &str) -> Vec<(String, Vec<String>)> {
+    let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args([
+            "iscsi",
+            "discover",
+            &addr.to_string(),
+            "--no-luns",
+            "--json",
+        ])
+        .args(["--initiator-name", initiator])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    v.iter()
+        .map(|t| {
+            let addrs = t["addresses"].as_array().unwrap();
+            (
+                t["name"].as_str().unwrap().to_string(),
+                addrs
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// Discovery names a target only to the hosts its ACL lets in, and the
+/// addresses it gives change live with `[iscsi] advertise` (a gateway
+/// behind NAT), and back to the portal's own when the key goes.
+#[test]
+fn discovery_follows_the_acl_and_advertised_addresses_change_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = config(d, &["b"], Some((&["b"], HOST_B)), 0);
+    let gw = Gateway::start(d, &base);
+    let own = vec![format!("{},1", gw.addr)];
+    assert_eq!(
+        discovered(gw.addr, HOST_C),
+        [(IQN_A.to_string(), own.clone())],
+        "a host outside B's ACL is not told of B"
+    );
+    assert_eq!(
+        discovered(gw.addr, HOST_B),
+        [
+            (IQN_A.to_string(), own.clone()),
+            (IQN_B.to_string(), own.clone())
+        ]
+    );
+    let natted = base.replace(
+        "listen = [\"127.0.0.1:0\"]",
+        "listen = [\"127.0.0.1:0\"]\nadvertise = [\"gw.example.net:13260\", \"[2001:db8::5]\"]",
+    );
+    assert_ne!(natted, base);
+    std::fs::write(&gw.config, &natted).unwrap();
+    let out = reload(&gw.config, false);
+    assert!(out.status.success(), "{out:?}");
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.contains(
+            "~ [iscsi] advertise [live]: the portals' own -> [gw.example.net:13260, [2001:db8::5]]"
+        ),
+        "{plan}"
+    );
+    assert!(!plan.contains("needs restart"), "{plan}");
+    let advertised = vec![
+        "gw.example.net:13260,1".to_string(),
+        "[2001:db8::5],1".to_string(),
+    ];
+    assert_eq!(
+        discovered(gw.addr, HOST_C),
+        [(IQN_A.to_string(), advertised)]
+    );
+    std::fs::write(&gw.config, &base).unwrap();
+    assert!(reload(&gw.config, false).status.success());
+    assert_eq!(discovered(gw.addr, HOST_C), [(IQN_A.to_string(), own)]);
+    // A bad address is refused with the reason, and changes nothing.
+    std::fs::write(
+        &gw.config,
+        base.replace(
+            "listen = [\"127.0.0.1:0\"]",
+            "listen = [\"127.0.0.1:0\"]\nadvertise = [\"2001:db8::5:3260\"]",
+        ),
+    )
+    .unwrap();
+    let out = reload(&gw.config, false);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("an IPv6 address goes in brackets"),
+        "{out:?}"
+    );
+}
+
 /// A reload whose LUs cannot all be opened changes nothing: not even the
 /// LU that could be, nor the new portal address it also asked for.
 #[test]

@@ -59,6 +59,94 @@ pub fn target_address(addr: std::net::SocketAddr, portal_group_tag: u16) -> Stri
     }
 }
 
+/// The TargetAddress values of one portal group (RFC 7143 §13.9:
+/// `domainname[:port],portal-group-tag`) for a host that reached the
+/// portal at `via`:
+///
+/// - `advertised`, where the operator named the addresses hosts use (a
+///   portal behind NAT or a port mapping: its own addresses are not the
+///   ones to dial);
+/// - else each bound portal, a wildcard one (`0.0.0.0`, `[::]`) as the
+///   address the host reached, and a loopback one only to a host that came
+///   over loopback itself: no other host can reach it, and one told to
+///   dial `127.0.0.1` would dial itself. Duplicates are given once.
+pub fn target_addresses(
+    bound: &[std::net::SocketAddr],
+    via: std::net::SocketAddr,
+    advertised: &[String],
+    portal_group_tag: u16,
+) -> Vec<String> {
+    if !advertised.is_empty() {
+        return advertised
+            .iter()
+            .map(|a| format!("{a},{portal_group_tag}"))
+            .collect();
+    }
+    let mut out: Vec<String> = Vec::new();
+    for b in bound {
+        let a = if b.ip().is_unspecified() { via } else { *b };
+        if a.ip().is_loopback() && !via.ip().is_loopback() {
+            continue;
+        }
+        let shown = target_address(a, portal_group_tag);
+        if !out.contains(&shown) {
+            out.push(shown);
+        }
+    }
+    out
+}
+
+/// Checks one address an operator advertises for SendTargets:
+/// `host[:port]`, the host an IPv4 address, a DNS name or an IPv6 address
+/// in brackets, the port 1–65535 (without one, initiators dial 3260).
+pub fn check_advertised_address(a: &str) -> Result<(), String> {
+    let (host, port) = if let Some(rest) = a.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else {
+            return Err(format!("{a:?}: '[' without ']'"));
+        };
+        if v6.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("{a:?}: {v6:?} is not an IPv6 address"));
+        }
+        match after {
+            "" => (None, None),
+            p => match p.strip_prefix(':') {
+                Some(p) => (None, Some(p)),
+                None => return Err(format!("{a:?}: expected ':PORT' after ']'")),
+            },
+        }
+    } else {
+        match a.split_once(':') {
+            Some((h, p)) if !p.contains(':') => (Some(h), Some(p)),
+            Some(_) => {
+                return Err(format!(
+                    "{a:?}: an IPv6 address goes in brackets ([2001:db8::1]:3260)"
+                ));
+            }
+            None => (Some(a), None),
+        }
+    };
+    if let Some(h) = host {
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if h.is_empty() || h.len() > 253 || !h.split('.').all(label_ok) {
+            return Err(format!(
+                "{a:?}: {h:?} is neither an IPv4 address nor a DNS name"
+            ));
+        }
+    }
+    if let Some(p) = port
+        && !matches!(p.parse::<u16>(), Ok(1..))
+    {
+        return Err(format!("{a:?}: port {p:?} is not 1-65535"));
+    }
+    Ok(())
+}
+
 /// Build the SendTargets answer. `targets` are those the initiator is
 /// allowed to see; `session_target` is the normal session's target (None
 /// in a discovery session). iSCSI names compare case-insensitively.
@@ -242,6 +330,79 @@ mod tests {
             target_address("192.0.2.9:3260".parse().unwrap(), 7),
             "192.0.2.9:3260,7"
         );
+    }
+
+    #[test]
+    fn addresses_advertised_wildcard_and_loopback() {
+        let b = |s: &[&str]| -> Vec<std::net::SocketAddr> {
+            s.iter().map(|a| a.parse().unwrap()).collect()
+        };
+        let remote: std::net::SocketAddr = "192.0.2.7:3260".parse().unwrap();
+        let local: std::net::SocketAddr = "127.0.0.1:3260".parse().unwrap();
+        // A wildcard portal is shown as the address the host reached.
+        assert_eq!(
+            target_addresses(&b(&["0.0.0.0:3260"]), remote, &[], 1),
+            ["192.0.2.7:3260,1"]
+        );
+        // Loopback portals only to a host on loopback; no duplicates.
+        let bound = b(&["127.0.0.1:3260", "192.0.2.7:3260", "0.0.0.0:3260"]);
+        assert_eq!(
+            target_addresses(&bound, remote, &[], 2),
+            ["192.0.2.7:3260,2"]
+        );
+        assert_eq!(
+            target_addresses(&bound, local, &[], 2),
+            ["127.0.0.1:3260,2", "192.0.2.7:3260,2"]
+        );
+        assert_eq!(
+            target_addresses(
+                &b(&["[::]:3260"]),
+                "[2001:db8::5]:3260".parse().unwrap(),
+                &[],
+                1
+            ),
+            ["[2001:db8::5]:3260,1"]
+        );
+        // What the operator advertises replaces the portals' addresses.
+        let adv = vec![
+            "gw.example.net:13260".to_string(),
+            "[2001:db8::9]".to_string(),
+        ];
+        assert_eq!(
+            target_addresses(&bound, remote, &adv, 3),
+            ["gw.example.net:13260,3", "[2001:db8::9],3"]
+        );
+    }
+
+    #[test]
+    fn advertised_addresses_are_checked() {
+        for ok in [
+            "203.0.113.5:3260",
+            "203.0.113.5",
+            "gw-1.example.net:13260",
+            "[2001:db8::1]:3260",
+            "[2001:db8::1]",
+        ] {
+            assert_eq!(check_advertised_address(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "2001:db8::1",
+            "[2001:db8::1",
+            "[not-v6]:3260",
+            "[2001:db8::1]3260",
+            "host:0",
+            "host:65536",
+            "host:",
+            "bad_name:3260",
+            "-host:3260",
+            "a..b:3260",
+            "host,1:3260",
+            "host=1",
+            "two words",
+        ] {
+            assert!(check_advertised_address(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

@@ -65,6 +65,7 @@ pub fn server_config(iscsi: &IscsiConfig) -> ServerConfig {
     if let Some(g) = iscsi.port_group {
         sc.port_group = g;
     }
+    sc.advertise = iscsi.advertise.clone().unwrap_or_default();
     sc
 }
 

@@ -38,7 +38,7 @@ use crate::login::{
     TargetLoginConfig, TargetLookup, TargetStep,
 };
 use crate::negotiate::{NegotiationLimits, Role, SessionParams, SessionType};
-use crate::text::TextWriter;
+use crate::sendtargets;
 use crate::wire::{Digests, Framer, Pdu, encode_pdu};
 
 /// CHAP credentials a target requires.
@@ -100,6 +100,12 @@ pub struct ServerConfig {
     pub negotiation: NegotiationLimits,
     /// Authentication for discovery sessions.
     pub discovery_auth: AuthPolicy,
+    /// The TargetAddress values SendTargets gives instead of the portals'
+    /// own addresses (`host[:port]`, checked by
+    /// [`crate::sendtargets::check_advertised_address`]): for portals that
+    /// hosts reach through NAT or a port mapping. Empty: the portals'
+    /// addresses ([`crate::sendtargets::target_addresses`]).
+    pub advertise: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -122,6 +128,7 @@ impl Default for ServerConfig {
                 ..NegotiationLimits::default()
             },
             discovery_auth: AuthPolicy::None,
+            advertise: Vec::new(),
         }
     }
 }
@@ -149,6 +156,9 @@ pub struct TargetServer {
     nodes: Arc<RwLock<HashMap<String, Arc<TargetNode>>>>,
     config: Arc<ServerConfig>,
     portals: Arc<Mutex<Portals>>,
+    /// What SendTargets advertises (starts as `config.advertise`; a reload
+    /// changes it).
+    advertised: Arc<RwLock<Vec<String>>>,
 }
 
 /// The portals: each configured address with the one it is bound to, and
@@ -178,6 +188,7 @@ impl TargetServer {
         let server = TargetServer {
             shared: Arc::new(Shared::new()),
             nodes: Arc::new(RwLock::new(map)),
+            advertised: Arc::new(RwLock::new(config.advertise.clone())),
             config: Arc::new(config),
             portals: Arc::new(Mutex::new(Portals {
                 bound,
@@ -186,6 +197,12 @@ impl TargetServer {
             })),
         };
         Ok((server, listeners))
+    }
+
+    /// Replaces the addresses SendTargets advertises (empty: the portals'
+    /// own); answers from then on use them.
+    pub fn set_advertised(&self, addresses: Vec<String>) {
+        *self.advertised.write().unwrap_or_else(|e| e.into_inner()) = addresses;
     }
 
     /// The bound portal addresses.
@@ -443,7 +460,9 @@ impl TargetServer {
         // only Text (SendTargets), NOP and Logout: its `Dispatch` refuses SCSI
         // commands.
         let me = self.clone();
-        let text = Box::new(move |data: &Bytes| Some(me.send_targets(data, local, None)));
+        let initiator = outcome.initiator_name.clone();
+        let text =
+            Box::new(move |data: &Bytes| Some(me.send_targets(data, local, &initiator, None)));
         let nexus = ItNexus::new(
             TransportId::Iscsi {
                 name: outcome.initiator_name.clone(),
@@ -564,8 +583,10 @@ impl TargetServer {
             "session in full feature phase"
         );
         let me = self.clone();
-        let text =
-            Box::new(move |data: &Bytes| Some(me.send_targets(data, local, Some(&target_name))));
+        let initiator = outcome.initiator_name.clone();
+        let text = Box::new(move |data: &Bytes| {
+            Some(me.send_targets(data, local, &initiator, Some(&target_name)))
+        });
         let me2 = self.clone();
         let cold_target = node.name.clone();
         let setup = FfpSetup {
@@ -703,10 +724,19 @@ impl TargetServer {
         }
     }
 
-    /// The SendTargets answer (RFC 7143 §12.3, Appendix C). In a normal
-    /// session only `SendTargets=` (empty) for the session's own target is
-    /// answered (`All` is for discovery sessions).
-    fn send_targets(&self, request: &Bytes, portal: SocketAddr, own: Option<&str>) -> Bytes {
+    /// The SendTargets answer (RFC 7143 §12.3, Appendix C) for
+    /// `initiator`, which reached the portal at `portal`: `All` in a
+    /// discovery session, the session's own target for an empty value in
+    /// a normal one (`own`), a target by name in either. A target whose
+    /// ACL leaves the initiator out is not named to it, as its login
+    /// would be refused.
+    fn send_targets(
+        &self,
+        request: &Bytes,
+        portal: SocketAddr,
+        initiator: &str,
+        own: Option<&str>,
+    ) -> Bytes {
         let mut which: Option<String> = None;
         for kv in request.split(|b| *b == 0) {
             if let Some(v) = kv.strip_prefix(b"SendTargets=") {
@@ -716,40 +746,50 @@ impl TargetServer {
         let Some(which) = which else {
             return Bytes::new();
         };
+        let addresses = {
+            let advertised = self.advertised.read().unwrap_or_else(|e| e.into_inner());
+            sendtargets::target_addresses(
+                &self.local_addrs(),
+                portal,
+                &advertised,
+                self.config.portal_group_tag,
+            )
+        };
         let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<&Arc<TargetNode>> = nodes.values().collect();
-        names.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut w = TextWriter::new();
-        for n in names {
-            let wanted = match (own, which.as_str()) {
-                (None, "All") => true,
-                (Some(o), "") => n.name.eq_ignore_ascii_case(o),
-                (_, name) if !name.is_empty() && name != "All" => n.name.eq_ignore_ascii_case(name),
-                _ => false,
-            };
-            if !wanted {
-                continue;
-            }
-            let _ = w.push("TargetName", &n.name);
-            for a in &self.local_addrs() {
-                let addr = if a.ip().is_unspecified() { portal } else { *a };
-                let shown = match addr {
-                    SocketAddr::V4(v4) => {
-                        format!("{}:{},{}", v4.ip(), v4.port(), self.config.portal_group_tag)
-                    }
-                    SocketAddr::V6(v6) => format!(
-                        "[{}]:{},{}",
-                        v6.ip(),
-                        v6.port(),
-                        self.config.portal_group_tag
-                    ),
-                };
-                let _ = w.push("TargetAddress", &shown);
+        let mut visible: Vec<&Arc<TargetNode>> = nodes
+            .values()
+            .filter(|n| {
+                n.allow
+                    .as_ref()
+                    .is_none_or(|l| l.iter().any(|a| a.eq_ignore_ascii_case(initiator)))
+            })
+            .collect();
+        visible.sort_by(|a, b| a.name.cmp(&b.name));
+        let entries: Vec<sendtargets::TargetEntry<'_>> = visible
+            .iter()
+            .map(|n| sendtargets::TargetEntry {
+                name: &n.name,
+                addresses: &addresses,
+            })
+            .collect();
+        match sendtargets::build_response(
+            sendtargets::SendTargetsRequest::parse(&which),
+            &entries,
+            own,
+            SEND_TARGETS_MAX,
+        ) {
+            Ok(text) => Bytes::from(text),
+            Err(e) => {
+                warn!(error = %e, "SendTargets answer too long: not sent");
+                Bytes::new()
             }
         }
-        Bytes::from(w.into_bytes())
     }
 }
+
+/// The longest SendTargets answer (sent in pieces of the initiator's
+/// MaxRecvDataSegmentLength): thousands of targets.
+const SEND_TARGETS_MAX: usize = 1 << 20;
 
 /// A connection that has just completed a normal-session login.
 struct LoggedIn {

@@ -278,6 +278,65 @@ async fn send_targets_discovery() {
     assert_eq!(address_of(&found[0].addresses[0]), t.addr.to_string());
 }
 
+/// Discovery names only the targets whose ACL lets the initiator in, and
+/// gives the addresses the operator advertises (a portal behind NAT)
+/// instead of the portal's own, until they are taken away again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_hides_what_the_acl_refuses_and_gives_advertised_addresses() {
+    let t = target(None, None).await;
+    let node = |name: &str, allow: Option<Vec<String>>| TargetNode {
+        name: name.into(),
+        alias: None,
+        scsi: memory_lun0(1 << 20),
+        allow,
+        chap: None,
+    };
+    t.server.set_target(node(
+        "iqn.2026-11.io.unifab:others-only",
+        Some(vec!["iqn.2026-11.io.unifab:someone-else".into()]),
+    ));
+    t.server.set_target(node(
+        "iqn.2026-11.io.unifab:ours-too",
+        Some(vec![
+            "iqn.2026-11.io.unifab:someone-else".into(),
+            "IQN.2026-11.io.unifab:UNIT-INITIATOR".into(),
+        ]),
+    ));
+    let names = |found: &[DiscoveredTarget]| -> Vec<String> {
+        found.iter().map(|d| d.name.clone()).collect()
+    };
+    let found = discover(&cfg(), &t.addr.to_string()).await.unwrap();
+    assert_eq!(
+        names(&found),
+        ["iqn.2026-11.io.unifab:ours-too", IQN],
+        "{found:?}"
+    );
+    // The one it may not see cannot be logged into either.
+    let ini = IscsiInitiator::start(
+        cfg(),
+        &t.addr.to_string(),
+        "iqn.2026-11.io.unifab:others-only",
+    );
+    assert!(ini.wait_connected(Duration::from_secs(2)).await.is_err());
+    ini.close();
+
+    t.server.set_advertised(vec![
+        "gw.example.net:13260".into(),
+        "[2001:db8::5]:3260".into(),
+    ]);
+    let found = discover(&cfg(), &t.addr.to_string()).await.unwrap();
+    for d in &found {
+        assert_eq!(
+            d.addresses,
+            ["gw.example.net:13260,1", "[2001:db8::5]:3260,1"],
+            "{d:?}"
+        );
+    }
+    t.server.set_advertised(Vec::new());
+    let found = discover(&cfg(), &t.addr.to_string()).await.unwrap();
+    assert_eq!(found[0].addresses, [format!("{},1", t.addr)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_is_reinstated_and_nothing_is_lost() {
     let t = target(None, None).await;

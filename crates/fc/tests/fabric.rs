@@ -376,6 +376,62 @@ fn pair_with(max_burst: u32, fast_io_fail: Option<Duration>) -> (Sim, usize, usi
     (s, t, i)
 }
 
+/// The F_Port logs a port out of the fabric (LOGO from FFFFFE: a switch
+/// disabling or re-zoning the port, or an FCoE ENode's Clear Virtual Links
+/// for this one VN_Port): the port accepts, its sessions end, it logs in
+/// again at once, finds the target again and its I/O goes on. Fails where
+/// the LOGO is only acknowledged (the port would go on as if logged in).
+#[test]
+fn a_port_the_fabric_logs_out_logs_in_again() {
+    let (mut s, t, i) = pair(64 * 1024);
+    let data = pattern(8 * 512, 3);
+    let w = s.submit(
+        i,
+        T_WWPN,
+        Request::with_data_out(Lun(0), write10(0, 8), data.clone()),
+    );
+    assert_eq!(s.result(i, w).unwrap().status, Status::GOOD);
+    let t_id = s.nodes[t].port.fc_id();
+    let i_id = s.nodes[i].port.fc_id();
+    s.log.clear();
+    // What the fabric's LOGO does to it there: the login is gone.
+    let logo = unifab_fc::compose::els(
+        unifab_fc::compose::Route::request(FcId::LOGIN_SERVER, i_id, unifab_fc::wire::OxId(0x4242)),
+        &ElsRepr::Logo(unifab_fc::wire::els::Logo {
+            n_port_id: FcId::LOGIN_SERVER,
+            port_name: Wwn(0x2000_0000_0000_0001),
+        }),
+    )
+    .unwrap();
+    let now = s.now;
+    s.nodes[i].port.handle_frame(now, logo);
+    s.run();
+    let els = |s: &Sim, code: &str| {
+        s.count(|f| matches!(&f.payload, PayloadRepr::Els(e) if format!("{:?}", e.code()) == code))
+    };
+    assert!(
+        s.log.iter().any(|f| f.header.d_id == FcId::LOGIN_SERVER
+            && f.header.ox_id.0 == 0x4242
+            && matches!(&f.payload, PayloadRepr::Els(e) if format!("{:?}", e.code()) == "LS_ACC")),
+        "the LOGO is accepted"
+    );
+    assert_eq!(els(&s, "FLOGI"), 1, "it logs in to the fabric again");
+    assert_eq!(els(&s, "PRLI"), 1, "and to the target again");
+    assert_eq!(s.nodes[i].port.ready_port_by_name(T_WWPN), Some(t_id));
+    assert!(s.nodes[i].port.is_online());
+    // The new nexus starts with its unit attention; then the data is there.
+    let tur = s.submit(
+        i,
+        T_WWPN,
+        Request::new(Lun(0), Bytes::from_static(&[0; 6]), 0),
+    );
+    let _ = s.result(i, tur);
+    let rd = s.submit(i, T_WWPN, Request::new(Lun(0), read10(0, 8), 4096));
+    let r = s.result(i, rd).unwrap();
+    assert_eq!(r.status, Status::GOOD);
+    assert_eq!(joined(&r), &data[..]);
+}
+
 /// A target port takes at most `max_logins` remote ports: one more is
 /// refused with LS_RJT (insufficient resources) and counted, and the
 /// ports logged in keep doing I/O.

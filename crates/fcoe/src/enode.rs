@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tracing::{debug, info, warn};
+use unifab_fc::compose::{self, Route};
+use unifab_fc::wire::els::{ElsRepr, Logo};
 use unifab_fc::wire::frame::Frame;
 use unifab_fc::wire::{Eof, FcType, HEADER_LEN, OxId, RCtl, Sof};
 use unifab_fc::{FcId, Wwn};
@@ -171,8 +173,15 @@ enum State {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pending {
-    Login { port_name: Wwn },
-    Logo { fc_id: FcId },
+    /// `flogi`: the ENode's first login (FLOGI), on which the others
+    /// (FDISC) depend.
+    Login {
+        port_name: Wwn,
+        flogi: bool,
+    },
+    Logo {
+        fc_id: FcId,
+    },
 }
 
 #[derive(Debug)]
@@ -186,7 +195,14 @@ struct Selected {
 struct VnPort {
     port: EnodeVnPort,
     next_keep_alive: Instant,
+    /// Logged in by FLOGI (the others by FDISC).
+    flogi: bool,
 }
+
+/// The OX_ID of the LOGO an ENode hands up, as the F_Port's, for a VN_Port
+/// a Clear Virtual Links named (the N_Port's answer goes nowhere: the
+/// VN_Port is gone).
+const CVL_LOGO_OX_ID: u16 = 0xfffd;
 
 /// FCFs an ENode remembers at once (FC-BB-5 sets no number; a segment
 /// with more FCFs than this is not a real one).
@@ -666,7 +682,7 @@ impl Enode {
             return;
         };
         match p {
-            Pending::Login { port_name } if accepted => {
+            Pending::Login { port_name, flogi } if accepted => {
                 let fc_id = h.d_id;
                 let granted = fip.mac().unwrap_or(MacAddr::ZERO);
                 let mac = if granted == MacAddr::ZERO {
@@ -689,6 +705,7 @@ impl Enode {
                     VnPort {
                         port: port.clone(),
                         next_keep_alive: now + self.cfg.vn_keep_alive_period,
+                        flogi,
                     },
                 );
                 self.events.push_back(EnodeEvent::VnPortUp(port));
@@ -723,16 +740,51 @@ impl Enode {
             return;
         }
         let listed = fip.vx_ports();
-        let ours = listed.is_empty()
-            || listed
-                .iter()
-                .any(|(mac, id, _)| self.vn_ports.get(id).is_some_and(|v| v.port.mac == *mac));
-        if !ours {
+        let cleared: Vec<FcId> = listed
+            .iter()
+            .filter(|(mac, id, _)| self.vn_ports.get(id).is_some_and(|v| v.port.mac == *mac))
+            .map(|(_, id, _)| *id)
+            .collect();
+        if !listed.is_empty() && cleared.is_empty() {
             return;
         }
         self.counters.cvl_received += 1;
-        warn!(enode = %self.cfg.mac, fcf = %eth.src, "Clear Virtual Links received");
-        self.lose(now, "Clear Virtual Links");
+        // No VN_Port named, or the one logged in by FLOGI (the others hang
+        // on it): every virtual link goes, and discovery starts over
+        // (FC-BB-5; libfcoe resets the whole controller the same way).
+        let all = listed.is_empty()
+            || cleared
+                .iter()
+                .any(|id| self.vn_ports.get(id).is_some_and(|v| v.flogi));
+        if all {
+            warn!(enode = %self.cfg.mac, fcf = %eth.src, "Clear Virtual Links received");
+            self.lose(now, "Clear Virtual Links");
+            return;
+        }
+        // Only NPIV VN_Ports named: those alone go. The N_Port above each
+        // hears it as the F_Port's LOGO (an implicit fabric logout) and
+        // logs in again by FDISC; the host ports beside it are untouched.
+        for fc_id in cleared {
+            let Some(v) = self.vn_ports.remove(&fc_id) else {
+                continue;
+            };
+            warn!(enode = %self.cfg.mac, fcf = %eth.src, %fc_id, wwpn = %v.port.port_name,
+                "Clear Virtual Links for one VN_Port");
+            self.pending.retain(|(_, id), _| *id != fc_id);
+            self.events.push_back(EnodeEvent::VnPortDown {
+                fc_id,
+                reason: "Clear Virtual Links",
+            });
+            if let Ok(logo) = compose::els(
+                Route::request(FcId::LOGIN_SERVER, fc_id, OxId(CVL_LOGO_OX_ID)),
+                &ElsRepr::Logo(Logo {
+                    n_port_id: FcId::LOGIN_SERVER,
+                    port_name: s.info.switch_name,
+                }),
+            ) {
+                self.up.push_back(logo);
+            }
+        }
     }
 
     fn fcoe(&mut self, eth: &EthernetRepr, payload: &Bytes) {
@@ -791,6 +843,7 @@ impl Enode {
                     MacAddr::ZERO,
                     Pending::Login {
                         port_name: wwn_at(p, 20),
+                        flogi: false,
                     },
                 ),
                 _ => (
@@ -798,6 +851,7 @@ impl Enode {
                     MacAddr::ZERO,
                     Pending::Login {
                         port_name: wwn_at(p, 20),
+                        flogi: true,
                     },
                 ),
             };

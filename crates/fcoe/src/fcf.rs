@@ -458,6 +458,17 @@ impl Fcf {
         self.drop_enode(enode, "cleared by the FCF", true);
     }
 
+    /// Sends Clear Virtual Links for one VN_Port to its ENode and logs it
+    /// out of the fabric; its ENode's other VN_Ports stay. False if no
+    /// VN_Port has that address.
+    pub fn clear_vn_port(&mut self, fc_id: FcId) -> bool {
+        if !self.vn_ports.contains_key(&fc_id) {
+            return false;
+        }
+        self.drop_vn_port(fc_id, "cleared by the FCF", true);
+        true
+    }
+
     /// Clears every ENode (shutdown).
     pub fn clear_all(&mut self) {
         let all: Vec<MacAddr> = self.enodes.keys().copied().collect();

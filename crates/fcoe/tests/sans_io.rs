@@ -345,6 +345,86 @@ fn clear_virtual_links_and_fcf_loss_recover() {
     assert!(w.sees_target(0), "no recovery after the FCF came back");
 }
 
+/// A Clear Virtual Links naming one NPIV VN_Port clears that one alone:
+/// its N_Port hears the F_Port's LOGO and logs in again by FDISC, while the
+/// ENode's FLOGI port — a host's sessions beside it — stays logged in
+/// without a blink. One naming the FLOGI port clears them all (the others
+/// hang on it). Fails where any CVL resets the whole ENode.
+#[test]
+fn clear_virtual_links_for_one_npiv_port_clears_that_one() {
+    let mut w = World::new(None, 1);
+    w.run_for(Duration::from_secs(3));
+    assert!(w.sees_target(0));
+    let wwpn = Wwn(0x2000_0000_0000_0f01);
+    let mut cfg = NPortConfig::new(wwpn, Wwn(wwpn.0 | 0x0100_0000_0000_0000));
+    cfg.initiator = true;
+    cfg.discover = true;
+    cfg.virtual_port = true;
+    let mut npiv = NPort::new(cfg);
+    npiv.link_up(w.now);
+    w.hosts[0].ports.push(npiv);
+    w.run_for(Duration::from_secs(3));
+    let sees = |w: &World, i: usize| {
+        w.hosts[0].ports[i]
+            .ready_ports()
+            .iter()
+            .any(|p| p.1 == TARGET)
+    };
+    assert!(sees(&w, 1), "the NPIV port never saw the target");
+    let phys = w.hosts[0].ports[0].fc_id();
+    let virt = w.hosts[0].ports[1].fc_id();
+    assert_ne!(phys, virt);
+    let flogis = |w: &World| {
+        w.wire_log
+            .iter()
+            .filter(|b| {
+                b.get(12..14) == Some(&[0x89, 0x14][..])
+                    && FipRepr::parse(&b.slice(14..)).is_ok_and(|f| {
+                        f.subcode == FipSubcode::LS_REQUEST
+                            && f.descriptors
+                                .iter()
+                                .any(|d| matches!(d, Descriptor::Flogi(_)))
+                    })
+            })
+            .count()
+    };
+    let flogis_before = flogis(&w);
+    let logins_before = w.fcf.counters().logins;
+
+    assert!(w.fcf.clear_vn_port(virt));
+    w.run_for(Duration::from_secs(3));
+    let e = w.hosts[0].enode.counters();
+    assert_eq!(e.cvl_received, 1);
+    assert_eq!(e.fcf_lost, 0);
+    assert_eq!(flogis(&w), flogis_before, "the FLOGI port logged in again");
+    assert_eq!(w.hosts[0].ports[0].fc_id(), phys);
+    assert!(w.hosts[0].ports[0].is_online());
+    assert_eq!(
+        w.fcf.counters().logins,
+        logins_before + 1,
+        "one FDISC, for the cleared port"
+    );
+    assert!(w.hosts[0].ports[1].is_online());
+    assert!(
+        sees(&w, 1),
+        "the cleared NPIV port did not find the target again"
+    );
+    assert!(sees(&w, 0));
+
+    // The FLOGI port named: everything goes (the NPIV port with it) and
+    // the FLOGI port comes back.
+    assert!(w.fcf.clear_vn_port(phys));
+    w.hosts[0].ports.truncate(1);
+    w.run_for(Duration::from_secs(5));
+    assert_eq!(w.hosts[0].enode.counters().cvl_received, 2);
+    assert!(
+        flogis(&w) > flogis_before,
+        "no new FLOGI after the FLOGI port was cleared"
+    );
+    assert!(w.hosts[0].enode.vn_ports().iter().all(|v| v.fc_id != virt));
+    assert!(sees(&w, 0));
+}
+
 /// A multicast FCF advertisement from `src` (no FCF behind it).
 fn spoofed_advertisement(src: MacAddr) -> Bytes {
     EthOut {

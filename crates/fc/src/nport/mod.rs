@@ -957,6 +957,19 @@ impl NPort {
             }
             ElsRepr::Echo(d) => self.answer_els(h, &ElsRepr::LsAcc(LsAcc::Echo(d))),
             ElsRepr::Rls(_) => self.answer_els(h, &ElsRepr::LsAcc(LsAcc::Rls(Lesb::default()))),
+            ElsRepr::Logo(_)
+                if h.s_id == FcId::LOGIN_SERVER && self.login == LoginState::Online =>
+            {
+                // The F_Port logged us out of the fabric (FC-LS-3 LOGO: an
+                // implicit logout of every session through it; an FCoE
+                // ENode turns a Clear Virtual Links for this VN_Port into
+                // this). The link itself is up: every login ends, and the
+                // port logs in again at once, as libfc's lport reset does.
+                self.answer_els(h, &ElsRepr::LsAcc(LsAcc::Plain));
+                tracing::warn!(port = %self.cfg.port_name, fc_id = %self.fc_id, "logged out by the fabric: logging in again");
+                self.link_down(now, "logged out by the fabric");
+                self.link_up(now);
+            }
             ElsRepr::Logo(_) => self.answer_els(h, &ElsRepr::LsAcc(LsAcc::Plain)),
             _ => self.answer_els(
                 h,

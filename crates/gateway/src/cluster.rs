@@ -60,6 +60,21 @@ pub struct Member {
     pub since: u64,
     /// Its iSCSI port's target port group.
     pub port_group: u16,
+    /// Its iSCSI port's RELATIVE TARGET PORT IDENTIFIER (absent from
+    /// members that do not announce it).
+    pub relative_port: Option<u16>,
+}
+
+/// What a gateway announces of itself: its admin endpoint, its iSCSI
+/// port's target port group and relative target port identifier.
+#[derive(Debug, Clone)]
+pub struct Announce {
+    /// The admin endpoint.
+    pub admin: String,
+    /// `[iscsi] port_group`.
+    pub port_group: u16,
+    /// `[iscsi] relative_port`.
+    pub relative_port: u16,
 }
 
 /// This gateway's view of the cluster (`unifab show cluster`).
@@ -167,13 +182,12 @@ impl Cluster {
     /// announced to the others). The ports start fenced.
     pub fn start(
         cfg: &ClusterConfig,
-        admin: String,
-        port_group: u16,
+        me: Announce,
         alua_lus: Vec<Arc<AluaLu>>,
         stop: watch::Receiver<bool>,
     ) -> Result<(Cluster, tokio::task::JoinHandle<()>), String> {
         let groups = Arc::new(Groups {
-            group: port_group,
+            group: me.port_group,
             lus: alua_lus.clone(),
             alive: Mutex::new(None),
         });
@@ -222,7 +236,7 @@ impl Cluster {
         let task = tokio::spawn(run(
             cfg.clone(),
             ttl,
-            (admin, port_group),
+            me,
             fence,
             (shared, lus, groups.clone()),
             status.clone(),
@@ -279,7 +293,7 @@ fn now_secs() -> u64 {
 async fn run(
     cfg: ClusterConfig,
     ttl: Duration,
-    admin: (String, u16),
+    admin: Announce,
     fence: Apply,
     reservations: (Arc<reservations::Shared>, Vec<ClusteredLu>, Arc<Groups>),
     status: Arc<Mutex<Status>>,
@@ -326,7 +340,7 @@ async fn run(
 async fn member(
     cfg: &ClusterConfig,
     ttl: Duration,
-    (admin, port_group): &(String, u16),
+    me: &Announce,
     fence: &Apply,
     (shared, lus, groups): &(Arc<reservations::Shared>, Vec<ClusteredLu>, Arc<Groups>),
     status: &Arc<Mutex<Status>>,
@@ -341,6 +355,13 @@ async fn member(
         .await
         .map_err(|_| "connecting to etcd timed out".to_string())?
         .map_err(|e| format!("connecting to etcd: {e}"))?;
+    let prefix = cfg.prefix();
+    let since = now_secs();
+    // Who is there already: a gateway of this name elsewhere, or one whose
+    // port has this relative port identifier, keeps the place; this one
+    // stays fenced (and asks again) rather than join beside it.
+    let present = members(&mut client, &prefix, Instant::now() + step).await?;
+    conflict(&cfg.name, me, since, &present)?;
     let asked = Instant::now();
     let lease = tokio::time::timeout(step, client.lease_grant(ttl.as_secs() as i64, None))
         .await
@@ -348,10 +369,10 @@ async fn member(
         .map_err(|e| format!("granting a lease: {e}"))?;
     let id = lease.id();
     let mut deadline = asked + local;
-    let prefix = cfg.prefix();
     let key = format!("{prefix}/members/{}", cfg.name);
     let value = serde_json::json!({
-        "name": cfg.name, "admin": admin, "since": now_secs(), "port_group": port_group,
+        "name": cfg.name, "admin": me.admin, "since": since, "port_group": me.port_group,
+        "relative_port": me.relative_port,
     })
     .to_string();
     tokio::time::timeout_at(
@@ -407,8 +428,21 @@ async fn member(
         alua_from,
         alua::apply_alua(groups.clone(), shared.prefix.clone()),
     )));
-    // A member: the policy decides once the members are listed.
-    list(&mut client, &prefix, deadline, fence, status).await?;
+    // A member: the policy decides once the members are listed. Two that
+    // joined at once both passed the check above: the later one leaves.
+    if let Err(e) = list(
+        &mut client,
+        &prefix,
+        deadline,
+        fence,
+        status,
+        (&cfg.name, me, since),
+    )
+    .await
+    {
+        let _ = tokio::time::timeout(step, client.lease_revoke(id)).await;
+        return Err(e);
+    }
     info!(cluster = %cfg.name, lease = format!("{id:x}"), ttl_s = ttl.as_secs(), "cluster: member");
     {
         let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
@@ -440,7 +474,19 @@ async fn member(
             Ok(Err(e)) => return Err(format!("renewing the lease: {e}")),
             Err(_) => return Err("no renewal within the local deadline".into()),
         }
-        list(&mut client, &prefix, deadline, fence, status).await?;
+        if let Err(e) = list(
+            &mut client,
+            &prefix,
+            deadline,
+            fence,
+            status,
+            (&cfg.name, me, since),
+        )
+        .await
+        {
+            let _ = tokio::time::timeout(step, client.lease_revoke(id)).await;
+            return Err(e);
+        }
         tokio::time::sleep_until(Instant::min(sent + step, deadline).into()).await;
     }
 }
@@ -455,14 +501,59 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Lists the members (before `deadline`), records them and applies the
-/// policy for their port groups.
+/// policy for their port groups — unless one that joined before this
+/// gateway (`me`: its name, announcement and time of joining) has its
+/// name or relative port ([`conflict`]).
 async fn list(
     client: &mut Client,
     prefix: &str,
     deadline: Instant,
     apply: &Apply,
     status: &Arc<Mutex<Status>>,
+    (name, me, since): (&str, &Announce, u64),
 ) -> Result<(), String> {
+    let members = members(client, prefix, deadline).await?;
+    conflict(name, me, since, &members)?;
+    let groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
+    apply(Some(&groups));
+    status.lock().unwrap_or_else(|e| e.into_inner()).members = members;
+    Ok(())
+}
+
+/// Why this gateway may not be a member beside `members`: one of them has
+/// its name with another admin endpoint (etcd would keep only one of the
+/// two under that key), or — having joined before it (earlier `since`,
+/// then the lower name) — its relative port identifier: two target ports
+/// of one number make one SCSI target port name, and a reservation held
+/// through one would be held through the other.
+pub fn conflict(name: &str, me: &Announce, since: u64, members: &[Member]) -> Result<(), String> {
+    for m in members {
+        if m.name == name {
+            if m.admin != me.admin {
+                return Err(format!(
+                    "another gateway is a member as {name:?} (admin endpoint {}): each gateway of the cluster needs its own cluster.name",
+                    m.admin
+                ));
+            }
+            continue;
+        }
+        let earlier = (m.since, m.name.as_str()) < (since, name);
+        if earlier && m.relative_port == Some(me.relative_port) {
+            return Err(format!(
+                "member {:?} (admin endpoint {}) has relative port {} too: each gateway in front of a LU needs its own [iscsi] relative_port; this one stays fenced",
+                m.name, m.admin, me.relative_port
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The members etcd lists (before `deadline`), by name.
+async fn members(
+    client: &mut Client,
+    prefix: &str,
+    deadline: Instant,
+) -> Result<Vec<Member>, String> {
     let r = tokio::time::timeout_at(
         deadline.into(),
         client.get(
@@ -483,14 +574,15 @@ async fn list(
                 admin: v.get("admin")?.as_str()?.to_string(),
                 since: v.get("since")?.as_u64()?,
                 port_group: u16::try_from(v.get("port_group")?.as_u64()?).ok()?,
+                relative_port: v
+                    .get("relative_port")
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|p| u16::try_from(p).ok()),
             })
         })
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
-    let groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
-    apply(Some(&groups));
-    status.lock().unwrap_or_else(|e| e.into_inner()).members = members;
-    Ok(())
+    Ok(members)
 }
 
 /// The policy: each configured group's state given the port groups of the
@@ -532,6 +624,43 @@ pub fn policy(
 mod tests {
     use super::*;
     use unifab_scsi_core::alua::AccessState::*;
+
+    #[test]
+    fn a_name_or_a_relative_port_taken_before_keeps_a_gateway_out() {
+        let m = |name: &str, admin: &str, since: u64, rel: Option<u16>| Member {
+            name: name.into(),
+            admin: admin.into(),
+            since,
+            port_group: 1,
+            relative_port: rel,
+        };
+        let me = Announce {
+            admin: "10.0.0.3:9260".into(),
+            port_group: 3,
+            relative_port: 3,
+        };
+        let others = [
+            m("gw-a", "10.0.0.1:9260", 100, Some(1)),
+            m("gw-b", "10.0.0.2:9260", 100, None),
+        ];
+        assert_eq!(conflict("gw-c", &me, 200, &others), Ok(()));
+        // Listed with itself: fine.
+        let mut with_me = others.to_vec();
+        with_me.push(m("gw-c", "10.0.0.3:9260", 200, Some(3)));
+        assert_eq!(conflict("gw-c", &me, 200, &with_me), Ok(()));
+        // Its name, elsewhere.
+        let e = conflict("gw-a", &me, 200, &others).unwrap_err();
+        assert!(e.contains("another gateway is a member as \"gw-a\""), "{e}");
+        // Its relative port, taken by one that joined before; by one that
+        // joined after, not (that one leaves); at the same second, the
+        // lower name keeps it.
+        let taken = [m("gw-a", "10.0.0.1:9260", 100, Some(3))];
+        let e = conflict("gw-c", &me, 200, &taken).unwrap_err();
+        assert!(e.contains("has relative port 3 too"), "{e}");
+        assert_eq!(conflict("gw-c", &me, 50, &taken), Ok(()));
+        assert!(conflict("gw-c", &me, 100, &taken).is_err());
+        assert_eq!(conflict("gw-0", &me, 100, &taken), Ok(()));
+    }
 
     #[test]
     fn the_policy_promotes_the_lowest_live_non_optimized_group() {

@@ -225,9 +225,17 @@ pub async fn run_from(cfg: Config, path: Option<PathBuf>) -> anyhow::Result<Exit
                 .ok()
                 .and_then(|l| l.local_addr().ok())
                 .map_or_else(|| cfg.admin.listen.to_string(), |a| a.to_string());
-            let (c, _task) =
-                crate::cluster::Cluster::start(c, announced, group, clustered, stop_rx.clone())
-                    .map_err(anyhow::Error::msg)?;
+            let me = crate::cluster::Announce {
+                admin: announced,
+                port_group: group,
+                relative_port: cfg
+                    .iscsi
+                    .as_ref()
+                    .and_then(|i| i.relative_port)
+                    .unwrap_or(1),
+            };
+            let (c, _task) = crate::cluster::Cluster::start(c, me, clustered, stop_rx.clone())
+                .map_err(anyhow::Error::msg)?;
             Some(Arc::new(c))
         }
         None => None,

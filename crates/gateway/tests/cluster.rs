@@ -247,6 +247,52 @@ fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
     println!("fenced {fenced_after:?} after etcd stopped (lease TTL 3 s, local deadline 2 s)");
 }
 
+/// A gateway whose `[iscsi] relative_port` a member has already, or whose
+/// `cluster.name` another gateway uses, does not join: it stays fenced
+/// (its port Unavailable to its hosts) and `show cluster` says why, while
+/// the members go on as they were.
+#[test]
+fn a_taken_relative_port_or_name_keeps_a_gateway_out() {
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let (top, (a, admin_a), (_b, admin_b)) = two_gateways(&etcd);
+    let both = |rows: &[serde_json::Value]| {
+        names(rows)
+            == vec![
+                ("gw-a".to_string(), "member".to_string()),
+                ("gw-b".to_string(), "member".to_string()),
+            ]
+    };
+    wait_cluster(admin_a, "both listed on A", both);
+    wait_cluster(admin_b, "both listed on B", both);
+    let refused = |dir: &str, name: &str, rel: u16, why: &'static str| {
+        let d = top.path().join(dir);
+        std::fs::create_dir_all(&d).unwrap();
+        let admin: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+        let g = Gateway::start(&d, &config(&d, name, &etcd.url(), rel, admin));
+        wait_cluster(admin, why, |rows| {
+            rows.iter().any(|r| {
+                r["this"] == true
+                    && r["state"] != "member"
+                    && r["last_error"].as_str().is_some_and(|e| e.contains(why))
+            })
+        });
+        let mut host = RawSession::login(g.addr, &g.iqn, &host_options()).unwrap();
+        read_until(
+            &mut host,
+            (2, 0x04, 0x0c),
+            "kept out: TARGET PORT IN UNAVAILABLE STATE",
+        );
+        g
+    };
+    let _c = refused("c", "gw-c", 1, "has relative port 1 too");
+    let _d = refused("d", "gw-b", 2, "another gateway is a member as \"gw-b\"");
+    // The members saw neither join.
+    assert!(both(&cluster(admin_a)), "{:#?}", cluster(admin_a));
+    assert!(both(&cluster(admin_b)), "{:#?}", cluster(admin_b));
+    let mut host = RawSession::login(a.addr, &a.iqn, &host_options()).unwrap();
+    read_until(&mut host, (0, 0, 0), "A serves on");
+}
+
 /// The Active/Optimized gateway dies: the survivor promotes its own
 /// Active/Non-optimized group, and its host hears of it.
 #[test]

@@ -442,9 +442,10 @@ impl View {
 /// `show cluster`: a row per member etcd lists, this gateway's with its
 /// lease state (and a row of its own while it is not listed).
 fn cluster_rows(s: &crate::cluster::Status) -> serde_json::Value {
-    let own = |admin: Option<&str>, since: Option<u64>| {
+    let own = |m: Option<&crate::cluster::Member>| {
         serde_json::json!({
-            "member": s.name, "state": s.state, "admin": admin, "since": since,
+            "member": s.name, "state": s.state, "admin": m.map(|m| &m.admin),
+            "since": m.map(|m| m.since), "relative_port": m.and_then(|m| m.relative_port),
             "this": true, "lease": s.lease, "etcd_latency_us": s.etcd_latency_us,
             "fenced": s.fenced, "last_error": s.last_error,
         })
@@ -454,18 +455,19 @@ fn cluster_rows(s: &crate::cluster::Status) -> serde_json::Value {
         .iter()
         .map(|m| {
             if m.name == s.name && s.state == "member" {
-                own(Some(&m.admin), Some(m.since))
+                own(Some(m))
             } else {
                 serde_json::json!({
                     "member": m.name, "state": "member", "admin": m.admin,
-                    "since": m.since, "this": m.name == s.name,
+                    "since": m.since, "relative_port": m.relative_port,
+                    "this": m.name == s.name,
                 })
             }
         })
         .collect();
     if s.state != "member" || !s.members.iter().any(|m| m.name == s.name) {
         rows.retain(|r| r.get("member").and_then(|v| v.as_str()) != Some(s.name.as_str()));
-        rows.push(own(None, None));
+        rows.push(own(None));
     }
     serde_json::Value::Array(rows)
 }

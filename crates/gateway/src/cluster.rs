@@ -430,6 +430,11 @@ async fn member(
     )));
     // A member: the policy decides once the members are listed. Two that
     // joined at once both passed the check above: the later one leaves.
+    let listed_before = status
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .members
+        .clone();
     if let Err(e) = list(
         &mut client,
         &prefix,
@@ -443,6 +448,7 @@ async fn member(
         let _ = tokio::time::timeout(step, client.lease_revoke(id)).await;
         return Err(e);
     }
+    release_departed(&cfg.name, &listed_before, status, lus);
     info!(cluster = %cfg.name, lease = format!("{id:x}"), ttl_s = ttl.as_secs(), "cluster: member");
     {
         let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
@@ -474,6 +480,11 @@ async fn member(
             Ok(Err(e)) => return Err(format!("renewing the lease: {e}")),
             Err(_) => return Err("no renewal within the local deadline".into()),
         }
+        let listed_before = status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .members
+            .clone();
         if let Err(e) = list(
             &mut client,
             &prefix,
@@ -487,8 +498,55 @@ async fn member(
             let _ = tokio::time::timeout(step, client.lease_revoke(id)).await;
             return Err(e);
         }
+        release_departed(&cfg.name, &listed_before, status, lus);
         tokio::time::sleep_until(Instant::min(sent + step, deadline).into()).await;
     }
+}
+
+/// Members listed `before` and gone now left the cluster with every I_T
+/// nexus through their ports: a RESERVE(6) held through one of those ports
+/// ends with its nexus (SPC-2), so the lowest-named member left releases
+/// it on each clustered LU, through the store (any member could; one is
+/// enough, and the store's compare-and-swap keeps a second harmless).
+/// Persistent reservations stay. In the background: the renewals go on.
+fn release_departed(
+    name: &str,
+    before: &[Member],
+    status: &Arc<Mutex<Status>>,
+    lus: &[ClusteredLu],
+) {
+    let now = status
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .members
+        .clone();
+    let departed: Vec<u16> = before
+        .iter()
+        .filter(|m| m.name != name && !now.iter().any(|n| n.name == m.name))
+        .filter_map(|m| m.relative_port)
+        .collect();
+    let lowest = now.iter().map(|m| m.name.as_str()).min();
+    if departed.is_empty() || lowest != Some(name) {
+        return;
+    }
+    let lus = lus.to_vec();
+    tokio::spawn(async move {
+        for port in departed {
+            // The iSCSI target port's name: `IQN,t,0xTPGT`, the TPGT being
+            // the relative port (`[iscsi] relative_port`).
+            let suffix = format!(",t,0x{port:04x}");
+            let through = |t: &unifab_scsi_core::TransportId| matches!(t, unifab_scsi_core::TransportId::Iscsi { name, .. } if name.ends_with(&suffix));
+            for (lu, l) in &lus {
+                match l.release_reserve6_through(through).await {
+                    Ok(true) => info!(lu = %lu, relative_port = port,
+                        "cluster: RESERVE(6) released: its holder's gateway left the cluster"),
+                    Ok(false) => {}
+                    Err(e) => warn!(lu = %lu, relative_port = port, error = %e,
+                        "cluster: could not release a RESERVE(6) held through a gateway that left"),
+                }
+            }
+        }
+    });
 }
 
 /// A task that ends with its owner.

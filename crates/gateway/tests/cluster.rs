@@ -293,6 +293,59 @@ fn a_taken_relative_port_or_name_keeps_a_gateway_out() {
     read_until(&mut host, (0, 0, 0), "A serves on");
 }
 
+/// A host holds RESERVE(6) through A; another host, through B, gets
+/// RESERVATION CONFLICT. A dies (SIGKILL): when its lease expires B, the
+/// member left, releases the reservation — every I_T nexus through A went
+/// with A, and a RESERVE(6) ends with its holder's nexus (SPC-2) — and the
+/// host through B reads and reserves. Fails where the reservation outlives
+/// the gateway it was held through.
+#[test]
+fn a_reserve6_held_through_a_gateway_that_died_is_released() {
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let (_top, (a, admin_a), (b, admin_b)) = two_gateways(&etcd);
+    let both = |rows: &[serde_json::Value]| {
+        names(rows)
+            == vec![
+                ("gw-a".to_string(), "member".to_string()),
+                ("gw-b".to_string(), "member".to_string()),
+            ]
+    };
+    wait_cluster(admin_a, "both listed on A", both);
+    wait_cluster(admin_b, "both listed on B", both);
+    let host = |name: &str| RawOptions {
+        initiator: name.into(),
+        ..RawOptions::default()
+    };
+    let mut h1 = RawSession::login(a.addr, &a.iqn, &host("iqn.2026-11.io.unifab:h1")).unwrap();
+    let mut h2 = RawSession::login(b.addr, &b.iqn, &host("iqn.2026-11.io.unifab:h2")).unwrap();
+    read_until(&mut h1, (0, 0, 0), "A serves");
+    read_until(&mut h2, (0, 0, 0), "B serves");
+    const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+    assert_eq!(retrying(&mut h1, &RESERVE6, &[], 0).unwrap().status, 0);
+    assert_eq!(retrying(&mut h2, &READ10, &[], 512).unwrap().status, 0x18);
+    a.kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = retrying(&mut h2, &READ10, &[], 512).unwrap();
+        if r.status == 0 {
+            break;
+        }
+        assert!(
+            r.status == 0x18,
+            "through B: status {:#x} {:02x?}",
+            r.status,
+            sense(&r)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "still RESERVATION CONFLICT through B 20 s after A died: {:#?}",
+            cluster(admin_b)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(retrying(&mut h2, &RESERVE6, &[], 0).unwrap().status, 0);
+}
+
 /// The Active/Optimized gateway dies: the survivor promotes its own
 /// Active/Non-optimized group, and its host hears of it.
 #[test]

@@ -94,6 +94,38 @@ impl EmulatedLu {
     pub fn shared_reservations_version(&self) -> u64 {
         self.inner.lock().shared_version
     }
+
+    /// Releases a RESERVE(6) held through a target port `gone` names: the
+    /// ports of a cluster member that left, every I_T nexus through them
+    /// lost with it, and a RESERVE(6) ends with its holder's nexus (SPC-2
+    /// §5.5.1; persistent reservations stay). A change through the store
+    /// like any other; `Ok(true)` if one was released, `Ok(false)` if none
+    /// was held there (or the LU shares no store).
+    pub async fn release_reserve6_through(
+        &self,
+        gone: impl Fn(&TransportId) -> bool + Send + Sync,
+    ) -> Result<bool, String> {
+        let Some(store) = self.inner.shared() else {
+            return Ok(false);
+        };
+        let released = std::sync::atomic::AtomicBool::new(false);
+        let r = self
+            .inner
+            .change_shared(store, |s| {
+                let held_there = s.reserve6.as_ref().is_some_and(|k| gone(&k.target));
+                if held_there {
+                    s.reserve6 = None;
+                }
+                released.store(held_there, Ordering::Relaxed);
+                Ok(held_there)
+            })
+            .await;
+        if r.status == Status::GOOD {
+            Ok(released.load(Ordering::Relaxed))
+        } else {
+            Err(format!("{:?} {:?}", r.status, r.sense))
+        }
+    }
 }
 
 /// A change's answer when it could not be made.

@@ -226,6 +226,41 @@ async fn reserve6_is_shared_and_a_reset_through_either_gateway_releases_it() {
     assert_good(&run(&a, &h1, &RESERVE6, &[]).await);
 }
 
+/// A member leaves (its lease expired: every nexus through its port is
+/// lost): a RESERVE(6) held through that port is released for the whole
+/// cluster, and another host takes one through the survivor; a RESERVE(6)
+/// held through a port still there stays.
+#[tokio::test]
+async fn a_reserve6_held_through_a_departed_members_port_is_released() {
+    let cell = Arc::new(Cell::default());
+    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
+    let h1 = via("iqn.2026-11.test:h1", 1);
+    let h2 = via("iqn.2026-11.test:h2", 2);
+    ready(&a, &h1).await;
+    ready(&b, &h2).await;
+    assert_good(&run(&a, &h1, &RESERVE6, &[]).await);
+    conflict(&run(&b, &h2, &READ10, &[]).await);
+    let port_of = |n: &ItNexus| n.target().id.clone();
+    let (a_port, b_port) = (port_of(&h1), port_of(&h2));
+    // Naming another port releases nothing.
+    assert_eq!(
+        b.release_reserve6_through(|t| *t == b_port).await,
+        Ok(false)
+    );
+    conflict(&run(&b, &h2, &READ10, &[]).await);
+    // A's port gone: released, on both members' copies.
+    assert_eq!(b.release_reserve6_through(|t| *t == a_port).await, Ok(true));
+    assert!(a.inner.lock().reserve6.is_none(), "still held on A's copy");
+    assert_good(&run(&b, &h2, &READ10, &[]).await);
+    assert_good(&run(&b, &h2, &RESERVE6, &[]).await);
+    // Nothing held through A's port now: nothing to release.
+    assert_eq!(
+        b.release_reserve6_through(|t| *t == a_port).await,
+        Ok(false)
+    );
+    conflict(&run(&a, &h1, &READ10, &[]).await);
+}
+
 #[tokio::test]
 async fn a_change_that_loses_the_race_is_decided_again_on_the_newer_state() {
     let cell = Arc::new(Cell::default());

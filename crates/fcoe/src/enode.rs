@@ -583,7 +583,10 @@ impl Enode {
             (FipOp::LINK_SERVICE, FipSubcode::LS_REPLY) if to_us && self.is_from_fcf(eth) => {
                 self.ls_reply(now, &fip);
             }
-            (FipOp::CONTROL, FipSubcode::CLEAR_VIRTUAL_LINKS) if self.is_from_fcf(eth) => {
+            // To the ENode MAC only (FC-BB-5, as every FIP frame from an
+            // FCF to an ENode; libfcoe drops others): one sent to a
+            // VN_Port's MAC or a group address is not the FCF's.
+            (FipOp::CONTROL, FipSubcode::CLEAR_VIRTUAL_LINKS) if to_us && self.is_from_fcf(eth) => {
                 self.cvl(now, eth, &fip);
             }
             _ => self.counters.dropped += 1,

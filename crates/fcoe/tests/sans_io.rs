@@ -330,6 +330,33 @@ fn clear_virtual_links_and_fcf_loss_recover() {
     assert_eq!(cvls, 1);
     w.run_for(Duration::from_secs(5));
     assert_eq!(w.hosts[0].enode.counters().cvl_received, 1);
+    assert!(w.sees_target(0), "no recovery after CVL");
+    // The same CVL sent to the VN_Port's MAC, or to All-ENode-MACs, is not
+    // the FCF's (FC-BB-5 sends it to the ENode MAC): the ENode ignores it.
+    let vn_mac = w.hosts[0].enode.vn_ports()[0].mac;
+    w.fcf.clear_virtual_links(mac(1));
+    let mut cvl = None;
+    while let Some(o) = w.fcf.poll_transmit() {
+        if matches!(&o.body, EthBody::Fip(f) if f.subcode == FipSubcode::CLEAR_VIRTUAL_LINKS) {
+            cvl = Some(o);
+        }
+    }
+    let cvl = cvl.expect("the FCF sent a CVL");
+    let dropped = w.hosts[0].enode.counters().dropped;
+    for dst in [vn_mac, MacAddr::ALL_ENODE_MACS] {
+        let mut o = cvl.clone();
+        o.eth.dst = dst;
+        let now = w.now;
+        w.hosts[0].enode.handle_ethernet(now, o.to_bytes().unwrap());
+    }
+    let c = w.hosts[0].enode.counters();
+    assert_eq!(
+        c.cvl_received, 1,
+        "a CVL not sent to the ENode MAC was taken"
+    );
+    assert_eq!(c.dropped, dropped + 2);
+    // The FCF did clear its side: the ENode gets back in on its own.
+    w.run_for(Duration::from_secs(60));
     assert!(w.fcf.counters().logins > before, "no new login after CVL");
     assert!(w.sees_target(0), "no recovery after CVL");
     // The FCF goes silent: the ENode notices within 2.5 × FKA_ADV_PERIOD.

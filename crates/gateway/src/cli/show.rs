@@ -80,6 +80,7 @@ pub async fn show(
             "member",
             "state",
             "admin",
+            "relative port",
             "lease",
             "etcd us",
             "fenced",

@@ -5,7 +5,9 @@
 //! - **Which path.** Each path's state is learnt through the path itself,
 //!   on the gateway's own nexus (the factory's control initiator, so that
 //!   no host's unit attention is consumed; with a shared remote nexus the
-//!   hosts share it too): its TARGET PORT GROUP from INQUIRY VPD page 83h,
+//!   hosts share it too, and a unit attention the questions meet is held
+//!   and given as the answer to the next command, one each, so the hosts
+//!   hear it): its TARGET PORT GROUP from INQUIRY VPD page 83h,
 //!   then that group's state from REPORT TARGET PORT GROUPS. Commands go to the first path
 //!   in the order Active/Optimized, Active/Non-optimized, not yet known,
 //!   Transitioning, Standby, Unavailable, Offline; among equals, paths
@@ -64,6 +66,50 @@ struct Shared {
     paths: Mutex<Vec<PathState>>,
     /// The states must be learnt again before the next command.
     stale: AtomicBool,
+    /// The hosts share the remote nexus, and so the probes' unit
+    /// attentions are theirs.
+    shared_nexus: bool,
+    /// Unit attentions the probes took on the shared nexus, each handed to
+    /// the next command as its answer (one each, oldest first): a host
+    /// hears what it would have heard had no probe asked first.
+    held: Mutex<std::collections::VecDeque<TaskResult>>,
+}
+
+/// Most unit attentions held for the hosts at once (SPC lets a device
+/// report fewer than it had; the oldest are kept).
+const MAX_HELD: usize = 16;
+
+impl Shared {
+    /// Keeps `uas` (the probes' on the shared nexus) for the hosts, each
+    /// condition once.
+    fn hold(&self, uas: Vec<TaskResult>) {
+        if !self.shared_nexus {
+            return;
+        }
+        let code = |r: &TaskResult| {
+            r.sense
+                .as_ref()
+                .and_then(|s| Sense::parse(s))
+                .map(|s| (s.asc.0, s.asc.1))
+        };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        for ua in uas {
+            if held.len() < MAX_HELD && !held.iter().any(|h| code(h) == code(&ua)) {
+                held.push_back(ua);
+            }
+        }
+    }
+
+    /// The next held unit attention, if any.
+    fn take_held(&self) -> Option<TaskResult> {
+        if !self.shared_nexus {
+            return None;
+        }
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
 }
 
 impl Shared {
@@ -128,11 +174,14 @@ impl MultipathFactory {
                 last_error: None,
             })
             .collect();
+        let shared_nexus = !paths.first().is_some_and(|(_, f)| f.per_nexus());
         MultipathFactory {
             paths,
             shared: Arc::new(Shared {
                 paths: Mutex::new(states),
                 stale: AtomicBool::new(true),
+                shared_nexus,
+                held: Mutex::new(std::collections::VecDeque::new()),
             }),
             probes: Mutex::new(None),
         }
@@ -222,8 +271,14 @@ fn state_changed(r: &TaskResult) -> bool {
 }
 
 /// `cdb`'s data-in through `path`, past the unit attentions of the
-/// gateway's own nexus (at most four).
-async fn ask(path: &Arc<dyn Initiator>, lun: Lun, cdb: &[u8], len: u32) -> Option<Vec<u8>> {
+/// gateway's own nexus (at most four), which go to `seen`.
+async fn ask(
+    path: &Arc<dyn Initiator>,
+    lun: Lun,
+    cdb: &[u8],
+    len: u32,
+    seen: &mut Vec<TaskResult>,
+) -> Option<Vec<u8>> {
     for _ in 0..4 {
         let r = path
             .submit(Request::new(lun, bytes::Bytes::copy_from_slice(cdb), len))
@@ -241,6 +296,7 @@ async fn ask(path: &Arc<dyn Initiator>, lun: Lun, cdb: &[u8], len: u32) -> Optio
         if !ua {
             return None;
         }
+        seen.push(r);
     }
     None
 }
@@ -276,19 +332,30 @@ fn group_state(rtpg: &[u8], group: u16) -> Option<AccessState> {
 }
 
 impl MultipathInitiator {
-    /// Learns every path's group and state through the path itself.
+    /// Learns every path's group and state through the path itself; the
+    /// unit attentions the questions met are held for the hosts where
+    /// they share the nexus ([`Shared::hold`]).
     async fn learn(paths: &[Arc<dyn Initiator>], shared: &Shared, lun: Lun) {
         for (i, p) in paths.iter().enumerate() {
-            let group = match ask(p, lun, &[0x12, 0x01, 0x83, 0x10, 0x00, 0], 4096).await {
+            let mut seen = Vec::new();
+            let group = match ask(p, lun, &[0x12, 0x01, 0x83, 0x10, 0x00, 0], 4096, &mut seen).await
+            {
                 Some(v) => port_group(&v),
                 None => None,
             };
             let state = match group {
-                Some(g) => ask(p, lun, &[0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0], 4096)
-                    .await
-                    .and_then(|v| group_state(&v, g)),
+                Some(g) => ask(
+                    p,
+                    lun,
+                    &[0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0],
+                    4096,
+                    &mut seen,
+                )
+                .await
+                .and_then(|v| group_state(&v, g)),
                 None => None,
             };
+            shared.hold(seen);
             let mut ps = shared.paths.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(s) = ps.get_mut(i) {
                 s.group = group;
@@ -307,6 +374,14 @@ impl Initiator for MultipathInitiator {
         let probes = self.probes.clone();
         let first = shared.order().first().copied().unwrap_or(0);
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = first;
+        // A unit attention a probe took from the hosts' shared nexus is
+        // this command's answer (it did not run; the host retries it).
+        if let Some(ua) = shared.take_held() {
+            return Submitted {
+                tag: u64::MAX,
+                outcome: Box::pin(std::future::ready(Ok(ua))),
+            };
+        }
         let learn = shared.stale.swap(false, Ordering::AcqRel);
         let Some(path) = paths.get(first) else {
             return Submitted::failed(InitiatorError::Closed);
@@ -324,6 +399,9 @@ impl Initiator for MultipathInitiator {
         }
         let outcome = Box::pin(async move {
             MultipathInitiator::learn(&probes, &shared, request.lun).await;
+            if let Some(ua) = shared.take_held() {
+                return Ok(ua);
+            }
             let first = shared.order().first().copied().unwrap_or(0);
             let r = match paths.get(first) {
                 Some(p) => p.submit(request.clone()).outcome.await,

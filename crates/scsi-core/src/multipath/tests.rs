@@ -256,3 +256,35 @@ fn vpd_and_rtpg_parsers_find_the_group_and_its_state() {
     assert_eq!(group_state(&rtpg, 9), None);
     assert_eq!(group_state(&rtpg[..6], 1), None);
 }
+
+/// On a shared remote nexus the probes ask on the hosts' nexus: a unit
+/// attention they meet is handed to the hosts, not swallowed. Here the
+/// LU's states change and it turns read-only: the host's next read hears
+/// the state change through the old path, the probes then meet MODE
+/// PARAMETERS CHANGED on both paths, and the host hears that too before
+/// its reads pass. Fails where the probes keep what they meet.
+#[tokio::test]
+async fn unit_attentions_the_probes_meet_on_a_shared_nexus_reach_the_host() {
+    let lu = lu();
+    let (f, _, _) = two_paths(&lu);
+    let i = f.open(None).unwrap();
+    read_good(&i).await;
+    assert!(lu.set_alua_state(1, AccessState::Standby));
+    assert!(lu.set_alua_state(2, AccessState::ActiveOptimized));
+    lu.set_read_only(true).unwrap();
+    let mut heard = Vec::new();
+    for _ in 0..8 {
+        let r = read(&i).await.unwrap();
+        if r.status == Status::GOOD {
+            break;
+        }
+        let s = Sense::parse(r.sense.as_ref().unwrap()).unwrap();
+        assert_eq!(s.key, SenseKey::UNIT_ATTENTION, "{s:?}");
+        heard.push(s.asc);
+    }
+    assert!(
+        heard.contains(&crate::sense::asc::MODE_PARAMETERS_CHANGED),
+        "the host never heard MODE PARAMETERS CHANGED: {heard:?}"
+    );
+    assert_eq!(read(&i).await.unwrap().status, Status::GOOD);
+}

@@ -430,25 +430,18 @@ async fn member(
     )));
     // A member: the policy decides once the members are listed. Two that
     // joined at once both passed the check above: the later one leaves.
-    let listed_before = status
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .members
-        .clone();
-    if let Err(e) = list(
-        &mut client,
-        &prefix,
-        deadline,
-        fence,
+    let listing = Listing {
+        prefix: &prefix,
+        apply: fence,
         status,
-        (&cfg.name, me, since),
-    )
-    .await
-    {
-        let _ = tokio::time::timeout(step, client.lease_revoke(id)).await;
-        return Err(e);
-    }
-    release_departed(&cfg.name, &listed_before, status, lus);
+        name: &cfg.name,
+        me,
+        since,
+        lus,
+        lease: id,
+        step,
+    };
+    listing.run(&mut client, deadline).await?;
     info!(cluster = %cfg.name, lease = format!("{id:x}"), ttl_s = ttl.as_secs(), "cluster: member");
     {
         let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
@@ -480,25 +473,7 @@ async fn member(
             Ok(Err(e)) => return Err(format!("renewing the lease: {e}")),
             Err(_) => return Err("no renewal within the local deadline".into()),
         }
-        let listed_before = status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .members
-            .clone();
-        if let Err(e) = list(
-            &mut client,
-            &prefix,
-            deadline,
-            fence,
-            status,
-            (&cfg.name, me, since),
-        )
-        .await
-        {
-            let _ = tokio::time::timeout(step, client.lease_revoke(id)).await;
-            return Err(e);
-        }
-        release_departed(&cfg.name, &listed_before, status, lus);
+        listing.run(&mut client, deadline).await?;
         tokio::time::sleep_until(Instant::min(sent + step, deadline).into()).await;
     }
 }
@@ -558,24 +533,54 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Lists the members (before `deadline`), records them and applies the
-/// policy for their port groups — unless one that joined before this
-/// gateway (`me`: its name, announcement and time of joining) has its
-/// name or relative port ([`conflict`]).
-async fn list(
-    client: &mut Client,
-    prefix: &str,
-    deadline: Instant,
-    apply: &Apply,
-    status: &Arc<Mutex<Status>>,
-    (name, me, since): (&str, &Announce, u64),
-) -> Result<(), String> {
-    let members = members(client, prefix, deadline).await?;
-    conflict(name, me, since, &members)?;
-    let groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
-    apply(Some(&groups));
-    status.lock().unwrap_or_else(|e| e.into_inner()).members = members;
-    Ok(())
+/// What each listing of the members needs: this gateway (`me`, its name
+/// and time of joining), what applies the policy, the clustered LUs, and
+/// the lease to give back when it may not stay.
+struct Listing<'a> {
+    prefix: &'a str,
+    apply: &'a Apply,
+    status: &'a Arc<Mutex<Status>>,
+    name: &'a str,
+    me: &'a Announce,
+    since: u64,
+    lus: &'a [ClusteredLu],
+    lease: i64,
+    step: Duration,
+}
+
+impl Listing<'_> {
+    /// Lists the members (before `deadline`), records them and applies the
+    /// policy for their port groups, and releases what members that left
+    /// held ([`release_departed`]) — unless one that joined before this
+    /// gateway has its name or relative port ([`conflict`]): then it gives
+    /// its lease back and the membership ends.
+    async fn run(&self, client: &mut Client, deadline: Instant) -> Result<(), String> {
+        let listed = async {
+            let members = members(client, self.prefix, deadline).await?;
+            conflict(self.name, self.me, self.since, &members)?;
+            Ok::<_, String>(members)
+        }
+        .await;
+        let members = match listed {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = tokio::time::timeout(self.step, client.lease_revoke(self.lease)).await;
+                return Err(e);
+            }
+        };
+        let groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
+        (self.apply)(Some(&groups));
+        let before = std::mem::replace(
+            &mut self
+                .status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .members,
+            members,
+        );
+        release_departed(self.name, &before, self.status, self.lus);
+        Ok(())
+    }
 }
 
 /// Why this gateway may not be a member beside `members`: one of them has

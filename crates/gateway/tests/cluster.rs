@@ -109,6 +109,15 @@ fn metric(admin: SocketAddr, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
+/// gw-a and gw-b listed, both members.
+fn both(rows: &[serde_json::Value]) -> bool {
+    names(rows)
+        == vec![
+            ("gw-a".to_string(), "member".to_string()),
+            ("gw-b".to_string(), "member".to_string()),
+        ]
+}
+
 fn names(rows: &[serde_json::Value]) -> Vec<(String, String)> {
     rows.iter()
         .map(|r| {
@@ -183,13 +192,6 @@ fn read_until(s: &mut RawSession, want: (u8, u8, u8), what: &str) {
 fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
     let (_top, (a, admin_a), (b, admin_b)) = two_gateways(&etcd);
-    let both = |rows: &[serde_json::Value]| {
-        names(rows)
-            == vec![
-                ("gw-a".to_string(), "member".to_string()),
-                ("gw-b".to_string(), "member".to_string()),
-            ]
-    };
     wait_cluster(admin_a, "both listed on A", both);
     wait_cluster(admin_b, "both listed on B", both);
 
@@ -255,13 +257,6 @@ fn gateways_join_leave_and_fence_themselves_when_cut_from_etcd() {
 fn a_taken_relative_port_or_name_keeps_a_gateway_out() {
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
     let (top, (a, admin_a), (_b, admin_b)) = two_gateways(&etcd);
-    let both = |rows: &[serde_json::Value]| {
-        names(rows)
-            == vec![
-                ("gw-a".to_string(), "member".to_string()),
-                ("gw-b".to_string(), "member".to_string()),
-            ]
-    };
     wait_cluster(admin_a, "both listed on A", both);
     wait_cluster(admin_b, "both listed on B", both);
     let refused = |dir: &str, name: &str, rel: u16, why: &'static str| {
@@ -303,13 +298,6 @@ fn a_taken_relative_port_or_name_keeps_a_gateway_out() {
 fn a_reserve6_held_through_a_gateway_that_died_is_released() {
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
     let (_top, (a, admin_a), (b, admin_b)) = two_gateways(&etcd);
-    let both = |rows: &[serde_json::Value]| {
-        names(rows)
-            == vec![
-                ("gw-a".to_string(), "member".to_string()),
-                ("gw-b".to_string(), "member".to_string()),
-            ]
-    };
     wait_cluster(admin_a, "both listed on A", both);
     wait_cluster(admin_b, "both listed on B", both);
     let host = |name: &str| RawOptions {

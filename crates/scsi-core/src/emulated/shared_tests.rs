@@ -118,6 +118,19 @@ async fn ready(lu: &EmulatedLu, n: &ItNexus) {
     assert_good(&run(lu, n, &[0; 6], &[]).await);
 }
 
+/// Two members' views of one LU (gw-a, gw-b) on one store, host h1
+/// through port 1 of A and h2 through port 2 of B, both past their
+/// power-on unit attention.
+async fn two_members_ready() -> (Arc<EmulatedLu>, Arc<EmulatedLu>, ItNexus, ItNexus) {
+    let cell = Arc::new(Cell::default());
+    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
+    let h1 = via("iqn.2026-11.test:h1", 1);
+    let h2 = via("iqn.2026-11.test:h2", 2);
+    ready(&a, &h1).await;
+    ready(&b, &h2).await;
+    (a, b, h1, h2)
+}
+
 fn prout(sa: u8, ty: u8) -> [u8; 10] {
     [0x5f, sa, ty, 0, 0, 0, 0, 0, 24, 0]
 }
@@ -139,12 +152,7 @@ fn conflict(r: &TaskResult) {
 
 #[tokio::test]
 async fn a_reservation_taken_through_one_gateway_holds_on_the_other() {
-    let cell = Arc::new(Cell::default());
-    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
-    let h1 = via("iqn.2026-11.test:h1", 1);
-    let h2 = via("iqn.2026-11.test:h2", 2);
-    ready(&a, &h1).await;
-    ready(&b, &h2).await;
+    let (a, b, h1, h2) = two_members_ready().await;
     // h1 registers key 0xa through A and takes WRITE EXCLUSIVE.
     assert_good(&run(&a, &h1, &prout(0, 0), &params(0, 0xa)).await);
     assert_good(&run(&a, &h1, &prout(1, 1), &params(0xa, 0)).await);
@@ -232,12 +240,7 @@ async fn reserve6_is_shared_and_a_reset_through_either_gateway_releases_it() {
 /// held through a port still there stays.
 #[tokio::test]
 async fn a_reserve6_held_through_a_departed_members_port_is_released() {
-    let cell = Arc::new(Cell::default());
-    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
-    let h1 = via("iqn.2026-11.test:h1", 1);
-    let h2 = via("iqn.2026-11.test:h2", 2);
-    ready(&a, &h1).await;
-    ready(&b, &h2).await;
+    let (a, b, h1, h2) = two_members_ready().await;
     assert_good(&run(&a, &h1, &RESERVE6, &[]).await);
     conflict(&run(&b, &h2, &READ10, &[]).await);
     let port_of = |n: &ItNexus| n.target().id.clone();

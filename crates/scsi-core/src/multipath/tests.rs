@@ -145,6 +145,18 @@ async fn read_good(i: &Arc<dyn Initiator>) {
     panic!("no GOOD read");
 }
 
+/// Two paths in use (a read passed), then the groups swap: group 1
+/// Standby, group 2 Active/Optimized.
+async fn in_use_then_swapped() -> (Arc<EmulatedLu>, MultipathFactory, Arc<dyn Initiator>) {
+    let lu = lu();
+    let (f, _, _) = two_paths(&lu);
+    let i = f.open(None).unwrap();
+    read_good(&i).await;
+    assert!(lu.set_alua_state(1, AccessState::Standby));
+    assert!(lu.set_alua_state(2, AccessState::ActiveOptimized));
+    (lu, f, i)
+}
+
 fn states(f: &MultipathFactory) -> Vec<(Option<u16>, Option<AccessState>)> {
     f.paths().iter().map(|p| (p.group, p.state)).collect()
 }
@@ -173,15 +185,10 @@ async fn learns_each_paths_state_and_prefers_the_optimized_one() {
 
 #[tokio::test]
 async fn a_transition_moves_commands_to_the_path_that_became_optimized() {
-    let lu = lu();
-    let (f, _, _) = two_paths(&lu);
-    let i = f.open(None).unwrap();
-    read_good(&i).await;
     // Group 1 goes Standby, group 2 Active/Optimized: the next command
     // hears the change, the states are learnt again, and reads go to
     // port 2.
-    assert!(lu.set_alua_state(1, AccessState::Standby));
-    assert!(lu.set_alua_state(2, AccessState::ActiveOptimized));
+    let (_lu, f, i) = in_use_then_swapped().await;
     read_good(&i).await;
     assert_eq!(
         states(&f),
@@ -265,12 +272,7 @@ fn vpd_and_rtpg_parsers_find_the_group_and_its_state() {
 /// its reads pass. Fails where the probes keep what they meet.
 #[tokio::test]
 async fn unit_attentions_the_probes_meet_on_a_shared_nexus_reach_the_host() {
-    let lu = lu();
-    let (f, _, _) = two_paths(&lu);
-    let i = f.open(None).unwrap();
-    read_good(&i).await;
-    assert!(lu.set_alua_state(1, AccessState::Standby));
-    assert!(lu.set_alua_state(2, AccessState::ActiveOptimized));
+    let (lu, _f, i) = in_use_then_swapped().await;
     lu.set_read_only(true).unwrap();
     let mut heard = Vec::new();
     for _ in 0..8 {

@@ -334,6 +334,108 @@ fn a_reserve6_held_through_a_gateway_that_died_is_released() {
     assert_eq!(retrying(&mut h2, &RESERVE6, &[], 0).unwrap().status, 0);
 }
 
+/// A gateway cut from etcd long enough to lose its lease keeps its
+/// sessions, but the survivor treats every nexus through it as lost and
+/// releases the RESERVE(6) a host held through it. When the gateway joins
+/// again, that host hears I_T NEXUS LOSS OCCURRED before anything else
+/// it sends is served, and finds the reservation gone. Fails where the
+/// host, never logged out, goes on believing it holds the reservation.
+#[test]
+fn a_host_on_a_fenced_gateway_hears_that_its_reserve6_was_released() {
+    use unifab_testkit::relay::TcpRelay;
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let relay = TcpRelay::start(etcd.addr()).unwrap();
+    let (_top, da, db) = dirs();
+    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+    let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+    let via_relay = format!("http://{}", relay.addr());
+    let a = Gateway::start(&da, &config(&da, "gw-a", &via_relay, 1, admin_a));
+    let b = Gateway::start(&db, &config(&db, "gw-b", &etcd.url(), 2, admin_b));
+    wait_cluster(admin_a, "both listed on A", both);
+    wait_cluster(admin_b, "both listed on B", both);
+    let host = |name: &str| RawOptions {
+        initiator: name.into(),
+        ..RawOptions::default()
+    };
+    let mut h1 = RawSession::login(a.addr, &a.iqn, &host("iqn.2026-11.io.unifab:h1")).unwrap();
+    let mut h2 = RawSession::login(b.addr, &b.iqn, &host("iqn.2026-11.io.unifab:h2")).unwrap();
+    read_until(&mut h1, (0, 0, 0), "A serves");
+    read_until(&mut h2, (0, 0, 0), "B serves");
+    const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+    assert_eq!(retrying(&mut h1, &RESERVE6, &[], 0).unwrap().status, 0);
+    assert_eq!(retrying(&mut h2, &READ10, &[], 512).unwrap().status, 0x18);
+
+    // A is cut from etcd; once its lease has expired B releases h1's
+    // RESERVE(6), and h2 reads.
+    relay.freeze();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while retrying(&mut h2, &READ10, &[], 512).unwrap().status != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "still RESERVATION CONFLICT through B 20 s after A was cut: {:#?}",
+            cluster(admin_b)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    relay.thaw();
+    wait_cluster(admin_a, "A a member again", both);
+
+    // h1's commands through A: unit attentions (the ALUA changes, and the
+    // nexus loss), then served, with nothing reserved.
+    let mut heard = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let last = loop {
+        let r = h1.command(&READ10, &[], 512).unwrap();
+        let s = sense(&r);
+        if r.status == 2 && s.0 == 6 {
+            heard.push((s.1, s.2));
+        } else if r.status == 2 && s == (2, 0x04, 0x0c) {
+            // A's group not yet available again.
+            assert!(Instant::now() < deadline, "A never served again");
+            std::thread::sleep(Duration::from_millis(50));
+        } else {
+            break r;
+        }
+        assert!(
+            heard.len() < 16,
+            "unit attentions without end: {heard:02x?}"
+        );
+    };
+    assert!(
+        heard.contains(&(0x29, 0x07)),
+        "h1 was not told its nexus counts as lost (I_T NEXUS LOSS OCCURRED); it heard {heard:02x?}"
+    );
+    assert_eq!(
+        last.status,
+        0,
+        "h1's read after the unit attentions: {:02x?}",
+        sense(&last)
+    );
+    let lus = cluster_lus(admin_a);
+    assert!(
+        lus[0]["reservation"].is_null(),
+        "A lists a reservation: {lus:#?}"
+    );
+    assert_eq!(retrying(&mut h2, &RESERVE6, &[], 0).unwrap().status, 0);
+    println!("h1 heard {heard:02x?}");
+}
+
+/// The clustered LUs as `unifab show cluster` lists them on `admin`.
+fn cluster_lus(admin: SocketAddr) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
+        .args([
+            "show",
+            "cluster-lus",
+            "--json",
+            "--admin",
+            &admin.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The Active/Optimized gateway dies: the survivor promotes its own
 /// Active/Non-optimized group, and its host hears of it.
 #[test]
@@ -555,17 +657,7 @@ fn failover_under_load_keeps_every_acknowledged_write_and_the_reservation() {
         let r = retrying(&mut other_b, &write16(0), &[0u8; 4096], 0).unwrap();
         assert_eq!(r.status, 0x18, "round {round}: H2's write through B");
         // show cluster: B owns the LU now, and the reservation is H1's.
-        let out = Command::new(env!("CARGO_BIN_EXE_unifab"))
-            .args([
-                "show",
-                "cluster-lus",
-                "--json",
-                "--admin",
-                &admin_b.to_string(),
-            ])
-            .output()
-            .unwrap();
-        let lus: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let lus = cluster_lus(admin_b);
         assert_eq!(lus.len(), 1, "{lus:#?}");
         assert_eq!(lus[0]["lu"], "disk");
         assert_eq!(lus[0]["owner"], "gw-b", "{lus:#?}");

@@ -164,10 +164,24 @@ impl Inner {
         }
         let mut st = self.lock();
         if version > st.shared_version {
+            // Another member released a RESERVE(6) held through a nexus
+            // here, and not by a reset (whose own unit attention says so):
+            // only a member that departed has that done to its nexuses —
+            // the others treated them as lost with it
+            // (`release_reserve6_through`), possibly versions ago. The
+            // holder hears what a lost nexus hears, so it does not go on
+            // believing it holds the reservation.
+            let lost = st
+                .reserve6
+                .clone()
+                .filter(|k| remote && s.reset.is_none() && s.reserve6.as_ref() != Some(k));
             st.pr = s.pr.clone();
             st.reserve6 = s.reserve6.clone();
             st.shared_version = version;
             self.update_reserved(&st);
+            if let Some(k) = lost {
+                self.ua_where(&mut st, |n| *n == k, asc::I_T_NEXUS_LOSS_OCCURRED, true);
+            }
         }
         if effects {
             self.ua_for(&mut st, &s.unit_attentions);

@@ -237,7 +237,12 @@ async fn reserve6_is_shared_and_a_reset_through_either_gateway_releases_it() {
 /// A member leaves (its lease expired: every nexus through its port is
 /// lost): a RESERVE(6) held through that port is released for the whole
 /// cluster, and another host takes one through the survivor; a RESERVE(6)
-/// held through a port still there stays.
+/// held through a port still there stays. The host that held it, still
+/// connected to the departed member, hears I_T NEXUS LOSS OCCURRED when
+/// that member applies the release (as it does when it joins again): the
+/// cluster treated its nexus as lost, so it must not go on believing it
+/// holds the reservation. Fails where the release reaches the departed
+/// member's copy silently.
 #[tokio::test]
 async fn a_reserve6_held_through_a_departed_members_port_is_released() {
     let (a, b, h1, h2) = two_members_ready().await;
@@ -254,8 +259,14 @@ async fn a_reserve6_held_through_a_departed_members_port_is_released() {
     // A's port gone: released, on both members' copies.
     assert_eq!(b.release_reserve6_through(|t| *t == a_port).await, Ok(true));
     assert!(a.inner.lock().reserve6.is_none(), "still held on A's copy");
+    // The host through B is told nothing: its nexus was not lost.
     assert_good(&run(&b, &h2, &READ10, &[]).await);
     assert_good(&run(&b, &h2, &RESERVE6, &[]).await);
+    // The former holder hears it once; then it is a host like any other.
+    assert_ua(
+        &run(&a, &h1, &READ10, &[]).await,
+        asc::I_T_NEXUS_LOSS_OCCURRED,
+    );
     // Nothing held through A's port now: nothing to release.
     assert_eq!(
         b.release_reserve6_through(|t| *t == a_port).await,

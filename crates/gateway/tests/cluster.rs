@@ -47,15 +47,70 @@ fn two_gateways(
     (Gateway, SocketAddr),
     (Gateway, SocketAddr),
 ) {
+    two_gateways_a_at(etcd, &etcd.url())
+}
+
+/// [`two_gateways`], gw-a reaching etcd at `a_etcd` (a relay that can cut
+/// it off).
+fn two_gateways_a_at(
+    etcd: &Etcd,
+    a_etcd: &str,
+) -> (
+    tempfile::TempDir,
+    (Gateway, SocketAddr),
+    (Gateway, SocketAddr),
+) {
     let (top, da, db) = dirs();
-    let start = |dir: &Path, name: &str, port: u16| {
+    let start = |dir: &Path, name: &str, etcd: &str, port: u16| {
         let admin: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-        let g = Gateway::start(dir, &config(dir, name, &etcd.url(), port, admin));
+        let g = Gateway::start(dir, &config(dir, name, etcd, port, admin));
         (g, admin)
     };
-    let a = start(&da, "gw-a", 1);
-    let b = start(&db, "gw-b", 2);
+    let a = start(&da, "gw-a", a_etcd, 1);
+    let b = start(&db, "gw-b", &etcd.url(), 2);
     (top, a, b)
+}
+
+const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
+
+/// Host h1 logged in to A and holding RESERVE(6) through it; host h2 on
+/// B, refused with RESERVATION CONFLICT.
+fn reserve6_through_a(a: &Gateway, b: &Gateway) -> (RawSession, RawSession) {
+    let host = |name: &str| RawOptions {
+        initiator: name.into(),
+        ..RawOptions::default()
+    };
+    let mut h1 = RawSession::login(a.addr, &a.iqn, &host("iqn.2026-11.io.unifab:h1")).unwrap();
+    let mut h2 = RawSession::login(b.addr, &b.iqn, &host("iqn.2026-11.io.unifab:h2")).unwrap();
+    read_until(&mut h1, (0, 0, 0), "A serves");
+    read_until(&mut h2, (0, 0, 0), "B serves");
+    assert_eq!(retrying(&mut h1, &RESERVE6, &[], 0).unwrap().status, 0);
+    assert_eq!(retrying(&mut h2, &READ10, &[], 512).unwrap().status, 0x18);
+    (h1, h2)
+}
+
+/// Waits (at most 20 s) until h2 reads through B: the RESERVE(6) held
+/// through A is released. Only RESERVATION CONFLICT is expected before.
+fn until_b_reads(h2: &mut RawSession, admin_b: SocketAddr, after: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = retrying(h2, &READ10, &[], 512).unwrap();
+        if r.status == 0 {
+            return;
+        }
+        assert!(
+            r.status == 0x18,
+            "through B: status {:#x} {:02x?}",
+            r.status,
+            sense(&r)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "still RESERVATION CONFLICT through B 20 s after {after}: {:#?}",
+            cluster(admin_b)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// A host that sees unit attentions itself.
@@ -300,37 +355,9 @@ fn a_reserve6_held_through_a_gateway_that_died_is_released() {
     let (_top, (a, admin_a), (b, admin_b)) = two_gateways(&etcd);
     wait_cluster(admin_a, "both listed on A", both);
     wait_cluster(admin_b, "both listed on B", both);
-    let host = |name: &str| RawOptions {
-        initiator: name.into(),
-        ..RawOptions::default()
-    };
-    let mut h1 = RawSession::login(a.addr, &a.iqn, &host("iqn.2026-11.io.unifab:h1")).unwrap();
-    let mut h2 = RawSession::login(b.addr, &b.iqn, &host("iqn.2026-11.io.unifab:h2")).unwrap();
-    read_until(&mut h1, (0, 0, 0), "A serves");
-    read_until(&mut h2, (0, 0, 0), "B serves");
-    const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
-    assert_eq!(retrying(&mut h1, &RESERVE6, &[], 0).unwrap().status, 0);
-    assert_eq!(retrying(&mut h2, &READ10, &[], 512).unwrap().status, 0x18);
+    let (_h1, mut h2) = reserve6_through_a(&a, &b);
     a.kill();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = retrying(&mut h2, &READ10, &[], 512).unwrap();
-        if r.status == 0 {
-            break;
-        }
-        assert!(
-            r.status == 0x18,
-            "through B: status {:#x} {:02x?}",
-            r.status,
-            sense(&r)
-        );
-        assert!(
-            Instant::now() < deadline,
-            "still RESERVATION CONFLICT through B 20 s after A died: {:#?}",
-            cluster(admin_b)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    until_b_reads(&mut h2, admin_b, "A died");
     assert_eq!(retrying(&mut h2, &RESERVE6, &[], 0).unwrap().status, 0);
 }
 
@@ -345,38 +372,16 @@ fn a_host_on_a_fenced_gateway_hears_that_its_reserve6_was_released() {
     use unifab_testkit::relay::TcpRelay;
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
     let relay = TcpRelay::start(etcd.addr()).unwrap();
-    let (_top, da, db) = dirs();
-    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-    let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
     let via_relay = format!("http://{}", relay.addr());
-    let a = Gateway::start(&da, &config(&da, "gw-a", &via_relay, 1, admin_a));
-    let b = Gateway::start(&db, &config(&db, "gw-b", &etcd.url(), 2, admin_b));
+    let (_top, (a, admin_a), (b, admin_b)) = two_gateways_a_at(&etcd, &via_relay);
     wait_cluster(admin_a, "both listed on A", both);
     wait_cluster(admin_b, "both listed on B", both);
-    let host = |name: &str| RawOptions {
-        initiator: name.into(),
-        ..RawOptions::default()
-    };
-    let mut h1 = RawSession::login(a.addr, &a.iqn, &host("iqn.2026-11.io.unifab:h1")).unwrap();
-    let mut h2 = RawSession::login(b.addr, &b.iqn, &host("iqn.2026-11.io.unifab:h2")).unwrap();
-    read_until(&mut h1, (0, 0, 0), "A serves");
-    read_until(&mut h2, (0, 0, 0), "B serves");
-    const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
-    assert_eq!(retrying(&mut h1, &RESERVE6, &[], 0).unwrap().status, 0);
-    assert_eq!(retrying(&mut h2, &READ10, &[], 512).unwrap().status, 0x18);
+    let (mut h1, mut h2) = reserve6_through_a(&a, &b);
 
     // A is cut from etcd; once its lease has expired B releases h1's
     // RESERVE(6), and h2 reads.
     relay.freeze();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while retrying(&mut h2, &READ10, &[], 512).unwrap().status != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "still RESERVATION CONFLICT through B 20 s after A was cut: {:#?}",
-            cluster(admin_b)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    until_b_reads(&mut h2, admin_b, "A was cut");
     relay.thaw();
     wait_cluster(admin_a, "A a member again", both);
 
@@ -701,12 +706,8 @@ fn a_gateway_cut_from_etcd_lands_no_write_after_the_other_took_over() {
     use unifab_testkit::relay::TcpRelay;
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
     let relay = TcpRelay::start(etcd.addr()).unwrap();
-    let (_top, da, db) = dirs();
-    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-    let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
     let via_relay = format!("http://{}", relay.addr());
-    let a = Gateway::start(&da, &config(&da, "gw-a", &via_relay, 1, admin_a));
-    let b = Gateway::start(&db, &config(&db, "gw-b", &etcd.url(), 2, admin_b));
+    let (_top, (a, _), (b, admin_b)) = two_gateways_a_at(&etcd, &via_relay);
     wait_cluster(admin_b, "both listed on B", |rows| rows.len() == 2);
     let opts = host_options();
     let mut host_b = RawSession::login(b.addr, &b.iqn, &opts).unwrap();

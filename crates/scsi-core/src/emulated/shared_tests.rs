@@ -122,8 +122,14 @@ async fn ready(lu: &EmulatedLu, n: &ItNexus) {
 /// through port 1 of A and h2 through port 2 of B, both past their
 /// power-on unit attention.
 async fn two_members_ready() -> (Arc<EmulatedLu>, Arc<EmulatedLu>, ItNexus, ItNexus) {
-    let cell = Arc::new(Cell::default());
-    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
+    two_members_ready_on(&Arc::new(Cell::default())).await
+}
+
+/// [`two_members_ready`] on a store the test looks into.
+async fn two_members_ready_on(
+    cell: &Arc<Cell>,
+) -> (Arc<EmulatedLu>, Arc<EmulatedLu>, ItNexus, ItNexus) {
+    let (a, b) = (member_lu("gw-a", cell), member_lu("gw-b", cell));
     let h1 = via("iqn.2026-11.test:h1", 1);
     let h2 = via("iqn.2026-11.test:h2", 2);
     ready(&a, &h1).await;
@@ -185,11 +191,7 @@ async fn a_reservation_taken_through_one_gateway_holds_on_the_other() {
 #[tokio::test]
 async fn reserve6_is_shared_and_a_reset_through_either_gateway_releases_it() {
     let cell = Arc::new(Cell::default());
-    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
-    let h1 = via("iqn.2026-11.test:h1", 1);
-    let h2 = via("iqn.2026-11.test:h2", 2);
-    ready(&a, &h1).await;
-    ready(&b, &h2).await;
+    let (a, b, h1, h2) = two_members_ready_on(&cell).await;
     assert_good(&run(&a, &h1, &RESERVE6, &[]).await);
     conflict(&run(&b, &h2, &RESERVE6, &[]).await);
     conflict(&run(&b, &h2, &READ10, &[]).await);
@@ -278,11 +280,7 @@ async fn a_reserve6_held_through_a_departed_members_port_is_released() {
 #[tokio::test]
 async fn a_change_that_loses_the_race_is_decided_again_on_the_newer_state() {
     let cell = Arc::new(Cell::default());
-    let (a, b) = (member_lu("gw-a", &cell), member_lu("gw-b", &cell));
-    let h1 = via("iqn.2026-11.test:h1", 1);
-    let h2 = via("iqn.2026-11.test:h2", 2);
-    ready(&a, &h1).await;
-    ready(&b, &h2).await;
+    let (a, b, h1, h2) = two_members_ready_on(&cell).await;
     // Another member's change lands between A's read and A's write: h2
     // took EXCLUSIVE ACCESS through B. A's REGISTER is then decided again
     // on that state (and kept), and its RESERVE conflicts.

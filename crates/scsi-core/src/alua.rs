@@ -194,6 +194,9 @@ struct GroupState {
     /// STATUS CODE: 0 none, 1 altered by SET TARGET PORT GROUPS, 2 by
     /// implicit behaviour.
     status: u8,
+    /// The [`Alua::fences`] count when this group last entered a state
+    /// that refuses media access (0: never since start).
+    fenced_at: u64,
 }
 
 /// A LU's ALUA state.
@@ -207,6 +210,10 @@ pub struct Alua {
     restricted: AtomicBool,
     /// State changes, explicit and implicit.
     transitions: std::sync::atomic::AtomicU64,
+    /// Entries of any group into a state that refuses media access
+    /// (Standby, Unavailable, Offline): the fence epoch a command records
+    /// when it is admitted ([`Alua::fence_epoch`], [`Alua::fenced_since`]).
+    fences: std::sync::atomic::AtomicU64,
 }
 
 /// What a state lets through: the commands SPC-4 §5.16.2.4 lists for it.
@@ -254,6 +261,7 @@ impl Alua {
                 cfg: g.clone(),
                 state: g.state,
                 status: 0,
+                fenced_at: 0,
             })
             .collect();
         let restricted = groups.iter().any(|g| !g.state.is_active());
@@ -263,6 +271,7 @@ impl Alua {
             groups: RwLock::new(groups),
             restricted: AtomicBool::new(restricted),
             transitions: std::sync::atomic::AtomicU64::new(0),
+            fences: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -314,6 +323,30 @@ impl Alua {
         (!allowed(s, cdb)).then(|| refusal(s))
     }
 
+    /// The fence epoch now: a command admitted now records it, and
+    /// [`Alua::fenced_since`] later tells whether its group has been fenced
+    /// since. One atomic load.
+    pub fn fence_epoch(&self) -> u64 {
+        self.fences.load(Ordering::Acquire)
+    }
+
+    /// Whether `group` has entered a state that refuses media access since
+    /// `epoch` ([`Alua::fence_epoch`]) — whatever its state now: a command
+    /// admitted before a cluster member fenced itself must not change the
+    /// medium after the member is back. One atomic load while no group
+    /// has been fenced since.
+    pub fn fenced_since(&self, group: u16, epoch: u64) -> bool {
+        if self.fences.load(Ordering::Acquire) == epoch {
+            return false;
+        }
+        self.groups
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|g| g.cfg.id == group)
+            .is_some_and(|g| g.fenced_at > epoch)
+    }
+
     /// An implicit transition of `group` to `state`; true if it changed
     /// (the caller then establishes ASYMMETRIC ACCESS STATE CHANGED for
     /// every I_T nexus). Unknown groups are ignored.
@@ -332,6 +365,12 @@ impl Alua {
                 g.status = status;
                 changed = true;
                 self.transitions.fetch_add(1, Ordering::Relaxed);
+                // Transitioning is a passage between two states, not a
+                // fence: the commands in flight across it are the state's
+                // either side.
+                if !state.is_active() && *state != AccessState::Transitioning {
+                    g.fenced_at = self.fences.fetch_add(1, Ordering::AcqRel) + 1;
+                }
             }
         }
         self.restricted

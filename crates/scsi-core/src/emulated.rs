@@ -466,19 +466,32 @@ fn gather(data: &[Bytes], skip: usize, n: usize) -> Vec<u8> {
 /// The first `n` bytes of data-out as slices, without copying; the input
 /// vector itself when it is exactly `n` bytes.
 /// A command that changes the medium, as [`Inner::fence`] sees it: the
-/// target port group it arrived through and its CDB (ALUA's states refuse
-/// by operation code).
+/// target port group it arrived through, its CDB (ALUA's states refuse
+/// by operation code) and the fence epoch it was admitted in.
 #[derive(Debug, Clone)]
 struct Fence {
     group: u16,
     cdb: Bytes,
+    epoch: u64,
 }
 
 impl Fence {
-    fn of(task: &Task) -> Fence {
+    /// Taken as a command's handler starts, in the same poll as its
+    /// arrival checks (no wait between them).
+    fn of(alua: &crate::alua::Alua, task: &Task) -> Fence {
+        let group = task.nexus.target().port_group;
+        let epoch = alua.fence_epoch();
+        // Fenced already (between the arrival check and here): never
+        // lets the command through, even once the port is back.
+        let epoch = if alua.refuses(group, task.cdb.as_bytes()).is_some() {
+            0
+        } else {
+            epoch
+        };
         Fence {
-            group: task.nexus.target().port_group,
+            group,
             cdb: task.cdb.bytes().clone(),
+            epoch,
         }
     }
 }
@@ -821,12 +834,16 @@ impl Inner {
     /// was active changes nothing once the port is Unavailable: a cluster
     /// member past its local deadline, fencing itself, while another
     /// gateway takes the LU over. One atomic load while every group is
-    /// active.
+    /// active. Nor once the port is active again: a command admitted
+    /// before its port was fenced never changes the medium after
+    /// ([`crate::alua::Alua::fenced_since`]; one more atomic load while no group has
+    /// been fenced since it was admitted).
     fn fence(&self, f: &Fence) -> Result<(), BackendError> {
-        match self.alua.refuses(f.group, &f.cdb) {
-            Some(_) => Err(BackendError::PortUnavailable),
-            None => Ok(()),
+        if self.alua.refuses(f.group, &f.cdb).is_some() || self.alua.fenced_since(f.group, f.epoch)
+        {
+            return Err(BackendError::PortUnavailable);
         }
+        Ok(())
     }
 
     /// Takes the write lock exclusively and waits for every asynchronous

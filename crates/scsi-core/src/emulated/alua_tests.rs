@@ -442,6 +442,24 @@ async fn a_write_held_up_past_its_ports_fencing_is_not_issued() {
 /// backend without asking the fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_medium_change_is_issued_past_its_ports_fencing() {
+    medium_changes_held_up_past_a_fence(false).await;
+}
+
+/// The same, with the port Active again before the command goes on — a
+/// member that fenced itself and has joined the cluster again: what
+/// arrived before the fence still changes nothing (in between, another
+/// gateway may have served the LU, and the host may have sent the same
+/// blocks there). Each case fails where the fence looks only at the
+/// port's state now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_medium_change_admitted_before_a_fence_is_issued_after_it_ends() {
+    medium_changes_held_up_past_a_fence(true).await;
+}
+
+/// Each medium-changing command, held up for the write lock while its
+/// port's group turns Unavailable (and, with `active_again`, Active again)
+/// then let go: refused, and the medium as it was.
+async fn medium_changes_held_up_past_a_fence(active_again: bool) {
     const OLD: u8 = 0x5a;
     let unmap = |lba: u64, n: u32| {
         let mut p = vec![0u8; 8];
@@ -456,6 +474,13 @@ async fn no_medium_change_is_issued_past_its_ports_fencing() {
     let overwrite = overwrite_params(0x01, &[0xab]);
     type Case = (&'static str, Vec<u8>, Vec<u8>);
     let cases: Vec<Box<dyn Fn(u64) -> Case>> = vec![
+        Box::new(|_| {
+            (
+                "WRITE(16)",
+                rw16(0x8a, 0, 0, 8).to_vec(),
+                vec![0xab; 8 * 512],
+            )
+        }),
         Box::new(|_| {
             (
                 "ORWRITE(16)",
@@ -546,6 +571,9 @@ async fn no_medium_change_is_issued_past_its_ports_fencing() {
             panic!("{what} did not wait for the lock: {:?}", pending.await);
         }
         assert!(lu.set_alua_state(1, AccessState::Unavailable));
+        if active_again {
+            assert!(lu.set_alua_state(1, AccessState::ActiveOptimized));
+        }
         drop(held);
         let r = pending.await.unwrap();
         let s = sense_of(&r);

@@ -40,7 +40,7 @@ impl Inner {
             bytes: 0,
         };
         let mut result = TaskResult::good();
-        let fence = Fence::of(task);
+        let fence = Fence::of(&self.alua, task);
         for seg in &plan.segments {
             let n = u64::from(seg.blocks);
             if self.range(seg.src_lba, n).is_some() || self.range(seg.dst_lba, n).is_some() {

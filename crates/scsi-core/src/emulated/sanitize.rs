@@ -89,7 +89,7 @@ impl Inner {
             );
         }
         let me = self.clone();
-        let fence = Fence::of(task);
+        let fence = Fence::of(&self.alua, task);
         let answer_fence = fence.clone();
         let work = move || {
             let ok = match me.sanitize_run(&job, &fence) {

@@ -157,7 +157,7 @@ impl Inner {
         }
         // A port made Unavailable since the command arrived: the write is
         // not handed to the backend ([`Inner::fence`]).
-        let fence = Fence::of(task);
+        let fence = Fence::of(&self.alua, task);
         let data = first_bytes(std::mem::take(&mut task.data_out), n as usize);
         let off = io.lba << self.shift;
         let aio = self.backend.aio().filter(|_| !exclusive && !verify);
@@ -285,7 +285,7 @@ impl Inner {
         let data = gather(&task.data_out, 0, n);
         let fua = io.fua || !self.wce.load(Ordering::Acquire);
         let off = io.lba << self.shift;
-        let fence = Fence::of(task);
+        let fence = Fence::of(&self.alua, task);
         let res = self
             .io(move |me| {
                 let _g = me.exclusive()?;
@@ -327,7 +327,7 @@ impl Inner {
         let write = gather(&task.data_out, half, half);
         let fua = io.fua || !self.wce.load(Ordering::Acquire);
         let off = io.lba << self.shift;
-        let fence = Fence::of(task);
+        let fence = Fence::of(&self.alua, task);
         if let Some(aio) = self.backend.aio() {
             let (v, w) = (Bytes::from(verify.clone()), Bytes::from(write.clone()));
             // Submitted under the shared write lock, as a write is: an
@@ -442,7 +442,7 @@ impl Inner {
         let fua = !self.wce.load(Ordering::Acquire);
         let off = lba << self.shift;
         let len = count << self.shift;
-        let fence = Fence::of(task);
+        let fence = Fence::of(&self.alua, task);
         if !unmap
             && !zero
             && let Some(aio) = self.backend.aio()
@@ -553,7 +553,7 @@ impl Inner {
         if ranges.is_empty() {
             return TaskResult::good();
         }
-        let fence = Fence::of(task);
+        let fence = Fence::of(&self.alua, task);
         if let Some(aio) = self.backend.aio() {
             // Every range submitted under the shared write lock, then all
             // awaited: the first error (if any) is the command's.

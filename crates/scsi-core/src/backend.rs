@@ -210,6 +210,15 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         false
     }
 
+    /// True when the backend completes commands one at a time, each after
+    /// a network round trip (RBD): a transport then sends each answer as
+    /// its command completes instead of holding it for a batch (iSCSI's
+    /// response coalescing), which would add the wait for the batch's
+    /// last completion to every command and save the host nothing.
+    fn answer_promptly(&self) -> bool {
+        false
+    }
+
     /// [`BlockBackend::read_at`] into memory that need not be initialised:
     /// reads `buf.len()` bytes at `offset` and returns `buf` itself, now
     /// initialised. A large read then need not zero its buffer first. The

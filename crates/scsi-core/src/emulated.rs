@@ -1056,6 +1056,10 @@ impl LogicalUnit for EmulatedLu {
     fn stats(&self) -> Option<&crate::stats::LuStats> {
         Some(&self.inner.stats)
     }
+
+    fn answer_promptly(&self) -> bool {
+        self.inner.backend.answer_promptly()
+    }
 }
 
 mod copy;

@@ -87,6 +87,13 @@ pub trait LogicalUnit: Send + Sync + fmt::Debug {
     fn stats(&self) -> Option<&crate::stats::LuStats> {
         None
     }
+
+    /// Its commands' answers should go to the host as each completes,
+    /// never held for a batch ([`crate::BlockBackend::answer_promptly`]).
+    /// Default: false.
+    fn answer_promptly(&self) -> bool {
+        false
+    }
 }
 
 /// What `unifab show luns` prints of a LU.

@@ -434,6 +434,14 @@ impl BlockBackend for RbdBackend {
         Some(self)
     }
 
+    /// librbd completes commands one by one, each after a round trip to
+    /// the OSDs: holding answers for a batch cost 4 KiB writes a quarter
+    /// of their rate on 16 cores and gained nothing on 2
+    /// (docs/measurements/2026-11-28-rbd-prompt-answers.md).
+    fn answer_promptly(&self) -> bool {
+        true
+    }
+
     fn io_stats(&self) -> Option<BackendIoStats> {
         #[cfg(unifab_rbd)]
         return Some(self.img.stats());

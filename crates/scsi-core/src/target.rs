@@ -48,6 +48,12 @@ pub trait Dispatch: Send + Sync + std::fmt::Debug + 'static {
     fn nexus_closing(&self, _nexus: &ItNexus) -> BoxFuture<'static, ()> {
         Box::pin(std::future::ready(()))
     }
+
+    /// Whether the answers of commands to `lun` should go out as each
+    /// completes ([`LogicalUnit::answer_promptly`]). Default: false.
+    fn answer_promptly(&self, _lun: Lun) -> bool {
+        false
+    }
 }
 
 /// The REPORT LUNS well-known logical unit (SPC-4 §8.2).
@@ -62,6 +68,10 @@ pub struct ScsiTarget {
 #[derive(Debug, Default)]
 struct Inner {
     luns: RwLock<BTreeMap<Lun, Arc<dyn LogicalUnit>>>,
+    /// Some mapped LU answers promptly ([`LogicalUnit::answer_promptly`]):
+    /// without one, [`Dispatch::answer_promptly`] costs a load, not a
+    /// second look-up per command.
+    any_prompt: std::sync::atomic::AtomicBool,
     /// Every I_T nexus that has used the target. Read-locked per command:
     /// the hosts of one target do not serialize on it.
     nexuses: RwLock<Nexuses>,
@@ -127,24 +137,27 @@ impl ScsiTarget {
 
     /// Maps `lu` at `lun`, returning the LU it replaces.
     pub fn insert(&self, lun: Lun, lu: Arc<dyn LogicalUnit>) -> Option<Arc<dyn LogicalUnit>> {
-        let old = self
-            .inner
-            .luns
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(lun, lu);
+        let mut luns = self.inner.luns.write().unwrap_or_else(|p| p.into_inner());
+        let old = luns.insert(lun, lu);
+        self.note_prompt(&luns);
+        drop(luns);
         self.map_changed();
         old
     }
 
+    fn note_prompt(&self, luns: &BTreeMap<Lun, Arc<dyn LogicalUnit>>) {
+        self.inner.any_prompt.store(
+            luns.values().any(|lu| lu.answer_promptly()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
     /// Unmaps `lun`.
     pub fn remove(&self, lun: Lun) -> Option<Arc<dyn LogicalUnit>> {
-        let old = self
-            .inner
-            .luns
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&lun);
+        let mut luns = self.inner.luns.write().unwrap_or_else(|p| p.into_inner());
+        let old = luns.remove(&lun);
+        self.note_prompt(&luns);
+        drop(luns);
         if old.is_some() {
             self.map_changed();
         }
@@ -333,6 +346,23 @@ impl Dispatch for ScsiTarget {
                 None => Box::pin(std::future::ready(TmfResponse::IncorrectLun)),
             },
         }
+    }
+
+    fn answer_promptly(&self, lun: Lun) -> bool {
+        if !self
+            .inner
+            .any_prompt
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return false;
+        }
+        // Per command: under the read lock, without cloning the LU's Arc.
+        self.inner
+            .luns
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&lun)
+            .is_some_and(|lu| lu.answer_promptly())
     }
 
     fn nexus_closing(&self, nexus: &ItNexus) -> BoxFuture<'static, ()> {

@@ -9,7 +9,7 @@
 //! channel and so stops this side from reading more commands: memory per
 //! connection stays bounded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -346,6 +346,8 @@ struct Holder {
     only_answers: bool,
     /// When the first of them was queued, while holding.
     since: Option<Instant>,
+    /// An answer that must not wait was queued ([`Holder::prompt`]).
+    prompt: bool,
 }
 
 impl Holder {
@@ -355,7 +357,15 @@ impl Holder {
             answers: 0,
             only_answers: true,
             since: None,
+            prompt: false,
         }
+    }
+
+    /// The answer of a command whose LU answers promptly
+    /// ([`unifab_scsi_core::Dispatch::answer_promptly`]) is queued: what is
+    /// queued goes out now.
+    fn prompt(&mut self) {
+        self.prompt = true;
     }
 
     /// A PDU was queued for the socket.
@@ -374,6 +384,7 @@ impl Holder {
         let batch = self.cfg.responses;
         let hold = batch > 0
             && may_hold
+            && !self.prompt
             && self.only_answers
             && self.answers > 0
             && self.answers < batch
@@ -383,6 +394,7 @@ impl Holder {
             self.answers = 0;
             self.only_answers = true;
             self.since = None;
+            self.prompt = false;
         }
         hold
     }
@@ -431,6 +443,10 @@ pub(crate) async fn run_ffp(
     let mut end_reason = String::new();
     let mut holder = Holder::new(setup.limits.coalescing);
     let mut holding = false;
+    // Commands in progress whose answers go out as they complete (their
+    // LU answers promptly): they count for no batch, and their answers
+    // are never held.
+    let mut prompt: HashSet<u32> = HashSet::new();
 
     // Bytes read during login beyond the final Login Request.
     let mut pending_input = !rbuf.is_empty();
@@ -483,6 +499,9 @@ pub(crate) async fn run_ffp(
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .commands += 1;
+                    if scsi.answer_promptly(task.lun) {
+                        prompt.insert(itt);
+                    }
                     let fut = scsi.dispatch(task);
                     running.push(Keyed::new(itt, fut));
                 }
@@ -514,6 +533,9 @@ pub(crate) async fn run_ffp(
         // responses share one vectored write.
         while let Some(Some((itt, result))) = futures_util::FutureExt::now_or_never(running.next())
         {
+            if !prompt.is_empty() && prompt.remove(&itt) {
+                holder.prompt();
+            }
             session.complete_task(itt, result);
         }
         let now = Instant::now();
@@ -524,7 +546,7 @@ pub(crate) async fn run_ffp(
             encode_out(&out_pdu, setup.digests, &mut arena, &mut out);
         }
         let may_hold = !stalled && !eof && !close_after_flush && shutting_down.is_none();
-        holding = holder.hold(now, may_hold, running.len());
+        holding = holder.hold(now, may_hold, running.len().saturating_sub(prompt.len()));
         let flushed = if holding {
             Ok(false)
         } else {
@@ -563,6 +585,9 @@ pub(crate) async fn run_ffp(
         tokio::select! {
             biased;
             Some((itt, result)) = running.next(), if !running.is_empty() => {
+                if !prompt.is_empty() && prompt.remove(&itt) {
+                    holder.prompt();
+                }
                 session.complete_task(itt, result);
             }
             Some((itt, response)) = tmfs.next(), if !tmfs.is_empty() => {
@@ -994,6 +1019,19 @@ mod coalescing_tests {
         assert!(h.hold(t0 + Duration::from_micros(999), true, 20));
         assert!(!h.hold(t0 + Duration::from_millis(1), true, 20));
         assert_eq!(h.deadline(), None);
+    }
+
+    #[test]
+    fn a_prompt_answer_sends_what_is_held_and_holds_nothing_itself() {
+        let t0 = Instant::now();
+        let mut h = holder(4, 1000);
+        h.queued(&answer());
+        assert!(h.hold(t0, true, 20));
+        h.prompt();
+        h.queued(&answer());
+        assert!(!h.hold(t0, true, 20), "a prompt answer must not wait");
+        h.queued(&answer());
+        assert!(h.hold(t0, true, 20), "a new batch after it went");
     }
 
     #[test]

@@ -1134,6 +1134,49 @@ async fn a_live_lu_grows_and_changes_write_protection_with_unit_attentions() {
     ));
 }
 
+/// A LU that answers promptly (as one on RBD does): a LU whose backend
+/// completes commands one by one after network round trips.
+#[derive(Debug)]
+struct Prompt(EmulatedLu);
+
+impl LogicalUnit for Prompt {
+    fn execute(&self, task: Task) -> BoxFuture<'static, TaskResult> {
+        self.0.execute(task)
+    }
+    fn task_management(&self, request: TmfRequest) -> BoxFuture<'static, TmfResponse> {
+        self.0.task_management(request)
+    }
+    fn nexus_loss(&self, nexus: &ItNexus) {
+        self.0.nexus_loss(nexus);
+    }
+    fn describe(&self) -> LuDescription {
+        self.0.describe()
+    }
+    fn answer_promptly(&self) -> bool {
+        true
+    }
+}
+
+/// The target tells a transport which LUNs' answers must not be held for
+/// a batch: those of a LU that answers promptly, while it is mapped; no
+/// other (an emulated LU on memory, a LUN not mapped).
+#[test]
+fn the_target_names_the_luns_whose_answers_go_out_promptly() {
+    let t = ScsiTarget::new();
+    t.insert(Lun::ZERO, Arc::new(lu()));
+    assert!(!lu().answer_promptly(), "a memory LU");
+    assert!(!t.answer_promptly(Lun::ZERO));
+    t.insert(Lun(1), Arc::new(Prompt(lu())));
+    assert!(t.answer_promptly(Lun(1)));
+    assert!(!t.answer_promptly(Lun::ZERO));
+    assert!(!t.answer_promptly(Lun(2)), "not mapped");
+    t.remove(Lun(1));
+    assert!(!t.answer_promptly(Lun(1)));
+    // Mapped again over another LU: the map is looked at again.
+    t.insert(Lun::ZERO, Arc::new(Prompt(lu())));
+    assert!(t.answer_promptly(Lun::ZERO));
+}
+
 #[tokio::test]
 async fn target_report_luns_missing_lun_and_map_change_ua() {
     let t = ScsiTarget::new();

@@ -707,11 +707,13 @@ async fn a_target_that_pings_without_reading_is_dropped_with_bounded_memory() {
 }
 
 /// Reads at LBA 1000 and beyond wait until `release` flips to true; every
-/// other command runs at once.
+/// other command runs at once. `prompt`: the LU answers promptly
+/// ([`Dispatch::answer_promptly`]), as an RBD LU does.
 #[derive(Debug)]
 struct Gate {
     inner: Arc<ScsiTarget>,
     release: watch::Receiver<bool>,
+    prompt: bool,
 }
 
 impl Dispatch for Gate {
@@ -737,6 +739,9 @@ impl Dispatch for Gate {
     fn nexus_loss(&self, nexus: &ItNexus) {
         self.inner.nexus_loss(nexus);
     }
+    fn answer_promptly(&self, _lun: Lun) -> bool {
+        self.prompt
+    }
 }
 
 /// Response coalescing holds an answer while a batch's worth of commands
@@ -754,6 +759,7 @@ async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
     let gate = Gate {
         inner: memory_lun0(8 << 20),
         release,
+        prompt: false,
     };
     let t = serve(Arc::new(gate), sc, None).await;
     // No pings: a NOP-In would send the held answer with it.
@@ -774,6 +780,44 @@ async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
     assert_eq!(quick.status, Status::GOOD);
     assert!(flat(&quick) == data.to_vec(), "read back what was written");
 
+    release_tx.send(true).unwrap();
+    for s in stuck {
+        assert_eq!(outcome(s).await.unwrap().status, Status::GOOD);
+    }
+    ini.close();
+}
+
+/// A LU that answers promptly (an RBD LU: librbd completes commands one
+/// by one) has none of its answers held: with 20 commands stuck and
+/// coalescing set to hold for a minute, a read that finished is answered
+/// before the initiator's 5 s command timeout. Fails where its answer
+/// waits for a batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_lus_answers_are_never_held() {
+    let (release_tx, release) = watch::channel(false);
+    let mut sc = ServerConfig::default();
+    sc.limits.coalescing = crate::target::Coalescing {
+        responses: 16,
+        max_delay: Duration::from_secs(60),
+    };
+    let gate = Gate {
+        inner: memory_lun0(8 << 20),
+        release,
+        prompt: true,
+    };
+    let t = serve(Arc::new(gate), sc, None).await;
+    let mut c = cfg();
+    c.session.nop_interval = None;
+    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    let stuck: Vec<Submitted> = (0..20).map(|i| ini.submit(read16(1000 + i, 1))).collect();
+    for lba in 0..3 {
+        let quick = outcome(ini.submit(read16(lba, 8)))
+            .await
+            .expect("a finished read of a prompt LU was held");
+        assert_eq!(quick.status, Status::GOOD);
+    }
     release_tx.send(true).unwrap();
     for s in stuck {
         assert_eq!(outcome(s).await.unwrap().status, Status::GOOD);

@@ -744,34 +744,58 @@ impl Dispatch for Gate {
     }
 }
 
+/// A session to a [`Gate`] over a memory LU, whose target coalesces
+/// answers (batches of 16, held at most `max_delay`), without pings (a
+/// NOP-In would send a held answer with it). `prompt`: the LU answers
+/// promptly. With the sender that lets the gated reads go.
+async fn gated_session(
+    prompt: bool,
+    max_delay: Duration,
+) -> (watch::Sender<bool>, Target, IscsiInitiator) {
+    let (release_tx, release) = watch::channel(false);
+    let mut sc = ServerConfig::default();
+    sc.limits.coalescing = crate::target::Coalescing {
+        responses: 16,
+        max_delay,
+    };
+    let gate = Gate {
+        inner: memory_lun0(8 << 20),
+        release,
+        prompt,
+    };
+    let t = serve(Arc::new(gate), sc, None).await;
+    let mut c = cfg();
+    c.session.nop_interval = None;
+    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
+    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
+    ready(&ini).await;
+    (release_tx, t, ini)
+}
+
+/// 20 reads the gate holds: more than a batch in progress.
+fn stuck_reads(ini: &IscsiInitiator) -> Vec<Submitted> {
+    (0..20).map(|i| ini.submit(read16(1000 + i, 1))).collect()
+}
+
+/// Lets the stuck reads go; each ends GOOD.
+async fn release_stuck(release: watch::Sender<bool>, stuck: Vec<Submitted>) {
+    release.send(true).unwrap();
+    for s in stuck {
+        assert_eq!(outcome(s).await.unwrap().status, Status::GOOD);
+    }
+}
+
 /// Response coalescing holds an answer while a batch's worth of commands
 /// is in progress, but never past its delay: with 20 commands stuck, a
 /// read that finished is still answered (it would wait for the stuck ones,
 /// and time out at the initiator, if the delay were not kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
-    let (release_tx, release) = watch::channel(false);
-    let mut sc = ServerConfig::default();
-    sc.limits.coalescing = crate::target::Coalescing {
-        responses: 16,
-        max_delay: Duration::from_millis(300),
-    };
-    let gate = Gate {
-        inner: memory_lun0(8 << 20),
-        release,
-        prompt: false,
-    };
-    let t = serve(Arc::new(gate), sc, None).await;
-    // No pings: a NOP-In would send the held answer with it.
-    let mut c = cfg();
-    c.session.nop_interval = None;
-    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
-    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
-    ready(&ini).await;
+    let (release, _t, ini) = gated_session(false, Duration::from_millis(300)).await;
     let data = pattern(4096, 7);
     outcome(ini.submit(write16(0, data.clone()))).await.unwrap();
 
-    let stuck: Vec<Submitted> = (0..20).map(|i| ini.submit(read16(1000 + i, 1))).collect();
+    let stuck = stuck_reads(&ini);
     // The initiator fails a command after 5 s (`cfg`); this one must be
     // answered long before that.
     let quick = outcome(ini.submit(read16(0, 8)))
@@ -779,11 +803,7 @@ async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
         .expect("the finished read was held");
     assert_eq!(quick.status, Status::GOOD);
     assert!(flat(&quick) == data.to_vec(), "read back what was written");
-
-    release_tx.send(true).unwrap();
-    for s in stuck {
-        assert_eq!(outcome(s).await.unwrap().status, Status::GOOD);
-    }
+    release_stuck(release, stuck).await;
     ini.close();
 }
 
@@ -794,34 +814,15 @@ async fn a_held_answer_goes_out_at_its_delay_while_others_are_stuck() {
 /// waits for a batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_lus_answers_are_never_held() {
-    let (release_tx, release) = watch::channel(false);
-    let mut sc = ServerConfig::default();
-    sc.limits.coalescing = crate::target::Coalescing {
-        responses: 16,
-        max_delay: Duration::from_secs(60),
-    };
-    let gate = Gate {
-        inner: memory_lun0(8 << 20),
-        release,
-        prompt: true,
-    };
-    let t = serve(Arc::new(gate), sc, None).await;
-    let mut c = cfg();
-    c.session.nop_interval = None;
-    let ini = IscsiInitiator::start(c, &t.addr.to_string(), IQN);
-    ini.wait_connected(Duration::from_secs(5)).await.unwrap();
-    ready(&ini).await;
-    let stuck: Vec<Submitted> = (0..20).map(|i| ini.submit(read16(1000 + i, 1))).collect();
+    let (release, _t, ini) = gated_session(true, Duration::from_secs(60)).await;
+    let stuck = stuck_reads(&ini);
     for lba in 0..3 {
         let quick = outcome(ini.submit(read16(lba, 8)))
             .await
             .expect("a finished read of a prompt LU was held");
         assert_eq!(quick.status, Status::GOOD);
     }
-    release_tx.send(true).unwrap();
-    for s in stuck {
-        assert_eq!(outcome(s).await.unwrap().status, Status::GOOD);
-    }
+    release_stuck(release, stuck).await;
     ini.close();
 }
 

@@ -71,6 +71,22 @@ fn two_gateways_a_at(
     (top, a, b)
 }
 
+/// A fresh etcd and [`two_gateways`], gw-a reaching etcd through a relay
+/// the test can freeze (cutting gw-a off while it keeps running).
+#[allow(clippy::type_complexity)]
+fn two_gateways_a_behind_a_relay() -> (
+    Etcd,
+    unifab_testkit::relay::TcpRelay,
+    tempfile::TempDir,
+    (Gateway, SocketAddr),
+    (Gateway, SocketAddr),
+) {
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let relay = unifab_testkit::relay::TcpRelay::start(etcd.addr()).unwrap();
+    let (top, a, b) = two_gateways_a_at(&etcd, &format!("http://{}", relay.addr()));
+    (etcd, relay, top, a, b)
+}
+
 const RESERVE6: [u8; 6] = [0x16, 0, 0, 0, 0, 0];
 
 /// Host h1 logged in to A and holding RESERVE(6) through it; host h2 on
@@ -369,11 +385,7 @@ fn a_reserve6_held_through_a_gateway_that_died_is_released() {
 /// host, never logged out, goes on believing it holds the reservation.
 #[test]
 fn a_host_on_a_fenced_gateway_hears_that_its_reserve6_was_released() {
-    use unifab_testkit::relay::TcpRelay;
-    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
-    let relay = TcpRelay::start(etcd.addr()).unwrap();
-    let via_relay = format!("http://{}", relay.addr());
-    let (_top, (a, admin_a), (b, admin_b)) = two_gateways_a_at(&etcd, &via_relay);
+    let (_etcd, relay, _top, (a, admin_a), (b, admin_b)) = two_gateways_a_behind_a_relay();
     wait_cluster(admin_a, "both listed on A", both);
     wait_cluster(admin_b, "both listed on B", both);
     let (mut h1, mut h2) = reserve6_through_a(&a, &b);
@@ -703,11 +715,7 @@ fn failover_under_load_keeps_every_acknowledged_write_and_the_reservation() {
 fn a_gateway_cut_from_etcd_lands_no_write_after_the_other_took_over() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use unifab_testkit::relay::TcpRelay;
-    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
-    let relay = TcpRelay::start(etcd.addr()).unwrap();
-    let via_relay = format!("http://{}", relay.addr());
-    let (_top, (a, _), (b, admin_b)) = two_gateways_a_at(&etcd, &via_relay);
+    let (_etcd, relay, _top, (a, _), (b, admin_b)) = two_gateways_a_behind_a_relay();
     wait_cluster(admin_b, "both listed on B", |rows| rows.len() == 2);
     let opts = host_options();
     let mut host_b = RawSession::login(b.addr, &b.iqn, &opts).unwrap();

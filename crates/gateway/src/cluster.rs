@@ -31,16 +31,20 @@
 //! cluster wants for a LU's groups, in etcd (`cluster::alua`); every member
 //! applies the policy to them.
 //!
-//! Not yet here (issue 32): commands still in a hanging backend ended at
-//! fencing.
+//! Storage fencing (`cluster::fencing`): each member announces its
+//! clustered LUs' storage clients (RBD's librados clients) as it
+//! registers; when it leaves, the others blocklist them before its port
+//! group stops counting, and it reopens its images as new clients before
+//! it registers again.
 
 pub(crate) mod alua;
+pub(crate) mod fencing;
 pub(crate) mod reservations;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
 use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -63,6 +67,9 @@ pub struct Member {
     /// Its iSCSI port's RELATIVE TARGET PORT IDENTIFIER (absent from
     /// members that do not announce it).
     pub relative_port: Option<u16>,
+    /// The lease its key is held under.
+    #[serde(skip)]
+    pub lease: i64,
 }
 
 /// What a gateway announces of itself: its admin endpoint, its iSCSI
@@ -95,6 +102,12 @@ pub struct Status {
     pub fenced: u64,
     /// The last error talking to etcd.
     pub last_error: Option<String>,
+    /// Departed members' storage clients fenced off by this gateway
+    /// (`cluster::fencing`'s records).
+    pub storage_fences: u64,
+    /// The records of departed members whose storage clients are not
+    /// fenced off yet: their port groups still count as listed.
+    pub unfenced: Vec<String>,
 }
 
 /// What membership does to the LUs: `None` fences this gateway's port;
@@ -233,12 +246,18 @@ impl Cluster {
             ..Status::default()
         }));
         fence(None);
+        let parts = Parts {
+            shared,
+            lus,
+            groups: groups.clone(),
+            fencing: Arc::default(),
+        };
         let task = tokio::spawn(run(
             cfg.clone(),
             ttl,
             me,
             fence,
-            (shared, lus, groups.clone()),
+            parts,
             status.clone(),
             stop,
         ));
@@ -290,25 +309,38 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// What a membership works on: the stores' shared state, the clustered
+/// LUs and their port groups, and the storage fencing.
+struct Parts {
+    shared: Arc<reservations::Shared>,
+    lus: Vec<ClusteredLu>,
+    groups: Arc<Groups>,
+    fencing: Arc<fencing::Fencing>,
+}
+
 async fn run(
     cfg: ClusterConfig,
     ttl: Duration,
     admin: Announce,
     fence: Apply,
-    reservations: (Arc<reservations::Shared>, Vec<ClusteredLu>, Arc<Groups>),
+    parts: Parts,
     status: Arc<Mutex<Status>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let set = |f: &dyn Fn(&mut Status)| f(&mut status.lock().unwrap_or_else(|e| e.into_inner()));
+    // This gateway registered its storage clients: the others may fence
+    // them off once that registration is over, so it reopens its images
+    // before the next.
+    let mut registered = false;
     loop {
         let held = tokio::select! {
-            r = member(&cfg, ttl, &admin, &fence, &reservations, &status) => r,
+            r = member(&cfg, ttl, &admin, &fence, &parts, &status, &mut registered) => r,
             _ = stop.changed() => return,
         };
         // No reservation change goes through this gateway until it is a
         // member again.
-        *reservations
-            .0
+        *parts
+            .shared
             .session
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
@@ -342,8 +374,14 @@ async fn member(
     ttl: Duration,
     me: &Announce,
     fence: &Apply,
-    (shared, lus, groups): &(Arc<reservations::Shared>, Vec<ClusteredLu>, Arc<Groups>),
+    Parts {
+        shared,
+        lus,
+        groups,
+        fencing,
+    }: &Parts,
     status: &Arc<Mutex<Status>>,
+    registered: &mut bool,
 ) -> Result<(), String> {
     // What the local deadline allows for renewing: two thirds of the TTL.
     let local = ttl * 2 / 3;
@@ -360,8 +398,13 @@ async fn member(
     // Who is there already: a gateway of this name elsewhere, or one whose
     // port has this relative port identifier, keeps the place; this one
     // stays fenced (and asks again) rather than join beside it.
-    let present = members(&mut client, &prefix, Instant::now() + step).await?;
+    let (present, _) = members(&mut client, &prefix, Instant::now() + step).await?;
     conflict(&cfg.name, me, since, &present)?;
+    if *registered {
+        reconnect(lus).await?;
+        *registered = false;
+    }
+    let clients = storage_clients(lus).await;
     let asked = Instant::now();
     let lease = tokio::time::timeout(step, client.lease_grant(ttl.as_secs() as i64, None))
         .await
@@ -375,13 +418,29 @@ async fn member(
         "relative_port": me.relative_port,
     })
     .to_string();
-    tokio::time::timeout_at(
-        deadline.into(),
-        client.put(key.as_str(), value, Some(PutOptions::new().with_lease(id))),
-    )
-    .await
-    .map_err(|_| "registering timed out".to_string())?
-    .map_err(|e| format!("registering: {e}"))?;
+    // The member key and, without a lease, the record of its storage
+    // clients, in one transaction (`cluster::fencing`).
+    let mut ops = vec![TxnOp::put(
+        key.as_str(),
+        value,
+        Some(PutOptions::new().with_lease(id)),
+    )];
+    if !clients.is_empty() {
+        let record = fencing::Record {
+            member: cfg.name.clone(),
+            lease: id,
+            port_group: me.port_group,
+            clients,
+        };
+        let text = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+        ops.push(TxnOp::put(fencing::key(&prefix, &cfg.name, id), text, None));
+    }
+    // From here the others may list this registration.
+    *registered = true;
+    tokio::time::timeout_at(deadline.into(), client.txn(Txn::new().and_then(ops)))
+        .await
+        .map_err(|_| "registering timed out".to_string())?
+        .map_err(|e| format!("registering: {e}"))?;
     let (mut keeper, mut stream) =
         tokio::time::timeout_at(deadline.into(), client.lease_keep_alive(id))
             .await
@@ -440,6 +499,7 @@ async fn member(
         lus,
         lease: id,
         step,
+        fencing,
     };
     listing.run(&mut client, deadline).await?;
     info!(cluster = %cfg.name, lease = format!("{id:x}"), ttl_s = ttl.as_secs(), "cluster: member");
@@ -546,38 +606,45 @@ struct Listing<'a> {
     lus: &'a [ClusteredLu],
     lease: i64,
     step: Duration,
+    fencing: &'a Arc<fencing::Fencing>,
 }
 
 impl Listing<'_> {
-    /// Lists the members (before `deadline`), records them and applies the
-    /// policy for their port groups, and releases what members that left
-    /// held ([`release_departed`]) — unless one that joined before this
-    /// gateway has its name or relative port ([`conflict`]): then it gives
-    /// its lease back and the membership ends.
+    /// Lists the members and the storage fencing records at one revision
+    /// (before `deadline`), records them and applies the policy for the
+    /// members' port groups and those of departed members not fenced off
+    /// the storage yet (starting a pass that fences them:
+    /// `cluster::fencing`), and releases what members that left held
+    /// ([`release_departed`]) — unless one that joined before this gateway
+    /// has its name or relative port ([`conflict`]): then it gives its
+    /// lease back and the membership ends.
     async fn run(&self, client: &mut Client, deadline: Instant) -> Result<(), String> {
         let listed = async {
-            let members = members(client, self.prefix, deadline).await?;
+            let (members, at) = members(client, self.prefix, deadline).await?;
             conflict(self.name, self.me, self.since, &members)?;
-            Ok::<_, String>(members)
+            let records = records(client, self.prefix, at, deadline).await?;
+            Ok::<_, String>((members, records))
         }
         .await;
-        let members = match listed {
+        let (members, records) = match listed {
             Ok(m) => m,
             Err(e) => {
                 let _ = tokio::time::timeout(self.step, client.lease_revoke(self.lease)).await;
                 return Err(e);
             }
         };
-        let groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
+        let stale = fencing::stale(records, &members);
+        let held = self.fencing.listed(stale, &members);
+        self.fencing.start(client, self.lus, self.step);
+        let mut groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
+        groups.extend(held);
         (self.apply)(Some(&groups));
-        let before = std::mem::replace(
-            &mut self
-                .status
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .members,
-            members,
-        );
+        let before = {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.unfenced = self.fencing.pending();
+            s.storage_fences = self.fencing.done();
+            std::mem::replace(&mut s.members, members)
+        };
         release_departed(self.name, &before, self.status, self.lus);
         Ok(())
     }
@@ -611,12 +678,77 @@ pub fn conflict(name: &str, me: &Announce, since: u64, members: &[Member]) -> Re
     Ok(())
 }
 
-/// The members etcd lists (before `deadline`), by name.
+/// Reopens every clustered LU's storage as new clients
+/// ([`unifab_scsi_core::backend::BlockBackend::reconnect`]), on threads
+/// that may block.
+async fn reconnect(lus: &[ClusteredLu]) -> Result<(), String> {
+    for (name, lu) in lus {
+        if lu.backend().storage_clients().is_empty() {
+            continue;
+        }
+        let lu = lu.clone();
+        tokio::task::spawn_blocking(move || lu.backend().reconnect())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("lu {name:?}: reopening its storage as a new client: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Each clustered LU's storage clients, by LU (those without any left
+/// out).
+async fn storage_clients(lus: &[ClusteredLu]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let lus = lus.to_vec();
+    tokio::task::spawn_blocking(move || {
+        lus.iter()
+            .map(|(name, lu)| (name.clone(), lu.backend().storage_clients()))
+            .filter(|(_, c)| !c.is_empty())
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// The storage fencing records (`cluster::fencing`) at revision `at`
+/// (before `deadline`). One that does not parse is skipped with a warning.
+async fn records(
+    client: &mut Client,
+    prefix: &str,
+    at: i64,
+    deadline: Instant,
+) -> Result<Vec<(String, fencing::Record)>, String> {
+    let r = tokio::time::timeout_at(
+        deadline.into(),
+        client.get(
+            format!("{prefix}/fence/"),
+            Some(GetOptions::new().with_prefix().with_revision(at)),
+        ),
+    )
+    .await
+    .map_err(|_| "listing the fence records timed out".to_string())?
+    .map_err(|e| format!("listing the fence records: {e}"))?;
+    Ok(r.kvs()
+        .iter()
+        .filter_map(|kv| {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            match serde_json::from_slice(kv.value()) {
+                Ok(rec) => Some((key, rec)),
+                Err(e) => {
+                    warn!(record = %key, error = %e, "cluster: a fence record that does not parse");
+                    None
+                }
+            }
+        })
+        .collect())
+}
+
+/// The members etcd lists (before `deadline`), by name, and the revision
+/// they were read at.
 async fn members(
     client: &mut Client,
     prefix: &str,
     deadline: Instant,
-) -> Result<Vec<Member>, String> {
+) -> Result<(Vec<Member>, i64), String> {
     let r = tokio::time::timeout_at(
         deadline.into(),
         client.get(
@@ -641,11 +773,12 @@ async fn members(
                     .get("relative_port")
                     .and_then(serde_json::Value::as_u64)
                     .and_then(|p| u16::try_from(p).ok()),
+                lease: kv.lease(),
             })
         })
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(members)
+    Ok((members, r.header().map_or(0, |h| h.revision())))
 }
 
 /// The policy: each configured group's state given the port groups of the
@@ -696,6 +829,7 @@ mod tests {
             since,
             port_group: 1,
             relative_port: rel,
+            lease: 0,
         };
         let me = Announce {
             admin: "10.0.0.3:9260".into(),

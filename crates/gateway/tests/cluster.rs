@@ -3,7 +3,9 @@
 //! when its lease expires; a gateway cut from etcd (etcd stopped with
 //! SIGSTOP) fences itself within its local deadline — its port's group
 //! Unavailable, media commands refused — and serves again once it holds a
-//! new lease.
+//! new lease. With a one-node Ceph (`scripts/ceph.sh`'s), a gateway that
+//! left is blocklisted off the shared RBD image before the survivor takes
+//! its place, and joins again as a new client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -973,4 +975,121 @@ data_dir = "{}/state"
         let _ = host.command(&READ10, &[], 512);
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The address (`IP:PORT/NONCE`) of each client watching RBD image `image`.
+fn rbd_watchers(ceph: &unifab_testkit::peers::Ceph, image: &str) -> Vec<String> {
+    let status = ceph
+        .rbd(&["status", &format!("rbd/{image}")])
+        .expect("rbd status");
+    status
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("watcher="))
+        .filter_map(|w| w.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A gateway that left the cluster is fenced off the shared RBD image
+/// before the survivor takes its place, and serves again as a new client.
+/// gw-a (Active/Optimized) and gw-b front one image (no exclusive lock:
+/// the cluster arbitrates); gw-a reaches etcd through a relay that
+/// freezes. Once gw-a's lease is gone, gw-b blocklists gw-a's librados
+/// client (announced in etcd as gw-a registered) and only then promotes
+/// its own group; when the relay thaws, gw-a reopens the image as a new
+/// client before it registers again, writes through it (a blocklisted
+/// client would answer NOT READY, MANUAL INTERVENTION REQUIRED for
+/// good), and gw-b reads what it wrote.
+#[test]
+fn a_departed_gateway_is_fenced_off_the_rbd_image_and_serves_again_as_a_new_client() {
+    use unifab_testkit::peers::{Ceph, ObjectStore};
+    let ceph = Ceph::start(ObjectStore::Memstore)
+        .unwrap_or_else(|e| panic!("the test Ceph cluster did not start: {e}"));
+    let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
+    let relay = unifab_testkit::relay::TcpRelay::start(etcd.addr()).unwrap();
+    let (_top, da, db) = dirs();
+    let lu = format!(
+        "backend = \"rbd:rbd/shared\"\nsize = \"16MiB\"\nceph_conf = \"{}\"\nceph_exclusive_lock = false",
+        ceph.conf().display()
+    );
+    let start = |dir: &Path, name: &str, etcd: &str, rel: u16| {
+        let admin: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+        let member = common::Member {
+            name,
+            etcd,
+            listen: "127.0.0.1:0",
+            rel,
+            admin: &admin.to_string(),
+        };
+        let g = Gateway::start(dir, &common::clustered_config_with(dir, &lu, &member));
+        (g, admin)
+    };
+    let (a, admin_a) = start(&da, "gw-a", &format!("http://{}", relay.addr()), 1);
+    wait_cluster(admin_a, "gw-a a member", |rows| {
+        names(rows) == [("gw-a".to_string(), "member".to_string())]
+    });
+    let old_a = rbd_watchers(&ceph, "shared");
+    assert_eq!(old_a.len(), 1, "gw-a alone watches the image: {old_a:?}");
+    let (b, admin_b) = start(&db, "gw-b", &etcd.url(), 2);
+    wait_cluster(admin_b, "both listed on B", both);
+
+    let opts = host_options();
+    let mut host_a = RawSession::login(a.addr, &a.iqn, &opts).unwrap();
+    let mut host_b = RawSession::login(b.addr, &b.iqn, &opts).unwrap();
+    read_until(&mut host_a, (0, 0, 0), "A serves");
+    read_until(&mut host_b, (0, 0, 0), "B serves");
+    rtpg_until(&mut host_b, &[(0, 1), (1, 2)], "as configured");
+
+    relay.freeze();
+    rtpg_until(&mut host_b, &[(3, 1), (0, 2)], "B took over");
+    // B promoted its group: gw-a's client is on the blocklist already.
+    let blocklist = ceph
+        .ceph(&["osd", "blocklist", "ls"])
+        .expect("ceph osd blocklist ls");
+    let nonce = old_a[0].rsplit('/').next().unwrap();
+    assert!(
+        blocklist.contains(&format!("/{nonce}")),
+        "gw-b took over before gw-a's client {} was blocklisted: {blocklist}",
+        old_a[0]
+    );
+    let own = |rows: &[serde_json::Value]| rows.iter().find(|r| r["this"] == true).cloned();
+    let row = own(&cluster(admin_b)).unwrap();
+    assert!(row["storage_fences"].as_u64() >= Some(1), "{row:#}");
+    assert_eq!(
+        metric(admin_b, "unifab_cluster_storage_fences_total"),
+        Some(1.0)
+    );
+
+    relay.thaw();
+    wait_cluster(admin_a, "gw-a a member again", |rows| {
+        own(rows).is_some_and(|r| r["state"] == "member")
+    });
+    let data: Vec<u8> = (0..512).map(|i| (i * 13 + 5) as u8).collect();
+    let write10 = [0x2a, 0, 0, 0, 0, 8, 0, 0, 1, 0];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = retrying(&mut host_a, &write10, &data, 0).unwrap();
+        if r.status == 0 {
+            break;
+        }
+        let got = sense(&r);
+        assert_ne!(
+            got,
+            (2, 0x04, 0x03),
+            "gw-a's write met the blocklist: it did not reopen the image"
+        );
+        assert!(Instant::now() < deadline, "gw-a does not write: {got:02x?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = retrying(&mut host_b, &[0x28, 0, 0, 0, 0, 8, 0, 0, 1, 0], &[], 512).unwrap();
+    assert_eq!(r.status, 0, "{:02x?}", r.sense);
+    assert!(
+        r.data == data,
+        "what gw-a wrote as a new client reads back through gw-b"
+    );
+    let now = rbd_watchers(&ceph, "shared");
+    assert!(
+        now.len() == 2 && !now.contains(&old_a[0]),
+        "gw-a watches as a new client: {now:?}, was {old_a:?}"
+    );
 }

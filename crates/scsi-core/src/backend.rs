@@ -276,6 +276,40 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The names by which a shared storage knows this gateway's clients,
+    /// where the storage can fence clients off itself (RBD: the librados
+    /// client's addresses, which `ceph osd blocklist add` takes). In a
+    /// cluster each gateway announces them, and the others fence them off
+    /// ([`BlockBackend::fence_clients`]) when it leaves. Empty (the
+    /// default): the storage has nothing to fence.
+    fn storage_clients(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Fences the storage's clients named (another gateway's, as its
+    /// [`BlockBackend::storage_clients`] gave them) off the storage: once
+    /// this returns, no operation of theirs lands any more. Blocks. The
+    /// default refuses: the storage cannot.
+    fn fence_clients(&self, clients: &[String]) -> Result<(), BackendError> {
+        Err(BackendError::Io(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "{} cannot fence other clients off ({})",
+                self.describe(),
+                clients.join(", ")
+            ),
+        )))
+    }
+
+    /// Opens the storage afresh as a new client (whose
+    /// [`BlockBackend::storage_clients`] are new), after another gateway
+    /// may have fenced this one's off: a fenced backend serves again.
+    /// Operations still in flight finish on the old client first. Blocks.
+    /// The default has nothing to do.
+    fn reconnect(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Waits until every operation submitted through [`BlockBackend::aio`]
     /// has completed. The LU calls it (on a thread that may block) after
     /// taking its write lock exclusively, so a COMPARE AND WRITE sees no

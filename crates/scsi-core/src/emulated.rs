@@ -617,6 +617,11 @@ impl EmulatedLu {
         self.inner.alua_shared.set(store).is_ok()
     }
 
+    /// The medium's backend.
+    pub fn backend(&self) -> &Arc<dyn BlockBackend> {
+        &self.inner.backend
+    }
+
     /// Every configured target port group and its access state.
     pub fn alua_states(&self) -> Vec<(u16, crate::alua::AccessState)> {
         self.inner.alua.states()

@@ -21,8 +21,9 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(unifab_rbd)]
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -104,13 +105,23 @@ impl RbdOptions {
     }
 }
 
+/// What the image's header watch calls, kept to watch a reopened image.
+#[cfg(unifab_rbd)]
+type OnChange = Arc<dyn Fn() + Send + Sync>;
+
 /// An RBD image.
 pub struct RbdBackend {
     opts: RbdOptions,
     size: AtomicU64,
-    fenced: Arc<AtomicBool>,
+    /// The open image, one librados client; [`BlockBackend::reconnect`]
+    /// replaces it (operations in flight keep the one they started on).
+    /// Every command reads it: a lock whose readers take no shared cache
+    /// line.
     #[cfg(unifab_rbd)]
-    img: Arc<image::Image>,
+    img: crossbeam_utils::sync::ShardedLock<Arc<image::Image>>,
+    /// What [`RbdBackend::watch`] registered, and serialises reconnects.
+    #[cfg(unifab_rbd)]
+    on_change: Mutex<Option<OnChange>>,
 }
 
 impl fmt::Debug for RbdBackend {
@@ -132,8 +143,7 @@ impl RbdBackend {
     pub fn open(opts: RbdOptions) -> Result<RbdBackend, BackendError> {
         #[cfg(unifab_rbd)]
         {
-            let fenced = Arc::new(AtomicBool::new(false));
-            let img = image::Image::open(&opts, fenced.clone())?;
+            let img = image::Image::open(&opts)?;
             let size = img.get_size()?;
             if let Some(want) = opts.size
                 && size < want
@@ -146,8 +156,8 @@ impl RbdBackend {
             Ok(RbdBackend {
                 opts,
                 size: AtomicU64::new(size),
-                fenced,
-                img: Arc::new(img),
+                img: crossbeam_utils::sync::ShardedLock::new(Arc::new(img)),
+                on_change: Mutex::new(None),
             })
         }
         #[cfg(not(unifab_rbd))]
@@ -164,10 +174,19 @@ impl RbdBackend {
         &self.opts
     }
 
+    /// The open image.
+    #[cfg(unifab_rbd)]
+    fn img(&self) -> Arc<image::Image> {
+        self.img.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// True once the cluster blocklisted this client: the LU no longer
-    /// serves.
+    /// serves (until [`BlockBackend::reconnect`]).
     pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::Acquire)
+        #[cfg(unifab_rbd)]
+        return self.img().is_fenced();
+        #[cfg(not(unifab_rbd))]
+        false
     }
 
     /// Calls `f` (on librbd's thread: keep it short, and do not call back
@@ -177,7 +196,12 @@ impl RbdBackend {
     pub fn watch(&self, f: Box<dyn Fn() + Send + Sync>) -> Result<(), BackendError> {
         #[cfg(unifab_rbd)]
         {
-            self.img.watch(f)
+            let f: OnChange = Arc::from(f);
+            let mut slot = self.on_change.lock().unwrap_or_else(|p| p.into_inner());
+            let g = f.clone();
+            self.img().watch(Box::new(move || g()))?;
+            *slot = Some(f);
+            Ok(())
         }
         #[cfg(not(unifab_rbd))]
         {
@@ -191,7 +215,7 @@ impl RbdBackend {
     pub fn refresh_size(&self) -> Result<u64, BackendError> {
         #[cfg(unifab_rbd)]
         {
-            let s = self.img.get_size()?;
+            let s = self.img().get_size()?;
             self.size.store(s, Ordering::Release);
             Ok(s)
         }
@@ -201,9 +225,10 @@ impl RbdBackend {
         }
     }
 
-    /// Checks a request against fencing, read-only and the image's size.
-    fn check(&self, offset: u64, len: u64, write: bool) -> Result<(), BackendError> {
-        if self.is_fenced() {
+    /// Checks a request against fencing (`fenced`: the image's client is
+    /// blocklisted), read-only and the image's size.
+    fn check(&self, fenced: bool, offset: u64, len: u64, write: bool) -> Result<(), BackendError> {
+        if fenced {
             return Err(BackendError::Fenced(format!(
                 "client {} was blocklisted by the cluster",
                 self.opts.ceph_id
@@ -249,44 +274,49 @@ fn ready<T: Send + 'static>(r: Result<T, BackendError>) -> IoFuture<T> {
 #[cfg(unifab_rbd)]
 impl AsyncBackend for RbdBackend {
     fn read(&self, offset: u64, len: usize) -> IoFuture<Bytes> {
-        if let Err(e) = self.check(offset, len as u64, false) {
+        let img = self.img();
+        if let Err(e) = self.check(img.is_fenced(), offset, len as u64, false) {
             return ready(Err(e));
         }
-        self.img.aio_read(offset, len)
+        img.aio_read(offset, len)
     }
 
     fn write(&self, offset: u64, data: Vec<Bytes>, fua: bool) -> IoFuture<()> {
+        let img = self.img();
         let len: usize = data.iter().map(Bytes::len).sum();
-        if let Err(e) = self.check(offset, len as u64, true) {
+        if let Err(e) = self.check(img.is_fenced(), offset, len as u64, true) {
             return ready(Err(e));
         }
-        self.img.aio_write(offset, data, fua)
+        img.aio_write(offset, data, fua)
     }
 
     fn flush(&self) -> IoFuture<()> {
-        if let Err(e) = self.check(0, 0, false) {
+        let img = self.img();
+        if let Err(e) = self.check(img.is_fenced(), 0, 0, false) {
             return ready(Err(e));
         }
-        self.img.aio_flush()
+        img.aio_flush()
     }
 
     /// `rbd_aio_writesame`: the OSDs replicate the block.
     fn write_same(&self, offset: u64, len: u64, pattern: Bytes) -> Option<IoFuture<()>> {
+        let img = self.img();
         if pattern.is_empty() || !len.is_multiple_of(pattern.len() as u64) {
             return None;
         }
         let len = usize::try_from(len).ok()?;
-        if let Err(e) = self.check(offset, len as u64, true) {
+        if let Err(e) = self.check(img.is_fenced(), offset, len as u64, true) {
             return Some(ready(Err(e)));
         }
-        Some(self.img.aio_write_same(offset, len, pattern))
+        Some(img.aio_write_same(offset, len, pattern))
     }
 
     fn discard(&self, offset: u64, len: u64) -> Option<IoFuture<()>> {
-        if let Err(e) = self.check(offset, len, true) {
+        let img = self.img();
+        if let Err(e) = self.check(img.is_fenced(), offset, len, true) {
             return Some(ready(Err(e)));
         }
-        Some(self.img.aio_discard(offset, len))
+        Some(img.aio_discard(offset, len))
     }
 
     /// `rbd_aio_compare_and_write`: atomic at the OSD, so against other
@@ -299,13 +329,14 @@ impl AsyncBackend for RbdBackend {
         write: Bytes,
         fua: bool,
     ) -> Option<IoFuture<Option<u64>>> {
+        let img = self.img();
         if compare.len() != write.len() {
             return None;
         }
-        if let Err(e) = self.check(offset, write.len() as u64, true) {
+        if let Err(e) = self.check(img.is_fenced(), offset, write.len() as u64, true) {
             return Some(ready(Err(e)));
         }
-        Some(self.img.aio_compare_and_write(offset, compare, write, fua))
+        Some(img.aio_compare_and_write(offset, compare, write, fua))
     }
 }
 
@@ -328,25 +359,25 @@ impl BlockBackend for RbdBackend {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        self.check(offset, buf.len() as u64, false)?;
+        self.check(self.is_fenced(), offset, buf.len() as u64, false)?;
         #[cfg(unifab_rbd)]
-        return self.img.read(offset, buf);
+        return self.img().read(offset, buf);
         #[cfg(not(unifab_rbd))]
         Err(BackendError::FixedSize)
     }
 
     fn write_at(&self, offset: u64, data: &[Bytes], fua: bool) -> Result<(), BackendError> {
         let len: u64 = data.iter().map(|b| b.len() as u64).sum();
-        self.check(offset, len, true)?;
+        self.check(self.is_fenced(), offset, len, true)?;
         #[cfg(unifab_rbd)]
         {
             let mut at = offset;
             for piece in data {
-                self.img.write(at, piece)?;
+                self.img().write(at, piece)?;
                 at += piece.len() as u64;
             }
             if fua {
-                self.img.flush()?;
+                self.img().flush()?;
             }
             Ok(())
         }
@@ -358,25 +389,25 @@ impl BlockBackend for RbdBackend {
     }
 
     fn flush(&self) -> Result<(), BackendError> {
-        self.check(0, 0, false)?;
+        self.check(self.is_fenced(), 0, 0, false)?;
         #[cfg(unifab_rbd)]
-        return self.img.flush();
+        return self.img().flush();
         #[cfg(not(unifab_rbd))]
         Err(BackendError::FixedSize)
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        self.check(offset, len, true)?;
+        self.check(self.is_fenced(), offset, len, true)?;
         #[cfg(unifab_rbd)]
-        return self.img.discard(offset, len);
+        return self.img().discard(offset, len);
         #[cfg(not(unifab_rbd))]
         Err(BackendError::FixedSize)
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        self.check(offset, len, true)?;
+        self.check(self.is_fenced(), offset, len, true)?;
         #[cfg(unifab_rbd)]
-        return self.img.write_zeroes(offset, len);
+        return self.img().write_zeroes(offset, len);
         #[cfg(not(unifab_rbd))]
         Err(BackendError::FixedSize)
     }
@@ -384,9 +415,9 @@ impl BlockBackend for RbdBackend {
     fn allocation(&self, offset: u64, len: u64) -> Result<AllocationRun, BackendError> {
         let size = self.size();
         let len = len.min(size.saturating_sub(offset));
-        self.check(offset, len, false)?;
+        self.check(self.is_fenced(), offset, len, false)?;
         #[cfg(unifab_rbd)]
-        return self.img.allocation(offset, len);
+        return self.img().allocation(offset, len);
         #[cfg(not(unifab_rbd))]
         Err(BackendError::FixedSize)
     }
@@ -397,7 +428,7 @@ impl BlockBackend for RbdBackend {
             discard_zeroes: true,
             allocation_status: true,
             #[cfg(unifab_rbd)]
-            volatile_cache: self.img.cache,
+            volatile_cache: self.img().cache,
             #[cfg(not(unifab_rbd))]
             volatile_cache: true,
             read_only: self.opts.read_only,
@@ -405,7 +436,7 @@ impl BlockBackend for RbdBackend {
     }
 
     fn grow(&self, new_size: u64) -> Result<(), BackendError> {
-        self.check(0, 0, true)?;
+        self.check(self.is_fenced(), 0, 0, true)?;
         let size = self.refresh_size()?;
         if new_size < size {
             return Err(BackendError::Shrink {
@@ -418,7 +449,7 @@ impl BlockBackend for RbdBackend {
         }
         #[cfg(unifab_rbd)]
         {
-            self.img.resize(new_size)?;
+            self.img().resize(new_size)?;
             self.size.store(new_size, Ordering::Release);
             Ok(())
         }
@@ -444,9 +475,82 @@ impl BlockBackend for RbdBackend {
 
     fn io_stats(&self) -> Option<BackendIoStats> {
         #[cfg(unifab_rbd)]
-        return Some(self.img.stats());
+        return Some(self.img().stats());
         #[cfg(not(unifab_rbd))]
         None
+    }
+
+    fn storage_clients(&self) -> Vec<String> {
+        #[cfg(unifab_rbd)]
+        match self.img().client_addrs() {
+            Ok(a) => return a,
+            Err(e) => {
+                tracing::warn!(image = %self.describe(), error = %e,
+                    "rbd: cannot tell this client's addresses: the cluster's other gateways cannot fence it");
+            }
+        }
+        Vec::new()
+    }
+
+    /// Blocklists each client, then waits for the OSD map that says so
+    /// (see `docs/alua.md`, fencing a departed gateway's RBD clients).
+    fn fence_clients(&self, clients: &[String]) -> Result<(), BackendError> {
+        #[cfg(unifab_rbd)]
+        {
+            let img = self.img();
+            for c in clients {
+                img.blocklist(c)?;
+            }
+            Ok(())
+        }
+        #[cfg(not(unifab_rbd))]
+        {
+            let _ = clients;
+            Err(BackendError::FixedSize)
+        }
+    }
+
+    /// Opens the image as a new librados client (a new address the
+    /// cluster has not blocklisted), watches it as the old one was
+    /// watched, lets every write in flight on the old client finish (or
+    /// fail: a blocklisted client's do) before the new one serves, and
+    /// closes the old one. Not with the exclusive lock, which the old
+    /// client would keep from the new one: such an image is reopened by a
+    /// restart.
+    fn reconnect(&self) -> Result<(), BackendError> {
+        #[cfg(unifab_rbd)]
+        {
+            if self.opts.exclusive && !self.opts.read_only {
+                return Err(BackendError::Io(std::io::Error::other(format!(
+                    "{} holds the image's exclusive lock: it reopens only with a restart",
+                    self.describe()
+                ))));
+            }
+            let watch = self.on_change.lock().unwrap_or_else(|p| p.into_inner());
+            let mut opts = self.opts.clone();
+            opts.size = None;
+            let new = Arc::new(image::Image::open(&opts)?);
+            if let Some(f) = watch.as_ref() {
+                let f = f.clone();
+                new.watch(Box::new(move || f()))?;
+            }
+            let size = new.get_size()?;
+            let old = self.img();
+            // Fails at once where the cluster blocklisted the old client.
+            let _ = old.flush();
+            self.size.store(size, Ordering::Release);
+            *self.img.write().unwrap_or_else(|p| p.into_inner()) = new;
+            tracing::info!(image = %self.describe(), fenced_before = old.is_fenced(),
+                "rbd: the image is open as a new client");
+            // The old client closes with its last operation; closing may
+            // wait for the cluster, so not on this thread.
+            let _ = std::thread::Builder::new()
+                .name("rbd-close".into())
+                .spawn(move || drop(old));
+            Ok(())
+        }
+        #[cfg(not(unifab_rbd))]
+        Err(BackendError::FixedSize)
     }
 
     fn quiesce(&self) -> Result<(), BackendError> {

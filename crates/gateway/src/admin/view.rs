@@ -425,6 +425,20 @@ impl View {
                 )
                 .with(vec![], Value::Counter(s.fenced)),
             ));
+            out.push(counter(
+                Family::new(
+                    "unifab_cluster_storage_fences",
+                    "Departed members' storage clients (RBD) this gateway fenced off.",
+                )
+                .with(vec![], Value::Counter(s.storage_fences)),
+            ));
+            out.push(gauge(
+                Family::new(
+                    "unifab_cluster_unfenced",
+                    "Departed members' registrations whose storage clients are not fenced off yet (their port groups still count as listed).",
+                )
+                .with(vec![], Value::Gauge(s.unfenced.len() as i64)),
+            ));
             if let Some(us) = s.etcd_latency_us {
                 out.push(gauge(
                     Family::new(
@@ -448,6 +462,7 @@ fn cluster_rows(s: &crate::cluster::Status) -> serde_json::Value {
             "since": m.map(|m| m.since), "relative_port": m.and_then(|m| m.relative_port),
             "this": true, "lease": s.lease, "etcd_latency_us": s.etcd_latency_us,
             "fenced": s.fenced, "last_error": s.last_error,
+            "storage_fences": s.storage_fences, "unfenced": s.unfenced,
         })
     };
     let mut rows: Vec<serde_json::Value> = s

@@ -115,6 +115,16 @@ pub struct Member<'a> {
 /// `member`'s config: the shared file LU `{shared}/disk.img` of `size` to
 /// [`CLUSTERED_IQN`], state in `dir`.
 pub fn clustered_config(dir: &Path, shared: &Path, size: &str, member: &Member<'_>) -> String {
+    let lu = format!(
+        "backend = \"file:{shared}/disk.img\"\nsize = \"{size}\"",
+        shared = shared.display()
+    );
+    clustered_config_with(dir, &lu, member)
+}
+
+/// [`clustered_config`] with the LU's backend lines `lu` (`backend = …`,
+/// its size and options).
+pub fn clustered_config_with(dir: &Path, lu: &str, member: &Member<'_>) -> String {
     let Member {
         name,
         etcd,
@@ -126,8 +136,7 @@ pub fn clustered_config(dir: &Path, shared: &Path, size: &str, member: &Member<'
         r#"
 [[lu]]
 name = "disk"
-backend = "file:{shared}/disk.img"
-size = "{size}"
+{lu}
 
 {TWO_GATEWAY_GROUPS}
 [iscsi]
@@ -149,7 +158,6 @@ listen = "{admin}"
 data_dir = "{dir}/state"
 "#,
         dir = dir.display(),
-        shared = shared.display(),
     )
 }
 

@@ -52,6 +52,13 @@ unsafe extern "C" {
         outslen: *mut usize,
     ) -> c_int;
     pub fn rados_buffer_free(buf: *mut c_char);
+    pub fn rados_wait_for_latest_osdmap(cluster: RadosT) -> c_int;
+    pub fn rados_getaddrs(cluster: RadosT, addrs: *mut *mut c_char) -> c_int;
+    pub fn rados_blocklist_add(
+        cluster: RadosT,
+        client_address: *mut c_char,
+        expire_seconds: u32,
+    ) -> c_int;
     pub fn rados_ioctx_create(
         cluster: RadosT,
         pool_name: *const c_char,

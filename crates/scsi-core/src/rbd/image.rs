@@ -29,7 +29,9 @@ pub(super) struct Image {
     cluster: RadosT,
     ioctx: RadosIoctxT,
     image: RbdImageT,
-    fenced: Arc<AtomicBool>,
+    /// The cluster blocklisted this client: every later operation fails.
+    /// Each open image (each librados client) has its own.
+    fenced: AtomicBool,
     name: String,
     watch: Mutex<Option<(u64, *mut WatchFn)>>,
     counters: Arc<Counters>,
@@ -69,7 +71,7 @@ fn os_error(r: isize) -> io::Error {
 
 impl Image {
     /// Connects and opens (or creates) the image.
-    pub(super) fn open(opts: &RbdOptions, fenced: Arc<AtomicBool>) -> Result<Image, BackendError> {
+    pub(super) fn open(opts: &RbdOptions) -> Result<Image, BackendError> {
         let conf = opts.conf_path();
         let conf_c = cstring("ceph_conf", &conf.to_string_lossy())?;
         let id = cstring("ceph_id", &format!("client.{}", opts.ceph_id))?;
@@ -80,7 +82,7 @@ impl Image {
             cluster: ptr::null_mut(),
             ioctx: ptr::null_mut(),
             image: ptr::null_mut(),
-            fenced,
+            fenced: AtomicBool::new(false),
             name: format!("{}/{}", opts.pool, opts.image),
             watch: Mutex::new(None),
             counters: Arc::default(),
@@ -245,6 +247,60 @@ impl Image {
             libc::EROFS => BackendError::ReadOnly,
             _ => BackendError::Io(e),
         }
+    }
+
+    /// True once the cluster blocklisted this client.
+    pub(super) fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
+
+    /// The addresses of this image's librados client, as the cluster
+    /// blocklists them (`rados_getaddrs`: `[v2:IP:PORT/NONCE,…]`, one per
+    /// messenger protocol).
+    pub(super) fn client_addrs(&self) -> Result<Vec<String>, BackendError> {
+        let mut out: *mut c_char = ptr::null_mut();
+        // SAFETY: a connected handle; librados strdup()s the answer into
+        // `out`, freed below.
+        let r = unsafe { rados_getaddrs(self.cluster, &mut out) };
+        if r < 0 || out.is_null() {
+            return Err(self.error(r.min(-libc::EIO) as isize));
+        }
+        // SAFETY: a NUL-terminated string librados allocated with malloc.
+        let text = unsafe { std::ffi::CStr::from_ptr(out) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: allocated by strdup in librados, freed once.
+        unsafe { libc::free(out.cast::<c_void>()) };
+        Ok(parse_addrs(&text))
+    }
+
+    /// Blocklists another client (`addr` as [`Image::client_addrs`] gave
+    /// it) for the cluster's default time (`mon_osd_blocklist_default_expire`,
+    /// an hour), then waits for the OSD map that says so: once this
+    /// returns, no OSD that this client talks to accepts an operation
+    /// from the one blocklisted (librados' `blocklist_add`, as librbd
+    /// breaks a dead client's lock).
+    pub(super) fn blocklist(&self, addr: &str) -> Result<(), BackendError> {
+        let c = cstring("client address", addr)?;
+        // SAFETY: a connected handle; librados only reads the string.
+        let r = unsafe { rados_blocklist_add(self.cluster, c.as_ptr().cast_mut(), 0) };
+        // SAFETY: a connected handle. (librados' blocklist_add waits for
+        // the map too; this says so whatever release it is.)
+        let r = if r < 0 {
+            r
+        } else {
+            unsafe { rados_wait_for_latest_osdmap(self.cluster) }
+        };
+        if r < 0 {
+            return Err(match self.error(r as isize) {
+                BackendError::Io(e) => BackendError::Io(io::Error::new(
+                    e.kind(),
+                    format!("rbd {}: blocklisting {addr}: {e}", self.name),
+                )),
+                other => other,
+            });
+        }
+        Ok(())
     }
 
     fn ok(&self, r: isize) -> Result<(), BackendError> {
@@ -729,6 +785,19 @@ pub(super) fn mon_command(
     Ok(out)
 }
 
+/// `[v2:127.0.0.1:0/123,v1:127.0.0.1:0/123]` (or one address without
+/// brackets) as its addresses.
+fn parse_addrs(text: &str) -> Vec<String> {
+    let t = text.trim();
+    let t = t.strip_prefix('[').unwrap_or(t);
+    let t = t.strip_suffix(']').unwrap_or(t);
+    t.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 fn img_name(opts: &RbdOptions) -> String {
     format!("{}/{}", opts.pool, opts.image)
 }
@@ -843,5 +912,20 @@ impl Future for Wait {
                 Poll::Pending
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_addrs;
+
+    #[test]
+    fn a_clients_addresses_are_each_protocols_address() {
+        assert_eq!(
+            parse_addrs("[v2:127.0.0.1:0/3412,v1:127.0.0.1:0/3412]"),
+            ["v2:127.0.0.1:0/3412", "v1:127.0.0.1:0/3412"]
+        );
+        assert_eq!(parse_addrs("127.0.0.1:0/7\n"), ["127.0.0.1:0/7"]);
+        assert!(parse_addrs("[]").is_empty());
     }
 }

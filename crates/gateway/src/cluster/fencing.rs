@@ -1,0 +1,237 @@
+//! Fencing a departed gateway off the shared storage (RBD: blocklisting
+//! its librados clients) before the others act on its departure.
+//!
+//! The ALUA fence stops a gateway that lost its lease from admitting
+//! commands, and from issuing those it admitted; a write it had already
+//! handed to librbd can still hang (an OSD failing over takes tens of
+//! seconds) and land after another gateway served the same blocks. So each
+//! member announces, as it registers, the clients its clustered LUs'
+//! backends are to the storage (`BlockBackend::storage_clients`), in a
+//! record without a lease, `PREFIX/fence/NAME/LEASE`, written in one
+//! transaction with its member key. A record whose member key is gone or
+//! is held under another lease (the gateway registered again, as new
+//! clients: it reopens its images first) is stale, and every member that
+//! lists it fences its clients off (`BlockBackend::fence_clients`, through
+//! its own backend of the same LU, which waits for the OSD map that says
+//! so) and deletes it. Until then the policy counts the record's member as
+//! listed, so no group is promoted in its place while its writes can still
+//! land. The members and the records are read at one revision: a gateway
+//! that registers in between cannot look departed. The records outlive
+//! every member (a gateway that starts later fences what no one did).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::Client;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use super::{ClusteredLu, Member};
+
+/// One registration's storage clients: what the others fence off once it
+/// is over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    /// The member's `cluster.name`.
+    pub member: String,
+    /// The lease it registered under.
+    pub lease: i64,
+    /// Its iSCSI port's target port group.
+    pub port_group: u16,
+    /// Each clustered LU's storage clients, by LU name (LUs without any
+    /// left out).
+    pub clients: BTreeMap<String, Vec<String>>,
+}
+
+/// The record's key.
+pub(crate) fn key(prefix: &str, member: &str, lease: i64) -> String {
+    format!("{prefix}/fence/{member}/{lease:x}")
+}
+
+/// The records (key, record) whose member is not listed under the
+/// record's lease.
+pub(crate) fn stale(records: Vec<(String, Record)>, members: &[Member]) -> Vec<(String, Record)> {
+    records
+        .into_iter()
+        .filter(|(_, r)| {
+            !members
+                .iter()
+                .any(|m| m.name == r.member && m.lease == r.lease)
+        })
+        .collect()
+}
+
+/// The stale records not yet fenced off, and the passes that fence them.
+#[derive(Debug, Default)]
+pub(crate) struct Fencing {
+    pending: Mutex<Vec<(String, Record)>>,
+    running: AtomicBool,
+    warned: Mutex<HashSet<String>>,
+    done: AtomicU64,
+}
+
+impl Fencing {
+    /// Records the stale records of a listing; returns the port groups the
+    /// policy is to count as listed: those of stale records' members that
+    /// are not listed at all.
+    pub(crate) fn listed(&self, stale: Vec<(String, Record)>, members: &[Member]) -> Vec<u16> {
+        let held = stale
+            .iter()
+            .filter(|(_, r)| !members.iter().any(|m| m.name == r.member))
+            .map(|(_, r)| r.port_group)
+            .collect();
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = stale;
+        held
+    }
+
+    /// The keys of the records not yet fenced off.
+    pub(crate) fn pending(&self) -> Vec<String> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Records fenced off so far.
+    pub(crate) fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Starts a pass over the pending records, unless one runs: each
+    /// record's clients are fenced off through this gateway's backend of
+    /// the same LU, then the record is deleted. A record that cannot be
+    /// fenced (no such LU here, or the storage refuses) stays, and the next
+    /// listing tries again; it is logged once.
+    pub(crate) fn start(self: &Arc<Self>, client: &Client, lus: &[ClusteredLu], step: Duration) {
+        if self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+            || self.running.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let (me, mut client, lus) = (self.clone(), client.clone(), lus.to_vec());
+        tokio::spawn(async move {
+            let records = me.pending.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            for (key, record) in records {
+                let lus = lus.clone();
+                let r = record.clone();
+                let fenced = tokio::task::spawn_blocking(move || fence(&r, &lus))
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()));
+                if let Err(e) = fenced {
+                    if me
+                        .warned
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key.clone())
+                    {
+                        warn!(record = %key, member = %record.member, error = %e,
+                            "cluster: cannot fence a departed gateway's storage clients off; its port group counts as listed until then");
+                    }
+                    continue;
+                }
+                match tokio::time::timeout(step, client.delete(key.as_str(), None)).await {
+                    Ok(Ok(_)) => {
+                        me.done.fetch_add(1, Ordering::Relaxed);
+                        me.pending
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .retain(|(k, _)| *k != key);
+                        info!(record = %key, member = %record.member, clients = ?record.clients,
+                            "cluster: a departed gateway's storage clients are fenced off");
+                    }
+                    Ok(Err(e)) => {
+                        warn!(record = %key, error = %e, "cluster: deleting a fence record")
+                    }
+                    Err(_) => warn!(record = %key, "cluster: deleting a fence record timed out"),
+                }
+            }
+            me.running.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// Fences one record's clients off, LU by LU (blocks).
+fn fence(record: &Record, lus: &[ClusteredLu]) -> Result<(), String> {
+    for (lu, clients) in &record.clients {
+        let (_, l) = lus
+            .iter()
+            .find(|(name, _)| name == lu)
+            .ok_or_else(|| format!("lu {lu:?} is not clustered on this gateway"))?;
+        l.backend()
+            .fence_clients(clients)
+            .map_err(|e| format!("lu {lu:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, lease: i64, group: u16) -> Member {
+        Member {
+            name: name.into(),
+            admin: String::new(),
+            since: 1,
+            port_group: group,
+            relative_port: Some(group),
+            lease,
+        }
+    }
+
+    fn record(name: &str, lease: i64, group: u16) -> (String, Record) {
+        let clients = BTreeMap::from([(
+            "disk".to_string(),
+            vec![format!("v2:10.0.0.{group}:0/{lease}")],
+        )]);
+        (
+            key("/unifab", name, lease),
+            Record {
+                member: name.into(),
+                lease,
+                port_group: group,
+                clients,
+            },
+        )
+    }
+
+    #[test]
+    fn a_record_is_stale_once_its_lease_holds_no_member_key() {
+        let records = vec![
+            record("gw-a", 0xa1, 1),
+            record("gw-a", 0xa0, 1),
+            record("gw-b", 0xb1, 2),
+            record("gw-c", 0xc1, 3),
+        ];
+        // gw-a registered again (lease a1), gw-b is listed, gw-c is gone.
+        let members = [member("gw-a", 0xa1, 1), member("gw-b", 0xb1, 2)];
+        let s = stale(records, &members);
+        let keys: Vec<&str> = s.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["/unifab/fence/gw-a/a0", "/unifab/fence/gw-c/c1"]);
+        // Only the group of a member not listed at all is held.
+        let f = Fencing::default();
+        assert_eq!(f.listed(s, &members), [3]);
+        assert_eq!(
+            f.pending(),
+            ["/unifab/fence/gw-a/a0", "/unifab/fence/gw-c/c1"]
+        );
+        assert!(f.listed(Vec::new(), &members).is_empty());
+        assert!(f.pending().is_empty());
+    }
+
+    #[test]
+    fn a_record_names_its_member_and_lease() {
+        assert_eq!(key("/p", "gw-a", 0x694d), "/p/fence/gw-a/694d");
+        let (_, r) = record("gw-a", 7, 1);
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r);
+    }
+}

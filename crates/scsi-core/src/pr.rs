@@ -13,7 +13,7 @@ use crate::sense::{Asc, Sense, asc};
 use crate::task::{ItNexus, TransportId};
 
 pub mod shared;
-pub use shared::{ReservationStore, SharedReservations};
+pub use shared::{HISTORY, PastEffects, ReservationStore, SharedReservations};
 
 /// Reservation types (SPC-4 Table 170).
 #[allow(missing_docs)]

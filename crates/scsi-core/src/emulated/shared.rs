@@ -155,12 +155,36 @@ impl Inner {
         effects: bool,
         remote: bool,
     ) {
+        if remote {
+            // What the versions this member never applied established (it
+            // was away from the store: fenced, then joining again), oldest
+            // first: its nexuses hear them as if it had been there. A member
+            // that never applied any (it just started) missed nothing its
+            // nexuses were there for.
+            let had = self.lock().shared_version;
+            let missed = s
+                .history
+                .iter()
+                .filter(|p| had > 0 && p.version > had && p.version < version);
+            if had > 0
+                && s.history.len() == crate::pr::HISTORY
+                && s.history.first().is_some_and(|p| p.version > had)
+            {
+                tracing::warn!(
+                    had,
+                    version,
+                    "reservations: this member missed more changes than the shared state remembers; some unit attentions are lost"
+                );
+            }
+            for p in missed {
+                if let Some(code) = p.reset {
+                    self.remote_reset(code);
+                }
+                self.ua_for(&mut self.lock(), &p.unit_attentions);
+            }
+        }
         if remote && let Some(code) = s.reset {
-            drop(self.tasks.abort_matching(|_, _| true));
-            let mut st = self.lock();
-            st.prevent.clear();
-            st.copy_results.clear();
-            self.ua_where(&mut st, |_| true, code, true);
+            self.remote_reset(code);
         }
         let mut st = self.lock();
         if version > st.shared_version {
@@ -198,6 +222,16 @@ impl Inner {
         }
     }
 
+    /// Another member reset the LU: every task here ends, what a reset
+    /// clears is cleared, and every nexus hears `code`.
+    fn remote_reset(&self, code: crate::sense::Asc) {
+        drop(self.tasks.abort_matching(|_, _| true));
+        let mut st = self.lock();
+        st.prevent.clear();
+        st.copy_results.clear();
+        self.ua_where(&mut st, |_| true, code, true);
+    }
+
     /// One change to the shared state: `decide` is given the latest
     /// version (its effects cleared) and answers whether it changed it, or
     /// why the command is refused. Retried on a newer version when another
@@ -222,9 +256,7 @@ impl Inner {
                     }
                 },
             };
-            s.unit_attentions.clear();
-            s.abort.clear();
-            s.reset = None;
+            s.next_change(version);
             s.origin = store.member().to_string();
             match decide(&mut s) {
                 Err(PrRefusal::Conflict) => {

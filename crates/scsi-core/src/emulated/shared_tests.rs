@@ -308,3 +308,93 @@ async fn a_corrupt_shared_state_is_refused_not_overwritten() {
     assert_eq!(cell.value.lock().unwrap().1.as_deref(), Some("garbage"));
     assert!(a.apply_shared_reservations(8, Some("garbage")).is_err());
 }
+
+/// A member away from the store (fenced) while another preempts its
+/// host's registration and then makes another change: when it applies
+/// the latest version (joining again) its host still hears REGISTRATIONS
+/// PREEMPTED, which only the skipped version carried. Fails where a member
+/// applies only the latest version's unit attentions.
+#[tokio::test]
+async fn a_member_that_skipped_versions_establishes_their_unit_attentions() {
+    let cell = Arc::new(Cell::default());
+    let (a, b, h1, h2) = two_members_ready_on(&cell).await;
+    assert_good(&run(&a, &h1, &prout(0, 0), &params(0, 0xa)).await);
+    assert_good(&run(&b, &h2, &prout(0, 0), &params(0, 0xb)).await);
+    assert_good(&run(&b, &h2, &prout(1, 3), &params(0xb, 0)).await);
+    // A leaves the store's deliveries.
+    let away = {
+        let mut lus = cell.lus.lock().unwrap();
+        let i = lus
+            .iter()
+            .position(|w| w.upgrade().is_some_and(|l| Arc::ptr_eq(&l, &a)))
+            .unwrap();
+        lus.remove(i)
+    };
+    // h2 preempts h1's registration (PREEMPT, key 0xa), then changes its
+    // own key: the latest version carries no unit attention for h1.
+    assert_good(&run(&b, &h2, &prout(4, 3), &params(0xb, 0xa)).await);
+    assert_good(&run(&b, &h2, &prout(0, 0), &params(0xb, 0xc)).await);
+    let (version, text) = cell.value.lock().unwrap().clone();
+    a.apply_shared_reservations(version, text.as_deref())
+        .unwrap();
+    cell.lus.lock().unwrap().push(away);
+    assert_ua(
+        &run(&a, &h1, &READ10, &[]).await,
+        asc::REGISTRATIONS_PREEMPTED,
+    );
+    conflict(&run(&a, &h1, &WRITE10, &[0; 512]).await);
+    // Applied once: the next change does not replay it (h2 holds
+    // EXCLUSIVE ACCESS: h1's read conflicts, with nothing to hear first).
+    assert_good(&run(&b, &h2, &prout(0, 0), &params(0xc, 0xd)).await);
+    conflict(&run(&a, &h1, &READ10, &[]).await);
+}
+
+/// A member that never applied a version (a gateway that just started)
+/// establishes none of the earlier versions' unit attentions: its nexuses
+/// were not there for them. And a member that was away hears a reset it
+/// missed.
+#[tokio::test]
+async fn a_missed_reset_is_heard_by_a_member_that_was_away_not_by_a_new_one() {
+    let cell = Arc::new(Cell::default());
+    let (a, b, h1, h2) = two_members_ready_on(&cell).await;
+    assert_good(&run(&a, &h1, &prout(0, 0), &params(0, 0xa)).await);
+    let away = {
+        let mut lus = cell.lus.lock().unwrap();
+        let i = lus
+            .iter()
+            .position(|w| w.upgrade().is_some_and(|l| Arc::ptr_eq(&l, &a)))
+            .unwrap();
+        lus.remove(i)
+    };
+    // A LOGICAL UNIT RESET through B, then another change.
+    let r = b
+        .task_management(TmfRequest {
+            nexus: h2.clone(),
+            lun: Lun::ZERO,
+            function: TmfFunction::LogicalUnitReset,
+        })
+        .await;
+    assert_eq!(r, TmfResponse::FunctionComplete);
+    assert_ua(
+        &run(&b, &h2, &READ10, &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_good(&run(&b, &h2, &prout(0, 0), &params(0, 0xb)).await);
+    let (version, text) = cell.value.lock().unwrap().clone();
+    // A new member, its host already logged in, applies the latest.
+    let c = member_lu("gw-c", &cell);
+    let h3 = via("iqn.2026-11.test:h3", 3);
+    ready(&c, &h3).await;
+    c.apply_shared_reservations(version, text.as_deref())
+        .unwrap();
+    assert_good(&run(&c, &h3, &READ10, &[]).await);
+    // A, joining again, hears the reset.
+    a.apply_shared_reservations(version, text.as_deref())
+        .unwrap();
+    cell.lus.lock().unwrap().push(away);
+    assert_ua(
+        &run(&a, &h1, &READ10, &[]).await,
+        asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+    );
+    assert_good(&run(&a, &h1, &READ10, &[]).await);
+}

@@ -37,6 +37,24 @@ pub trait ReservationStore: Send + Sync + std::fmt::Debug {
     fn detach(&self, work: BoxFuture<'static, ()>);
 }
 
+/// How many earlier versions' effects a version carries
+/// ([`SharedReservations::history`]).
+pub const HISTORY: usize = 32;
+
+/// The unit attentions (and reset) an earlier version established, kept
+/// so that a member applying a later version without having applied that
+/// one (it was away from the store: fenced, then joining again) still
+/// establishes them for its own I_T nexuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastEffects {
+    /// The version that established them.
+    pub version: u64,
+    /// Its unit attentions.
+    pub unit_attentions: Vec<(UaTarget, Asc)>,
+    /// Its reset, if it was one.
+    pub reset: Option<Asc>,
+}
+
 /// One version of a LU's shared reservation state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SharedReservations {
@@ -55,6 +73,9 @@ pub struct SharedReservations {
     /// members abort every task, clear what a reset clears, and every one
     /// of their nexuses hears it.
     pub reset: Option<Asc>,
+    /// The effects of the versions before it that had any, oldest first,
+    /// at most [`HISTORY`].
+    pub history: Vec<PastEffects>,
 }
 
 fn target_text(t: &UaTarget) -> String {
@@ -82,6 +103,23 @@ fn asc_parse(code: &str) -> Option<Asc> {
 }
 
 impl SharedReservations {
+    /// Starts the change that follows `version` (this state as read): its
+    /// effects go to the history, and are cleared.
+    pub fn next_change(&mut self, version: u64) {
+        let unit_attentions = std::mem::take(&mut self.unit_attentions);
+        let reset = self.reset.take();
+        self.abort.clear();
+        if version > 0 && (!unit_attentions.is_empty() || reset.is_some()) {
+            self.history.push(PastEffects {
+                version,
+                unit_attentions,
+                reset,
+            });
+            let over = self.history.len().saturating_sub(HISTORY);
+            self.history.drain(..over);
+        }
+    }
+
     /// The text kept in the store: header lines, then
     /// [`PrState::to_text`].
     pub fn to_text(&self) -> String {
@@ -104,6 +142,20 @@ impl SharedReservations {
         }
         if let Some(a) = self.reset {
             s.push_str(&format!("reset {:02x}{:02x}\n", a.0, a.1));
+        }
+        for p in &self.history {
+            s.push_str(&format!("past {}\n", p.version));
+            for (t, a) in &p.unit_attentions {
+                s.push_str(&format!(
+                    "pastua {} {:02x}{:02x}\n",
+                    target_text(t),
+                    a.0,
+                    a.1
+                ));
+            }
+            if let Some(a) = p.reset {
+                s.push_str(&format!("pastreset {:02x}{:02x}\n", a.0, a.1));
+            }
         }
         s.push_str(&self.pr.to_text());
         s
@@ -147,6 +199,25 @@ impl SharedReservations {
                     out.unit_attentions.push((t, asc_parse(w.next()?)?));
                 }
                 "reset" => out.reset = Some(asc_parse(w.next()?)?),
+                "past" => {
+                    // Versions increase, and there are at most HISTORY.
+                    let version: u64 = w.next()?.parse().ok()?;
+                    let after = out.history.last().is_none_or(|p| p.version < version);
+                    if !after || out.history.len() == HISTORY || w.next().is_some() {
+                        return None;
+                    }
+                    out.history.push(PastEffects {
+                        version,
+                        unit_attentions: Vec::new(),
+                        reset: None,
+                    });
+                }
+                "pastua" => {
+                    let t = target_parse(w.next()?, w.next()?)?;
+                    let a = asc_parse(w.next()?)?;
+                    out.history.last_mut()?.unit_attentions.push((t, a));
+                }
+                "pastreset" => out.history.last_mut()?.reset = Some(asc_parse(w.next()?)?),
                 "abort" => out.abort.push(target_parse(w.next()?, w.next()?)?),
                 _ => {
                     rest.push_str(line);
@@ -199,6 +270,24 @@ mod tests {
                 target: Some(tid("iqn.t,t,0x0001", None)),
             }],
             reset: Some(Asc(0x29, 0x03)),
+            history: vec![
+                PastEffects {
+                    version: 7,
+                    unit_attentions: vec![(
+                        UaTarget {
+                            initiator: tid("iqn.h", None),
+                            target: Some(tid("iqn.t,t,0x0001", None)),
+                        },
+                        Asc(0x2a, 0x05),
+                    )],
+                    reset: None,
+                },
+                PastEffects {
+                    version: 9,
+                    unit_attentions: Vec::new(),
+                    reset: Some(Asc(0x29, 0x03)),
+                },
+            ],
         };
         let back = SharedReservations::from_text(&s.to_text()).expect("parses");
         assert_eq!(back, s);
@@ -206,6 +295,26 @@ mod tests {
         assert_eq!(
             SharedReservations::from_text(&empty.to_text()).expect("parses"),
             empty
+        );
+        let mut full = empty.clone();
+        for v in 1..=40u64 {
+            full.reset = Some(Asc(0x29, 0x03));
+            full.next_change(v);
+        }
+        assert_eq!(full.history.len(), HISTORY);
+        assert_eq!(full.history[0].version, 40 - HISTORY as u64 + 1);
+        assert_eq!(full.reset, None);
+        assert_eq!(
+            SharedReservations::from_text(&full.to_text()).expect("parses"),
+            full
+        );
+        let over = full
+            .to_text()
+            .replacen("unifab-pr", "past 99\nunifab-pr", 1);
+        assert_eq!(
+            SharedReservations::from_text(&over),
+            None,
+            "more than HISTORY"
         );
         for bad in [
             "",
@@ -216,6 +325,9 @@ mod tests {
             "unifab-reservations 1\norigin a\r\r\nunifab-pr 1\n",
             "unifab-reservations 1\norigin a b\nunifab-pr 1\n",
             "unifab-reservations 1\norigin \nunifab-pr 1\n",
+            "unifab-reservations 1\npastua iscsi:00 * 2a05\nunifab-pr 1\n",
+            "unifab-reservations 1\npast 9\npast 7\nunifab-pr 1\n",
+            "unifab-reservations 1\npast x\nunifab-pr 1\n",
         ] {
             assert_eq!(SharedReservations::from_text(bad), None, "{bad:?}");
         }

@@ -544,23 +544,23 @@ async fn member(
 /// it on each clustered LU, through the store (any member could; one is
 /// enough, and the store's compare-and-swap keeps a second harmless).
 /// Persistent reservations stay. In the background: the renewals go on.
+///
+/// `before` and `now` are the members counted at the last listing and at
+/// this one (a departed member whose storage clients are not fenced off
+/// yet still counts: `fencing::counted`), `members` those etcd lists.
 fn release_departed(
     name: &str,
     before: &[Member],
-    status: &Arc<Mutex<Status>>,
+    now: &[Member],
+    members: &[Member],
     lus: &[ClusteredLu],
 ) {
-    let now = status
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .members
-        .clone();
     let departed: Vec<u16> = before
         .iter()
         .filter(|m| m.name != name && !now.iter().any(|n| n.name == m.name))
         .filter_map(|m| m.relative_port)
         .collect();
-    let lowest = now.iter().map(|m| m.name.as_str()).min();
+    let lowest = members.iter().map(|m| m.name.as_str()).min();
     if departed.is_empty() || lowest != Some(name) {
         return;
     }
@@ -634,18 +634,17 @@ impl Listing<'_> {
             }
         };
         let stale = fencing::stale(records, &members);
+        let (before, now) = self.fencing.count(&members, &stale);
         let held = self.fencing.listed(stale, &members);
         self.fencing.start(client, self.lus, self.step);
         let mut groups: Vec<u16> = members.iter().map(|m| m.port_group).collect();
         groups.extend(held);
         (self.apply)(Some(&groups));
-        let before = {
-            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
-            s.unfenced = self.fencing.pending();
-            s.storage_fences = self.fencing.done();
-            std::mem::replace(&mut s.members, members)
-        };
-        release_departed(self.name, &before, self.status, self.lus);
+        release_departed(self.name, &before, &now, &members, self.lus);
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.unfenced = self.fencing.pending();
+        s.storage_fences = self.fencing.done();
+        s.members = members;
         Ok(())
     }
 }

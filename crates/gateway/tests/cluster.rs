@@ -999,7 +999,8 @@ fn rbd_watchers(ceph: &unifab_testkit::peers::Ceph, image: &str) -> Vec<String> 
 /// its own group; when the relay thaws, gw-a reopens the image as a new
 /// client before it registers again, writes through it (a blocklisted
 /// client would answer NOT READY, MANUAL INTERVENTION REQUIRED for
-/// good), and gw-b reads what it wrote.
+/// good), and gw-b reads what it wrote. A RESERVE(6) held through gw-a's
+/// port is released once gw-a's client is fenced off.
 #[test]
 fn a_departed_gateway_is_fenced_off_the_rbd_image_and_serves_again_as_a_new_client() {
     use unifab_testkit::peers::{Ceph, ObjectStore};
@@ -1033,25 +1034,29 @@ fn a_departed_gateway_is_fenced_off_the_rbd_image_and_serves_again_as_a_new_clie
     let (b, admin_b) = start(&db, "gw-b", &etcd.url(), 2);
     wait_cluster(admin_b, "both listed on B", both);
 
-    let opts = host_options();
-    let mut host_a = RawSession::login(a.addr, &a.iqn, &opts).unwrap();
-    let mut host_b = RawSession::login(b.addr, &b.iqn, &opts).unwrap();
-    read_until(&mut host_a, (0, 0, 0), "A serves");
-    read_until(&mut host_b, (0, 0, 0), "B serves");
+    // h1 holds RESERVE(6) through A; h2 on B is refused.
+    let (mut host_a, mut host_b) = reserve6_through_a(&a, &b);
     rtpg_until(&mut host_b, &[(0, 1), (1, 2)], "as configured");
 
     relay.freeze();
+    let nonce = old_a[0].rsplit('/').next().unwrap();
+    let blocklisted = || {
+        let list = ceph
+            .ceph(&["osd", "blocklist", "ls"])
+            .expect("ceph osd blocklist ls");
+        (list.contains(&format!("/{nonce}")), list)
+    };
     rtpg_until(&mut host_b, &[(3, 1), (0, 2)], "B took over");
     // B promoted its group: gw-a's client is on the blocklist already.
-    let blocklist = ceph
-        .ceph(&["osd", "blocklist", "ls"])
-        .expect("ceph osd blocklist ls");
-    let nonce = old_a[0].rsplit('/').next().unwrap();
+    let (fenced, list) = blocklisted();
     assert!(
-        blocklist.contains(&format!("/{nonce}")),
-        "gw-b took over before gw-a's client {} was blocklisted: {blocklist}",
+        fenced,
+        "gw-b took over before gw-a's client {} was blocklisted: {list}",
         old_a[0]
     );
+    // And the RESERVE(6) held through gw-a's port is released (after the
+    // blocklist, which the promotion showed).
+    until_b_reads(&mut host_b, admin_b, "gw-a left");
     let own = |rows: &[serde_json::Value]| rows.iter().find(|r| r["this"] == true).cloned();
     let row = own(&cluster(admin_b)).unwrap();
     assert!(row["storage_fences"].as_u64() >= Some(1), "{row:#}");

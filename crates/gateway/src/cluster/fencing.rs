@@ -63,9 +63,31 @@ pub(crate) fn stale(records: Vec<(String, Record)>, members: &[Member]) -> Vec<(
         .collect()
 }
 
-/// The stale records not yet fenced off, and the passes that fence them.
+/// The members departures are counted from: those listed, and those of
+/// `before` that are not but whose storage clients are not fenced off yet
+/// (a stale record of theirs is listed) — they have not departed as far
+/// as what they held is concerned (a RESERVE(6) through their port).
+pub(crate) fn counted(
+    before: &[Member],
+    members: &[Member],
+    stale: &[(String, Record)],
+) -> Vec<Member> {
+    let mut out = members.to_vec();
+    out.extend(
+        before
+            .iter()
+            .filter(|m| !members.iter().any(|n| n.name == m.name))
+            .filter(|m| stale.iter().any(|(_, r)| r.member == m.name))
+            .cloned(),
+    );
+    out
+}
+
+/// The stale records not yet fenced off, the passes that fence them, and
+/// the members departures are counted from ([`counted`]).
 #[derive(Debug, Default)]
 pub(crate) struct Fencing {
+    counted: Mutex<Vec<Member>>,
     pending: Mutex<Vec<(String, Record)>>,
     running: AtomicBool,
     warned: Mutex<HashSet<String>>,
@@ -73,6 +95,17 @@ pub(crate) struct Fencing {
 }
 
 impl Fencing {
+    /// The members counted at the last listing and now ([`counted`]).
+    pub(crate) fn count(
+        &self,
+        members: &[Member],
+        stale: &[(String, Record)],
+    ) -> (Vec<Member>, Vec<Member>) {
+        let mut c = self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        let now = counted(&c, members, stale);
+        (std::mem::replace(&mut *c, now.clone()), now)
+    }
+
     /// Records the stale records of a listing; returns the port groups the
     /// policy is to count as listed: those of stale records' members that
     /// are not listed at all.
@@ -225,6 +258,32 @@ mod tests {
         );
         assert!(f.listed(Vec::new(), &members).is_empty());
         assert!(f.pending().is_empty());
+    }
+
+    #[test]
+    fn a_member_not_fenced_off_yet_has_not_departed() {
+        let (a, b) = (member("gw-a", 0xa1, 1), member("gw-b", 0xb1, 2));
+        let f = Fencing::default();
+        let names = |m: &[Member]| m.iter().map(|m| m.name.clone()).collect::<Vec<_>>();
+        let (before, now) = f.count(&[a.clone(), b.clone()], &[]);
+        assert!(before.is_empty());
+        assert_eq!(names(&now), ["gw-a", "gw-b"]);
+        // gw-a's key is gone, its record not fenced yet: still counted.
+        let pending = [record("gw-a", 0xa1, 1)];
+        let (before, now) = f.count(std::slice::from_ref(&b), &pending);
+        assert_eq!(names(&before), ["gw-a", "gw-b"]);
+        assert_eq!(names(&now), ["gw-b", "gw-a"]);
+        let (_, now) = f.count(std::slice::from_ref(&b), &pending);
+        assert_eq!(names(&now), ["gw-b", "gw-a"]);
+        // Fenced off: it departs now.
+        let (before, now) = f.count(std::slice::from_ref(&b), &[]);
+        assert_eq!(names(&before), ["gw-b", "gw-a"]);
+        assert_eq!(names(&now), ["gw-b"]);
+        // A member whose record is stale but who is listed again under a
+        // new lease counts once.
+        let a2 = member("gw-a", 0xa2, 1);
+        let (_, now) = f.count(&[a2, b], &pending);
+        assert_eq!(names(&now), ["gw-a", "gw-b"]);
     }
 
     #[test]

@@ -1037,6 +1037,13 @@ fn a_departed_gateway_is_fenced_off_the_rbd_image_and_serves_again_as_a_new_clie
     // h1 holds RESERVE(6) through A; h2 on B is refused.
     let (mut host_a, mut host_b) = reserve6_through_a(&a, &b);
     rtpg_until(&mut host_b, &[(0, 1), (1, 2)], "as configured");
+    for _ in 0..20 {
+        let r = retrying(&mut host_a, &READ10, &[], 512).unwrap();
+        assert_eq!(r.status, 0, "{:02x?}", r.sense);
+    }
+    let ops = r#"unifab_lu_backend_operations_total{lu="disk"}"#;
+    let ops_before = metric(admin_a, ops).expect("gw-a's backend operations");
+    assert!(ops_before >= 20.0, "{ops_before}");
 
     relay.freeze();
     let nonce = old_a[0].rsplit('/').next().unwrap();
@@ -1092,6 +1099,9 @@ fn a_departed_gateway_is_fenced_off_the_rbd_image_and_serves_again_as_a_new_clie
         r.data == data,
         "what gw-a wrote as a new client reads back through gw-b"
     );
+    // The new client counts on from the old one's figures.
+    let ops_after = metric(admin_a, ops).expect("gw-a's backend operations");
+    assert!(ops_after > ops_before, "{ops_after} after {ops_before}");
     let now = rbd_watchers(&ceph, "shared");
     assert!(
         now.len() == 2 && !now.contains(&old_a[0]),

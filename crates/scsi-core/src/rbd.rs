@@ -529,13 +529,15 @@ impl BlockBackend for RbdBackend {
             let watch = self.on_change.lock().unwrap_or_else(|p| p.into_inner());
             let mut opts = self.opts.clone();
             opts.size = None;
-            let new = Arc::new(image::Image::open(&opts)?);
+            let old = self.img();
+            let mut new = image::Image::open(&opts)?;
+            new.share_counters(&old);
+            let new = Arc::new(new);
             if let Some(f) = watch.as_ref() {
                 let f = f.clone();
                 new.watch(Box::new(move || f()))?;
             }
             let size = new.get_size()?;
-            let old = self.img();
             // Fails at once where the cluster blocklisted the old client.
             let _ = old.flush();
             self.size.store(size, Ordering::Release);

@@ -249,6 +249,13 @@ impl Image {
         }
     }
 
+    /// Counts into `other`'s counters (a reopened image goes on with the
+    /// figures of the one it replaces: metrics are counters that never go
+    /// down).
+    pub(super) fn share_counters(&mut self, other: &Image) {
+        self.counters = other.counters.clone();
+    }
+
     /// True once the cluster blocklisted this client.
     pub(super) fn is_fenced(&self) -> bool {
         self.fenced.load(Ordering::Acquire)

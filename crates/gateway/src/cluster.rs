@@ -633,7 +633,7 @@ impl Listing<'_> {
                 return Err(e);
             }
         };
-        let stale = fencing::stale(records, &members);
+        let stale = self.fencing.unsettled(fencing::stale(records, &members));
         let (before, now) = self.fencing.count(&members, &stale);
         let held = self.fencing.listed(stale, &members);
         self.fencing.start(client, self.lus, self.step);

@@ -89,12 +89,26 @@ pub(crate) fn counted(
 pub(crate) struct Fencing {
     counted: Mutex<Vec<Member>>,
     pending: Mutex<Vec<(String, Record)>>,
+    /// Stale records this gateway fenced every client of that it could,
+    /// left for a member that has the rest of their LUs.
+    settled: Mutex<HashSet<String>>,
     running: AtomicBool,
     warned: Mutex<HashSet<String>>,
     done: AtomicU64,
 }
 
 impl Fencing {
+    /// The stale records this gateway still has clients to fence off of
+    /// (those it settled are left out; it forgets those no longer stale).
+    pub(crate) fn unsettled(&self, stale: Vec<(String, Record)>) -> Vec<(String, Record)> {
+        let mut settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        settled.retain(|k| stale.iter().any(|(s, _)| s == k));
+        stale
+            .into_iter()
+            .filter(|(k, _)| !settled.contains(k))
+            .collect()
+    }
+
     /// The members counted at the last listing and now ([`counted`]).
     pub(crate) fn count(
         &self,
@@ -158,16 +172,32 @@ impl Fencing {
                 let fenced = tokio::task::spawn_blocking(move || fence(&r, &lus))
                     .await
                     .unwrap_or_else(|e| Err(e.to_string()));
-                if let Err(e) = fenced {
-                    if me
-                        .warned
+                let complete = match fenced {
+                    Ok(complete) => complete,
+                    Err(e) => {
+                        if me
+                            .warned
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(key.clone())
+                        {
+                            warn!(record = %key, member = %record.member, error = %e,
+                                "cluster: cannot fence a departed gateway's storage clients off; its port group counts as listed until then");
+                        }
+                        continue;
+                    }
+                };
+                if !complete {
+                    me.settled
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .insert(key.clone())
-                    {
-                        warn!(record = %key, member = %record.member, error = %e,
-                            "cluster: cannot fence a departed gateway's storage clients off; its port group counts as listed until then");
-                    }
+                        .insert(key.clone());
+                    me.pending
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|(k, _)| *k != key);
+                    info!(record = %key, member = %record.member,
+                        "cluster: a departed gateway's storage clients are fenced off on this gateway's LUs; the record names LUs it does not have, left for a member that has them");
                     continue;
                 }
                 match tokio::time::timeout(step, client.delete(key.as_str(), None)).await {
@@ -191,23 +221,29 @@ impl Fencing {
     }
 }
 
-/// Fences one record's clients off, LU by LU (blocks).
-fn fence(record: &Record, lus: &[ClusteredLu]) -> Result<(), String> {
+/// Fences one record's clients off, LU by LU (blocks), through this
+/// gateway's backend of each LU it has; `Ok(true)` when it had every LU
+/// the record names. A LU it does not have it does not serve: what lands
+/// there is not its concern, but the record stays for a member that has
+/// it.
+fn fence(record: &Record, lus: &[ClusteredLu]) -> Result<bool, String> {
+    let mut complete = true;
     for (lu, clients) in &record.clients {
-        let (_, l) = lus
-            .iter()
-            .find(|(name, _)| name == lu)
-            .ok_or_else(|| format!("lu {lu:?} is not clustered on this gateway"))?;
+        let Some((_, l)) = lus.iter().find(|(name, _)| name == lu) else {
+            complete = false;
+            continue;
+        };
         l.backend()
             .fence_clients(clients)
             .map_err(|e| format!("lu {lu:?}: {e}"))?;
     }
-    Ok(())
+    Ok(complete)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use unifab_scsi_core::backend::{AllocationRun, BackendCaps, BackendError};
 
     fn member(name: &str, lease: i64, group: u16) -> Member {
         Member {
@@ -284,6 +320,87 @@ mod tests {
         let a2 = member("gw-a", 0xa2, 1);
         let (_, now) = f.count(&[a2, b], &pending);
         assert_eq!(names(&now), ["gw-a", "gw-b"]);
+    }
+
+    /// A memory LU whose backend records the clients it is asked to fence
+    /// off (as an RBD image blocklists them).
+    #[derive(Debug)]
+    struct Fenceable {
+        mem: unifab_scsi_core::backend::MemoryBackend,
+        fenced: Mutex<Vec<String>>,
+    }
+
+    impl unifab_scsi_core::backend::BlockBackend for Fenceable {
+        fn size(&self) -> u64 {
+            self.mem.size()
+        }
+        fn read_at(&self, o: u64, b: &mut [u8]) -> Result<(), BackendError> {
+            self.mem.read_at(o, b)
+        }
+        fn write_at(&self, o: u64, d: &[bytes::Bytes], fua: bool) -> Result<(), BackendError> {
+            self.mem.write_at(o, d, fua)
+        }
+        fn flush(&self) -> Result<(), BackendError> {
+            self.mem.flush()
+        }
+        fn discard(&self, o: u64, l: u64) -> Result<(), BackendError> {
+            self.mem.discard(o, l)
+        }
+        fn write_zeroes(&self, o: u64, l: u64) -> Result<(), BackendError> {
+            self.mem.write_zeroes(o, l)
+        }
+        fn allocation(&self, o: u64, l: u64) -> Result<AllocationRun, BackendError> {
+            self.mem.allocation(o, l)
+        }
+        fn caps(&self) -> BackendCaps {
+            self.mem.caps()
+        }
+        fn describe(&self) -> String {
+            "fenceable".into()
+        }
+        fn fence_clients(&self, clients: &[String]) -> Result<(), BackendError> {
+            self.fenced.lock().unwrap().extend_from_slice(clients);
+            Ok(())
+        }
+    }
+
+    fn lu(name: &str, backend: Arc<dyn unifab_scsi_core::backend::BlockBackend>) -> ClusteredLu {
+        let lu = unifab_scsi_core::EmulatedLu::new(Default::default(), backend).unwrap();
+        (name.to_string(), Arc::new(lu))
+    }
+
+    #[test]
+    fn a_record_is_fenced_through_the_lus_this_gateway_has() {
+        let f = Arc::new(Fenceable {
+            mem: unifab_scsi_core::backend::MemoryBackend::new(1 << 20),
+            fenced: Mutex::new(Vec::new()),
+        });
+        let lus = [lu("disk", f.clone())];
+        let (_, mut r) = record("gw-a", 0xa1, 1);
+        assert_eq!(fence(&r, &lus), Ok(true));
+        assert_eq!(*f.fenced.lock().unwrap(), ["v2:10.0.0.1:0/161"]);
+        // A LU it does not have: fenced where it could, not complete.
+        r.clients
+            .insert("other".into(), vec!["v2:10.0.0.1:0/9".into()]);
+        assert_eq!(fence(&r, &lus), Ok(false));
+        // A backend that cannot fence: an error, the record held.
+        let mem = [lu(
+            "disk",
+            Arc::new(unifab_scsi_core::backend::MemoryBackend::new(1 << 20)),
+        )];
+        assert!(fence(&r, &mem).unwrap_err().contains("cannot fence"));
+        // A record settled here is no longer pending here, until it is no
+        // longer stale.
+        let fencing = Fencing::default();
+        let (key, rec) = record("gw-c", 0xc1, 3);
+        fencing.settled.lock().unwrap().insert(key.clone());
+        assert!(
+            fencing
+                .unsettled(vec![(key.clone(), rec.clone())])
+                .is_empty()
+        );
+        assert!(fencing.unsettled(Vec::new()).is_empty());
+        assert_eq!(fencing.unsettled(vec![(key.clone(), rec)]).len(), 1);
     }
 
     #[test]

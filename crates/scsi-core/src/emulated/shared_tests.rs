@@ -21,6 +21,23 @@ struct Cell {
 }
 
 impl Cell {
+    /// `lu`'s member is away from the store (fenced): nothing reaches it.
+    fn away(&self, lu: &Arc<EmulatedLu>) {
+        self.lus
+            .lock()
+            .unwrap()
+            .retain(|w| !w.upgrade().is_some_and(|l| Arc::ptr_eq(&l, lu)));
+    }
+
+    /// `lu`'s member joins again: it applies the latest version, as it
+    /// reads it at join, and every later one reaches it.
+    fn back(&self, lu: &Arc<EmulatedLu>) {
+        let (version, text) = self.value.lock().unwrap().clone();
+        lu.apply_shared_reservations(version, text.as_deref())
+            .unwrap();
+        self.lus.lock().unwrap().push(Arc::downgrade(lu));
+    }
+
     fn deliver(&self, version: u64, text: &str) {
         let lus: Vec<_> = self
             .lus
@@ -322,22 +339,12 @@ async fn a_member_that_skipped_versions_establishes_their_unit_attentions() {
     assert_good(&run(&b, &h2, &prout(0, 0), &params(0, 0xb)).await);
     assert_good(&run(&b, &h2, &prout(1, 3), &params(0xb, 0)).await);
     // A leaves the store's deliveries.
-    let away = {
-        let mut lus = cell.lus.lock().unwrap();
-        let i = lus
-            .iter()
-            .position(|w| w.upgrade().is_some_and(|l| Arc::ptr_eq(&l, &a)))
-            .unwrap();
-        lus.remove(i)
-    };
+    cell.away(&a);
     // h2 preempts h1's registration (PREEMPT, key 0xa), then changes its
     // own key: the latest version carries no unit attention for h1.
     assert_good(&run(&b, &h2, &prout(4, 3), &params(0xb, 0xa)).await);
     assert_good(&run(&b, &h2, &prout(0, 0), &params(0xb, 0xc)).await);
-    let (version, text) = cell.value.lock().unwrap().clone();
-    a.apply_shared_reservations(version, text.as_deref())
-        .unwrap();
-    cell.lus.lock().unwrap().push(away);
+    cell.back(&a);
     assert_ua(
         &run(&a, &h1, &READ10, &[]).await,
         asc::REGISTRATIONS_PREEMPTED,
@@ -358,14 +365,7 @@ async fn a_missed_reset_is_heard_by_a_member_that_was_away_not_by_a_new_one() {
     let cell = Arc::new(Cell::default());
     let (a, b, h1, h2) = two_members_ready_on(&cell).await;
     assert_good(&run(&a, &h1, &prout(0, 0), &params(0, 0xa)).await);
-    let away = {
-        let mut lus = cell.lus.lock().unwrap();
-        let i = lus
-            .iter()
-            .position(|w| w.upgrade().is_some_and(|l| Arc::ptr_eq(&l, &a)))
-            .unwrap();
-        lus.remove(i)
-    };
+    cell.away(&a);
     // A LOGICAL UNIT RESET through B, then another change.
     let r = b
         .task_management(TmfRequest {
@@ -389,9 +389,7 @@ async fn a_missed_reset_is_heard_by_a_member_that_was_away_not_by_a_new_one() {
         .unwrap();
     assert_good(&run(&c, &h3, &READ10, &[]).await);
     // A, joining again, hears the reset.
-    a.apply_shared_reservations(version, text.as_deref())
-        .unwrap();
-    cell.lus.lock().unwrap().push(away);
+    cell.back(&a);
     assert_ua(
         &run(&a, &h1, &READ10, &[]).await,
         asc::BUS_DEVICE_RESET_FUNCTION_OCCURRED,

@@ -57,7 +57,7 @@ use crate::login::{
     InitiatorLogin, InitiatorLoginConfig, InitiatorStep, LoginError, LoginOutcome, LoginStatus,
 };
 use crate::negotiate::{Digest, NegotiationLimits, Role};
-use crate::sock::{ReadOutcome, RecvAlloc, read_some};
+use crate::sock::{ReadOutcome, RecvAlloc, make_room, read_some};
 use crate::text::{TextAccumulator, TextParams};
 use crate::wire::{
     BHS_LEN, Check, Digests, Framer, LogoutReason, LogoutRequest, Pdu, PduFrame, TextRequest,
@@ -1135,7 +1135,10 @@ async fn read_loop(
                     need.saturating_sub(rbuf.len())
                 };
                 if spare < want {
-                    rbuf.reserve(want.max(65536));
+                    // Not `reserve`: it may copy the PDUs already split
+                    // off as well (`make_room`).
+                    let cap = rbuf.len() + want.max(65536);
+                    make_room(rbuf, cap);
                 }
                 false
             }
@@ -1172,7 +1175,7 @@ async fn read_loop(
                     // One recv per wake-up when it drains the socket
                     // (`read_some`); nothing read (a stale readiness):
                     // wait again.
-                    match read_some(rd.as_ref(), rbuf) {
+                    match read_some(rd.as_ref(), rbuf, usize::MAX) {
                         Ok(ReadOutcome::Eof) => return Some(ConnectionEnd::Eof),
                         Ok(ReadOutcome::Data { .. } | ReadOutcome::Empty) => {}
                         Err(e) => return Some(ConnectionEnd::Io(e)),

@@ -27,8 +27,10 @@ use unifab_scsi_core::{Dispatch, ItNexus, Keyed, TaskResult, TmfResponse};
 
 use super::session::{Coalescing, Event, OutPdu, Session, SessionLimits};
 use crate::ffp::FfpParams;
-use crate::sock::{ReadOutcome, RecvAlloc, read_some};
-use crate::wire::{Check, Digests, Framer, Pdu, WireError, digest, encode_header, frame::padding};
+use crate::sock::Receiver;
+use crate::wire::{
+    Check, Digests, Framer, Pdu, PduFrame, WireError, digest, encode_header, frame::padding,
+};
 
 /// One connection's state as the operator sees it (`unifab show sessions`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,9 +331,23 @@ pub(crate) async fn fill(
 /// peer has taken some: a peer that does not read cannot make us buffer.
 const OUT_QUEUE_LIMIT: usize = 8 << 20;
 
-/// How much input one wake-up reads before handling it (more stays in the
-/// socket for the next turn).
-const READ_AHEAD_LIMIT: usize = 256 << 10;
+/// Hands one PDU, or what decoding it found, to the session. `Err`: the
+/// connection ends, for the reason given.
+fn deliver(
+    session: &mut Session,
+    now: Instant,
+    decoded: Result<PduFrame, WireError>,
+) -> Result<(), String> {
+    match decoded {
+        Ok(frame) => session.handle_frame(now, frame).map_err(|e| format!("{e}")),
+        Err(WireError::DataDigest { bhs, .. }) => session
+            .handle_digest_error(now, bhs)
+            .map_err(|e| format!("{e}")),
+        // Framing is lost (header digest, over-long segment, reserved
+        // bit): RFC 7143 §7.8, drop the connection.
+        Err(e) => Err(format!("{e}")),
+    }
+}
 
 /// Response coalescing on one connection ([`Coalescing`]): counts the
 /// answers queued since the last write and decides whether to write them
@@ -416,7 +432,7 @@ impl Holder {
 /// per-command path.
 pub(crate) async fn run_ffp(
     stream: TcpStream,
-    mut rbuf: BytesMut,
+    rbuf: BytesMut,
     mut setup: FfpSetup,
 ) -> io::Result<()> {
     let framer = Framer {
@@ -450,45 +466,20 @@ pub(crate) async fn run_ffp(
 
     // Bytes read during login beyond the final Login Request.
     let mut pending_input = !rbuf.is_empty();
-    // The allocation the PDUs split off `rbuf` share: a data segment too
-    // small to be worth pinning it is copied (`RecvAlloc`).
-    let mut alloc = RecvAlloc::default();
+    let mut rx = Receiver::new(framer, rbuf);
 
     'outer: loop {
         if pending_input {
             pending_input = false;
             let now = Instant::now();
-            // Only reads happened since the last reserve: the unread bytes
-            // are all in the allocation `rbuf` points into now.
-            alloc.note(&rbuf);
-            loop {
-                match framer.decode(&mut rbuf) {
-                    Ok(Some(mut frame)) => {
-                        frame.data = alloc.keepable(frame.data);
-                        if let Err(e) = session.handle_frame(now, frame) {
-                            end_reason = format!("{e}");
-                            break 'outer;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(WireError::DataDigest { bhs, .. }) => {
-                        if let Err(e) = session.handle_digest_error(now, bhs) {
-                            end_reason = format!("{e}");
-                            break 'outer;
-                        }
-                    }
-                    Err(e) => {
-                        // Framing is lost (header digest, over-long segment,
-                        // reserved bit): RFC 7143 §7.8, drop the connection.
-                        end_reason = format!("{e}");
-                        break 'outer;
-                    }
+            while let Some(decoded) = rx.next() {
+                if let Err(reason) = deliver(&mut session, now, decoded) {
+                    end_reason = reason;
+                    break 'outer;
                 }
             }
             // Do not keep a large buffer around for an idle session.
-            if rbuf.is_empty() && rbuf.capacity() > 64 * 1024 {
-                rbuf = BytesMut::new();
-            }
+            rx.shrink_when_empty(64 * 1024);
         }
         // Hand out work.
         while let Some(ev) = session.poll_event() {
@@ -604,47 +595,20 @@ pub(crate) async fn run_ffp(
                     end_reason = format!("socket: {e}");
                     break 'outer;
                 }
-                // Reserve the whole next PDU, so a large Data-Out lands in
-                // one allocation and is split off without copying.
-                let need = match framer.check(&rbuf) {
-                    Ok(Check::Incomplete(n)) => n.max(rbuf.len() + 8192),
-                    Ok(Check::Complete(_)) => rbuf.len() + 8192,
-                    Err(e) => {
-                        end_reason = format!("framing error: {e}");
-                        break 'outer;
+                // Drain the socket (up to a limit) before the PDUs are
+                // handled, so the answers to every command that arrived
+                // together leave in one vectored write: at queue depth the
+                // initiator's commands arrive one segment at a time, and
+                // answering each before the next read costs a write per
+                // command.
+                match rx.read_ready(&stream) {
+                    Ok(reads) => {
+                        eof |= reads.eof;
+                        pending_input |= reads.got;
                     }
-                };
-                if rbuf.capacity() < need {
-                    rbuf.reserve(need - rbuf.len());
-                }
-                // Drain the socket (up to READ_AHEAD_LIMIT buffered) before
-                // the PDUs are handled, so the answers to every command that
-                // arrived together leave in one vectored write: at queue
-                // depth the initiator's commands arrive one segment at a
-                // time, and answering each before the next read costs a
-                // write per command.
-                // A short read drained the socket: no second recv to
-                // find it empty (`read_some`).
-                loop {
-                    match read_some(&stream, &mut rbuf) {
-                        Ok(ReadOutcome::Eof) => {
-                            eof = true;
-                            break;
-                        }
-                        Ok(ReadOutcome::Data { drained, .. }) => {
-                            pending_input = true;
-                            if drained || rbuf.len() >= READ_AHEAD_LIMIT {
-                                break;
-                            }
-                            if rbuf.capacity() - rbuf.len() < 1024 {
-                                rbuf.reserve(8192);
-                            }
-                        }
-                        Ok(ReadOutcome::Empty) => break,
-                        Err(e) => {
-                            end_reason = format!("read failed: {e}");
-                            break 'outer;
-                        }
+                    Err(e) => {
+                        end_reason = format!("read failed: {e}");
+                        break 'outer;
                     }
                 }
             }

@@ -115,6 +115,15 @@ impl Image {
             // librbd's default skips the parts of a discard that do not
             // cover whole objects, leaving their old data.
             ("rbd_skip_partial_discard", "false".to_owned()),
+            // Writes from the gateway's own buffers, not a copy of them.
+            // librbd's default copies every write because a caller might
+            // change a buffer while it is in flight; unifab's write
+            // buffers are immutable (`Bytes`) and owned by the operation
+            // until its completion runs (`Keep`), and librbd delays that
+            // completion until it has released the last reference to them
+            // (its `UserBufferDeleter`). Where a writeback cache is on,
+            // librbd copies anyway.
+            ("rbd_disable_zero_copy_writes", "false".to_owned()),
         ] {
             let (k, v) = (cstring("option", k)?, cstring("value", &v)?);
             // SAFETY: unconnected handle; C strings.

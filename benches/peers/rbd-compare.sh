@@ -25,7 +25,9 @@
 #
 # A short probe run calibrates each client's request count so one run lasts
 # about RUN_SECONDS; each measurement is repeated REPEATS times, alternating
-# unifab and qemu-rbd, and the median is reported with unifab/qemu-rbd.
+# unifab and qemu-rbd, and the median is reported with unifab/qemu-rbd,
+# beside the gateway's CPU time per request (user + system of its process,
+# librbd's threads included, from /proc/PID/stat around each run).
 # The issue's goal: unifab at least 80 % of qemu-rbd at 4 KiB and 90 % at 1 MiB.
 #
 # Output: a Markdown table on stdout; results.md and results.csv (every raw
@@ -126,7 +128,7 @@ qemu-img bench -f raw -t none -c 16 -d 1 -s 4096 "${URL[unifab]}" >/dev/null 2>&
     || die "unifab accepts connections but qemu-img cannot read its LU (log: $OUT_DIR/unifab.log)"
 
 CSV="$OUT_DIR/results.csv"
-echo "client,workload,size_bytes,depth,repeat,requests,seconds,iops,mb_per_s" >"$CSV"
+echo "client,workload,size_bytes,depth,repeat,requests,seconds,iops,mb_per_s,gateway_cpu_us" >"$CSV"
 
 # workload id | size | depth | mode | probe count
 WORKLOADS=(
@@ -157,6 +159,7 @@ rbd_bench() {
     printf '%s\n' "$out" | awk '/^elapsed:/ { for (i = 1; i < NF; i++) if ($i == "ops/sec:") print $(i + 1) }'
 }
 
+TICKS=$(getconf CLK_TCK)
 START=$SECONDS
 for rep in $(seq 1 "$REPEATS"); do
     note "repetition $rep of $REPEATS"
@@ -164,20 +167,28 @@ for rep in $(seq 1 "$REPEATS"); do
         IFS='|' read -r id size depth mode _ <<<"$line"
         for c in "${CLIENTS[@]}"; do
             n=${COUNT[$c/$id]}
+            before=$(cpu_of "$UNIFAB_PID")
             secs=$(qemu_bench "${URL[$c]}" "$size" "$depth" "$n" "$mode")
+            after=$(cpu_of "$UNIFAB_PID")
             iops=$(awk -v c="$n" -v s="$secs" 'BEGIN { printf "%.1f", c / s }')
             mb=$(awk -v i="$iops" -v b="$size" 'BEGIN { printf "%.1f", i * b / 1e6 }')
-            echo "$c,$id,$size,$depth,$rep,$n,$secs,$iops,$mb" >>"$CSV"
+            us=""
+            if [[ $c == unifab ]]; then
+                us=$(awk -v b="$before" -v a="$after" -v n="$n" -v t="$TICKS" 'BEGIN {
+                    split(b, x, " "); split(a, y, " ")
+                    printf "%.1f", (y[1] + y[2] - x[1] - x[2]) / t / n * 1e6 }')
+            fi
+            echo "$c,$id,$size,$depth,$rep,$n,$secs,$iops,$mb,$us" >>"$CSV"
             note "  $c $id #$rep: $iops IOPS, $mb MB/s"
         done
         iops=$(rbd_bench "$size" "$depth" "$mode" "$id")
         mb=$(awk -v i="$iops" -v b="$size" 'BEGIN { printf "%.1f", i * b / 1e6 }')
-        echo "rbd-bench,$id,$size,$depth,$rep,0,0,$iops,$mb" >>"$CSV"
+        echo "rbd-bench,$id,$size,$depth,$rep,0,0,$iops,$mb," >>"$CSV"
         note "  rbd bench $id #$rep: $iops IOPS"
     done
 done
 
-col() { # col CLIENT WORKLOAD FIELD(8=iops,9=mbps)
+col() { # col CLIENT WORKLOAD FIELD(8=iops,9=mbps,10=gateway CPU µs)
     local values
     values=$(awk -F, -v c="$1" -v w="$2" -v f="$3" '$1 == c && $2 == w { print $f }' "$CSV")
     [[ -n "$values" ]] || { echo "—"; return; }
@@ -191,13 +202,13 @@ pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "—"; else printf "%
     echo "Medians of $REPEATS runs of ~${RUN_SECONDS}s; MB/s = 10^6 bytes/s; one-node cluster (memstore OSD) on 127.0.0.1; $(nproc) cores;"
     echo "ceph $(ceph-osd --version 2>/dev/null | awk '{print $3}'), $(qemu-img --version 2>/dev/null | head -1)."
     echo
-    echo "| workload | QD | unifab (iSCSI) IOPS | MB/s | qemu-rbd IOPS | MB/s | unifab / qemu-rbd | rbd bench IOPS |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| workload | QD | unifab (iSCSI) IOPS | MB/s | gateway CPU µs/req | qemu-rbd IOPS | MB/s | unifab / qemu-rbd | rbd bench IOPS |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for line in "${WORKLOADS[@]}"; do
         IFS='|' read -r id _ depth _ _ <<<"$line"
         ui=$(col unifab "$id" 8); um=$(col unifab "$id" 9)
         qi=$(col qemu-rbd "$id" 8); qm=$(col qemu-rbd "$id" 9)
-        echo "| $id | $depth | $ui | $um | $qi | $qm | $(pct "$ui" "$qi") | $(col rbd-bench "$id" 8) |"
+        echo "| $id | $depth | $ui | $um | $(col unifab "$id" 10) | $qi | $qm | $(pct "$ui" "$qi") | $(col rbd-bench "$id" 8) |"
     done
     echo
     echo "Took $((SECONDS - START)) s after set-up. Raw runs: $CSV"

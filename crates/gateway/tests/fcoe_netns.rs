@@ -28,35 +28,55 @@ use fcoe_support::*;
 use unifab_testkit::peers::IscsiTestCu;
 use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
 
-/// fipvlan's report for `iface`. fipvlan lists the interfaces with a
-/// netlink dump first and gives up ("unexpected netlink message type",
-/// then "no interfaces to perform discovery on") when another test's veth
-/// comes or goes during the dump; that attempt is repeated, a few times.
-fn fipvlan(iface: &str) -> String {
-    let mut report = String::new();
-    for _ in 0..5 {
-        let out = Command::new("fipvlan")
-            .arg(iface)
-            .output()
-            .expect("fipvlan (Debian: fcoe-utils)");
-        report = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !report.contains("unexpected netlink message type") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
+/// A namespace of its own for fipvlan's end of the pair. fipvlan watches
+/// every interface of its namespace: in the root namespace, another
+/// test's veth coming or going while it runs made it give up during its
+/// netlink dump ("unexpected netlink message type") or poll a descriptor
+/// it had closed and reused ("fip_recv: error 88 Socket operation on
+/// non-socket", then "No Fibre Channel Forwarders"). Here it sees only
+/// `lo` and its own veth end. Named after the pair's namespace, so a
+/// killed run's leftover is swept with it.
+struct HostNs(String);
+
+impl HostNs {
+    fn take(veth: &Veth) -> HostNs {
+        let ns = HostNs(format!("{}h", veth.ns));
+        let ip = |args: &[&str]| {
+            let st = Command::new("ip").args(args).status().expect("ip");
+            assert!(st.success(), "ip {args:?}: {st}");
+        };
+        ip(&["netns", "add", &ns.0]);
+        ip(&["link", "set", &veth.a, "netns", &ns.0]);
+        ip(&["-n", &ns.0, "link", "set", &veth.a, "mtu", "2500", "up"]);
+        ns
     }
-    report
+}
+
+impl Drop for HostNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// fipvlan's report for `iface`, run in namespace `ns`.
+fn fipvlan(ns: &HostNs, iface: &str) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "fipvlan", iface])
+        .output()
+        .expect("fipvlan (Debian: fcoe-utils)");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 fn fipvlan_finds(io: &str) {
     require_root("fipvlan against unifab's FCF");
     let dir = tempfile::tempdir().unwrap();
     let veth = Veth::new();
-    let before = fipvlan(&veth.a);
+    let host = HostNs::take(&veth);
+    let before = fipvlan(&host, &veth.a);
     assert!(
         before.contains("No Fibre Channel Forwarders"),
         "fipvlan found something before the FCF started:\n{before}"
@@ -79,7 +99,7 @@ fn fipvlan_finds(io: &str) {
             .unwrap()
             .to_string()
     };
-    let found = fipvlan(&veth.a);
+    let found = fipvlan(&host, &veth.a);
     let row = found
         .lines()
         .find(|l| l.contains(&fcf_mac))

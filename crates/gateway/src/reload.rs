@@ -70,6 +70,9 @@ pub enum Action {
     Remove,
     /// Something different.
     Change,
+    /// Something the storage fenced off (a blocklisted RBD client),
+    /// opened again as a new client.
+    Reopen,
 }
 
 /// One line of a plan.
@@ -360,6 +363,7 @@ impl fmt::Display for Plan {
                 Action::Add => "+",
                 Action::Remove => "-",
                 Action::Change => "~",
+                Action::Reopen => "*",
             };
             let when = if c.live { "live" } else { "needs restart" };
             write!(f, "{sign} {} [{when}]", c.what)?;
@@ -756,7 +760,37 @@ impl Live {
             return Err("running the embedded default: there is no file to re-read".into());
         };
         let new = Config::load(path).map_err(|e| e.to_string())?;
-        Ok((Plan::diff(&self.running, &new), new))
+        let mut plan = Plan::diff(&self.running, &new);
+        plan.changes.splice(0..0, self.reopens(&new));
+        Ok((plan, new))
+    }
+
+    /// The LUs whose storage fenced this gateway off (an RBD image whose
+    /// client the cluster blocklisted) and that `new` keeps: a reload
+    /// opens each again as a new client — the operator's way back once the
+    /// cause is dealt with, without a restart that would drop every host.
+    /// Not in a `[cluster]`: there the other members fenced this gateway
+    /// off on purpose, and it reopens its images itself when it joins
+    /// again.
+    fn reopens(&self, new: &Config) -> Vec<Change> {
+        if self.running.cluster.is_some() {
+            return Vec::new();
+        }
+        self.backends
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(name, b)| b.fenced() && new.lu.iter().any(|l| &l.name == name))
+            .map(|(name, b)| Change {
+                action: Action::Reopen,
+                what: format!("lu {name:?}"),
+                detail: format!(
+                    "{} was fenced off by the storage: opened again as a new client",
+                    b.describe()
+                ),
+                live: true,
+            })
+            .collect()
     }
 
     /// Reloads: reads the file, applies what can change live, and returns
@@ -775,6 +809,25 @@ impl Live {
     /// addresses bound) without changing anything that runs.
     async fn prepare(&self, plan: &Plan, new: &Config) -> Result<Prepared, String> {
         let live = |what: &str, action: Action| plan.applies(what, action);
+        // Fenced LUs first: reopening one changes nothing a host could
+        // miss (it served nothing), and it is what most often fails (the
+        // cluster still blocklists this host, another client took the
+        // image's exclusive lock).
+        let fenced: Vec<(String, Arc<dyn BlockBackend>)> = self
+            .backends
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(name, _)| live(&format!("lu {name:?}"), Action::Reopen))
+            .cloned()
+            .collect();
+        for (name, backend) in fenced {
+            tokio::task::spawn_blocking(move || backend.reconnect())
+                .await
+                .map_err(|e| format!("lu {name:?}: reopening its storage: {e}"))?
+                .map_err(|e| format!("lu {name:?}: reopening its fenced storage: {e}"))?;
+            info!(lu = %name, "reload: the fenced LU's storage is open again");
+        }
         let mut lus = Vec::new();
         for lu in &new.lu {
             if !live(&format!("lu {:?}", lu.name), Action::Add) {

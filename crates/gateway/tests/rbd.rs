@@ -3,7 +3,8 @@
 //! suite passes what it passes on a file LU, acknowledged stable writes
 //! survive SIGKILL, a killed OSD gives the host retryable errors and no
 //! corruption, an image resized underneath raises CAPACITY DATA HAS
-//! CHANGED, and a blocklisted gateway fences the LU.
+//! CHANGED, and a blocklisted gateway fences the LU until `unifab reload`
+//! opens it again.
 //!
 //! Needs Debian ceph-mon, ceph-osd, ceph-common and a build with librbd
 //! (`bash scripts/setup.sh`); without them each test fails and says why.
@@ -370,6 +371,76 @@ fn a_blocklisted_gateway_fences_the_lu() {
         ),
         "a fenced LU served a read"
     );
+    let luns = show_luns(dir.path());
+    assert_eq!(
+        (&luns[0]["fenced"], &luns[0]["state"]),
+        (&serde_json::json!(true), &serde_json::json!("fenced")),
+        "{luns:?}"
+    );
+
+    // The manual intervention: `unifab reload` (the file unchanged) opens
+    // the image again as a new librados client, taking the exclusive lock
+    // the blocklisted one held, and the same session reads what was
+    // written before the fence and writes again; nobody logged out.
+    let dry = reload(&gw.config, true);
+    let text = String::from_utf8_lossy(&dry.stdout).into_owned();
+    assert!(dry.status.success(), "{dry:?}");
+    assert!(text.contains("* lu \"disk\" [live]"), "{text}");
+    assert_eq!(
+        show_luns(dir.path())[0]["fenced"],
+        true,
+        "a dry run reopened"
+    );
+    let out = reload(&gw.config, false);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "reload: {out:?}");
+    assert!(text.contains("opened again as a new client"), "{text}");
+    let luns = show_luns(dir.path());
+    assert_eq!(luns[0]["state"], "ready", "{luns:?}");
+    let r = s.read16(0, 8, BS).unwrap();
+    assert_eq!(r.status, 0, "read after the reopen: {r:?}");
+    assert!(r.data == data, "the data written before the fence differs");
+    let more = vec![0x22u8; 8 * BS as usize];
+    let w = s.write16(8, &more, BS, true).unwrap();
+    assert_eq!(w.status, 0, "write after the reopen: {w:?}");
+    assert!(s.read16(8, 8, BS).unwrap().data == more);
+    let status = ceph.rbd(&["status", "rbd/fenced"]).expect("rbd status");
+    let watcher = status
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("watcher="))
+        .and_then(|w| w.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no watcher after the reopen: {status}"));
+    assert_ne!(watcher, addr, "the blocklisted client still watches");
+    // Nothing to reopen any more: the next reload changes nothing.
+    let again = reload(&gw.config, false);
+    let text = String::from_utf8_lossy(&again.stdout).into_owned();
+    assert!(
+        again.status.success() && text.contains("nothing to change"),
+        "{again:?}"
+    );
+}
+
+/// `unifab reload` (or `--dry-run`) on the gateway started from `cfg`.
+fn reload(cfg: &Path, dry_run: bool) -> std::process::Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"));
+    c.arg("reload").arg("--config").arg(cfg);
+    if dry_run {
+        c.arg("--dry-run");
+    }
+    c.output().unwrap()
+}
+
+/// `GET /show/luns` on the admin socket under `dir/state`.
+fn show_luns(dir: &Path) -> Vec<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut c = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
+    c.write_all(b"GET /show/luns HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    serde_json::from_str(body).unwrap()
 }
 
 #[test]

@@ -270,6 +270,14 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// True while the storage has fenced this gateway's client off
+    /// ([`BackendError::Fenced`]): nothing is served until
+    /// [`BlockBackend::reconnect`] opens it as a new client. False (the
+    /// default) for a storage that cannot fence.
+    fn fenced(&self) -> bool {
+        false
+    }
+
     /// The backend's asynchronous interface, when it has one
     /// ([`AsyncBackend`]); `None` (the default): the blocking calls.
     fn aio(&self) -> Option<&dyn AsyncBackend> {

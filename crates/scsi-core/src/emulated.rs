@@ -816,10 +816,14 @@ impl Inner {
         if e.is_out_of_space() || e.offset().is_some() || matches!(e, BackendError::ReadOnly) {
             return;
         }
-        // A storage cluster that did not answer in time failed the
-        // operation itself; without a write cache in this process no
-        // acknowledged write was waiting on it.
-        if matches!(e, BackendError::Unreachable(_)) && !self.backend.caps().volatile_cache {
+        // A storage cluster that did not answer in time, or that fenced
+        // this client off, failed the operation itself; without a write
+        // cache in this process no acknowledged write was waiting on it
+        // (a fenced LU serves nothing until its storage is opened again,
+        // and then flushes may succeed: nothing was lost).
+        if matches!(e, BackendError::Unreachable(_) | BackendError::Fenced(_))
+            && !self.backend.caps().volatile_cache
+        {
             return;
         }
         if !self.flush_failed.swap(true, Ordering::AcqRel) {
@@ -1055,6 +1059,7 @@ impl LogicalUnit for EmulatedLu {
             blocks: self.inner.blocks(),
             write_protected: self.inner.write_protected.load(Ordering::Acquire),
             backend_io: self.inner.backend.io_stats(),
+            fenced: self.inner.backend.fenced(),
         }
     }
 

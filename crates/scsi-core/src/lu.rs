@@ -114,6 +114,9 @@ pub struct LuDescription {
     /// The backend's operations in flight and done, where it counts them
     /// (an RBD image).
     pub backend_io: Option<crate::backend::BackendIoStats>,
+    /// The storage has fenced this gateway off (an RBD client the cluster
+    /// blocklisted): the LU serves nothing until it is reopened.
+    pub fenced: bool,
 }
 
 /// A task management function (SAM-5 §7.1).

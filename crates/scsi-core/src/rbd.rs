@@ -473,6 +473,10 @@ impl BlockBackend for RbdBackend {
         true
     }
 
+    fn fenced(&self) -> bool {
+        self.is_fenced()
+    }
+
     fn io_stats(&self) -> Option<BackendIoStats> {
         #[cfg(unifab_rbd)]
         return Some(self.img().stats());
@@ -514,22 +518,25 @@ impl BlockBackend for RbdBackend {
     /// cluster has not blocklisted), watches it as the old one was
     /// watched, lets every write in flight on the old client finish (or
     /// fail: a blocklisted client's do) before the new one serves, and
-    /// closes the old one. Not with the exclusive lock, which the old
-    /// client would keep from the new one: such an image is reopened by a
-    /// restart.
+    /// closes the old one. With the exclusive lock, only once the old
+    /// client is fenced: a live one would keep the lock from the new one,
+    /// while a blocklisted one loses its watch, and librbd breaks the lock
+    /// of a client without one (the new client waits up to
+    /// `lock_timeout` for that; a lock another live client took meanwhile
+    /// is kept, and this fails saying so, the image still fenced).
     fn reconnect(&self) -> Result<(), BackendError> {
         #[cfg(unifab_rbd)]
         {
-            if self.opts.exclusive && !self.opts.read_only {
+            let watch = self.on_change.lock().unwrap_or_else(|p| p.into_inner());
+            let old = self.img();
+            if self.opts.exclusive && !self.opts.read_only && !old.is_fenced() {
                 return Err(BackendError::Io(std::io::Error::other(format!(
-                    "{} holds the image's exclusive lock: it reopens only with a restart",
+                    "{} holds the image's exclusive lock and is not fenced: it reopens only with a restart",
                     self.describe()
                 ))));
             }
-            let watch = self.on_change.lock().unwrap_or_else(|p| p.into_inner());
             let mut opts = self.opts.clone();
             opts.size = None;
-            let old = self.img();
             let mut new = image::Image::open(&opts)?;
             new.share_counters(&old);
             let new = Arc::new(new);

@@ -287,6 +287,14 @@ impl AdminView for View {
                             "name": name, "backend": d.backend, "block_size": d.block_size,
                             "blocks": d.blocks, "bytes": u64::from(d.block_size) * d.blocks,
                             "write_protected": d.write_protected,
+                            "fenced": d.fenced,
+                            "state": if d.fenced {
+                                "fenced"
+                            } else if d.write_protected {
+                                "write protected"
+                            } else {
+                                "ready"
+                            },
                             "naa": lu.naa().map(|n| format!("{n:016x}")).unwrap_or_else(|| "remote".into()),
                             "backend_in_flight": io.map(|s| s.in_flight),
                             "backend_operations": io.map(|s| s.completed),

@@ -58,6 +58,7 @@ pub async fn show(
             "blocks",
             "bytes",
             "naa",
+            "state",
             "in flight",
             "latency us",
         ],

@@ -813,7 +813,13 @@ impl Inner {
     /// refused for want of space or at a known block, which loses nothing
     /// already acknowledged.
     fn note_flush_failure(&self, e: &BackendError) {
-        if e.is_out_of_space() || e.offset().is_some() || matches!(e, BackendError::ReadOnly) {
+        // Out of space, a known block, write protection: the medium
+        // refused this write and lost nothing else. Not issued at all
+        // (its port turned Unavailable first): nothing was flushed.
+        if e.is_out_of_space()
+            || e.offset().is_some()
+            || matches!(e, BackendError::ReadOnly | BackendError::PortUnavailable)
+        {
             return;
         }
         // A storage cluster that did not answer in time, or that fenced

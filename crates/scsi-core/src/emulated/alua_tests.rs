@@ -389,7 +389,9 @@ async fn set_through_a_clusters_store_is_checked_here_and_applied_on_every_membe
 /// write lock, as it may for an I/O thread) while the port turns
 /// Unavailable — a cluster member fencing itself — is not handed to the
 /// backend: NOT READY, TARGET PORT IN UNAVAILABLE STATE, and the medium
-/// is unchanged.
+/// is unchanged. The write has FUA, and a FUA write not issued is not a
+/// failed flush: SYNCHRONIZE CACHE still succeeds after it (else every
+/// flush of the LU would fail until a restart once the member is back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_held_up_past_its_ports_fencing_is_not_issued() {
     let lu = Arc::new(
@@ -405,7 +407,7 @@ async fn a_write_held_up_past_its_ports_fencing_is_not_issued() {
     );
     let h = via("iqn.2026-11.test:h1", 1, 1);
     ready(&lu, &h).await;
-    let write = [0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+    let write = [0x2a, 0x08, 0, 0, 0, 0, 0, 0, 1, 0];
     let held = lu.inner.write_lock.write().unwrap();
     let pending = {
         let (lu, h) = (lu.clone(), h.clone());
@@ -431,6 +433,14 @@ async fn a_write_held_up_past_its_ports_fencing_is_not_issued() {
         data(&r).iter().all(|b| *b == 0),
         "the write reached the medium"
     );
+    let sync = [0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    assert_good(&run(&lu, &h2, &sync, &[]).await);
+    assert!(lu.set_alua_state(1, AccessState::ActiveOptimized));
+    assert_ua(
+        &run(&lu, &h, &TUR, &[]).await,
+        asc::ASYMMETRIC_ACCESS_STATE_CHANGED,
+    );
+    assert_good(&run(&lu, &h, &write, &[0xab; 512]).await);
 }
 
 /// Not only WRITE: every command that changes the medium — ORWRITE,

@@ -44,7 +44,9 @@ fn unifab_passes_the_conformance_suite() {
         .file_lu(&path, 1 << 30)
         .start()
         .expect("unifab starts");
-    let result = IscsiTestCu::new(gw.url()).run().expect("suite runs");
+    let result = IscsiTestCu::new(gw.url())
+        .run()
+        .unwrap_or_else(|e| panic!("suite runs: {e}\nunifab's log:\n{}", gw.log()));
     result.record("unifab").expect("record the run");
     check("unifab.pass", &result);
 }
@@ -64,7 +66,7 @@ fn unifab_passes_the_conformance_suite_with_two_sessions() {
         .tests(suites_except("ALL", &["Sanitize"]).expect("iscsi-test-cu --list"))
         .multipath_url(gw.url())
         .run()
-        .expect("suite runs");
+        .unwrap_or_else(|e| panic!("suite runs: {e}\nunifab's log:\n{}", gw.log()));
     result.record("unifab-multipath").expect("record the run");
     check("unifab-multipath.pass", &result);
 }
@@ -79,7 +81,7 @@ fn special_run(name: &str, builder: impl FnOnce(UnifabBuilder) -> UnifabBuilder,
     let result = IscsiTestCu::new(gw.url())
         .tests(tests)
         .run()
-        .expect("suite runs");
+        .unwrap_or_else(|e| panic!("suite runs: {e}\nunifab's log:\n{}", gw.log()));
     result.record(name).expect("record the run");
     check(&format!("{name}.pass"), &result);
 }
@@ -108,7 +110,7 @@ fn unifab_passes_the_read_only_suite() {
     let result = IscsiTestCu::new(gw.url())
         .tests("ALL.ReadOnly")
         .run()
-        .expect("suite runs");
+        .unwrap_or_else(|e| panic!("suite runs: {e}\nunifab's log:\n{}", gw.log()));
     result.record("unifab-read-only").expect("record the run");
     check("unifab-read-only.pass", &result);
 }

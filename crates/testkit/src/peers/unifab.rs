@@ -7,8 +7,11 @@
 //! an error, never a skip.
 //!
 //! Each instance gets a private directory (its working directory, so any
-//! `./unifab-data/` lands there), a generated `unifab.toml` and a free
-//! loopback port:
+//! `./unifab-data/` lands there, and its `[admin] data_dir`), a generated
+//! `unifab.toml` and an ephemeral loopback port that the gateway binds
+//! itself and names in its first line (`iSCSI target IQN on ADDR`): a port
+//! chosen beforehand could be taken in between, and a connect to it could
+//! reach another test's gateway.
 //!
 //! ```toml
 //! [[lu]]
@@ -16,7 +19,7 @@
 //! backend = "file:/dev/shm/x/lu0.img"   # or "memory"
 //! size = "1GiB"
 //! [iscsi]
-//! listen = ["127.0.0.1:PORT"]
+//! listen = ["127.0.0.1:0"]
 //! [[iscsi.target]]
 //! iqn = "iqn.2026-11.io.unifab:default"
 //! luns = ["lu0"]
@@ -31,16 +34,12 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::net::free_tcp_port;
 use super::process::{KillOnDrop, log_tail};
 use super::{PeerError, workspace_root};
 
 /// The target name `unifab run` serves its default LU under (LUN 0), and the
 /// name the launcher uses unless told otherwise.
 pub const UNIFAB_DEFAULT_IQN: &str = "iqn.2026-11.io.unifab:default";
-
-/// How many ports are tried when the chosen one turns out to be taken.
-const PORT_ATTEMPTS: usize = 5;
 
 /// The release binary: `UNIFAB_BIN`, else `$CARGO_TARGET_DIR/release/unifab`,
 /// else `<workspace>/target/release/unifab`.
@@ -222,8 +221,9 @@ impl UnifabBuilder {
         self
     }
 
-    /// The configuration file this builder writes for `port`.
-    pub fn config_toml(&self, port: u16) -> String {
+    /// The configuration file this builder writes, with `state` as the
+    /// admin endpoint's `data_dir`.
+    pub fn config_toml(&self, state: &Path) -> String {
         let mut out = String::new();
         for lu in &self.lus {
             let backend = match &lu.backend {
@@ -252,7 +252,7 @@ impl UnifabBuilder {
         let luns: Vec<String> = self.lus.iter().map(|lu| toml_string(&lu.name)).collect();
         out.push_str(&format!(
             "[iscsi]\nlisten = [{}]\n",
-            toml_string(&format!("127.0.0.1:{port}"))
+            toml_string("127.0.0.1:0")
         ));
         for (key, value) in &self.iscsi {
             out.push_str(&format!("{key} = {value}\n"));
@@ -264,7 +264,6 @@ impl UnifabBuilder {
         ));
         // The admin endpoint on an ephemeral port and state in a private
         // directory, so parallel test gateways never collide.
-        let state = std::env::temp_dir().join(format!("unifab-test-state-{port}"));
         out.push_str(&format!(
             "\n[admin]\nlisten = \"127.0.0.1:0\"\ndata_dir = {}\n",
             toml_string(&state.display().to_string()),
@@ -273,8 +272,9 @@ impl UnifabBuilder {
         out
     }
 
-    /// Starts `unifab run --config <generated file>` and waits until its
-    /// portal accepts connections.
+    /// Starts `unifab run --config <generated file>` and waits until it
+    /// names its portal (bound, listening) and that portal accepts a
+    /// connection.
     ///
     /// # Errors
     /// [`PeerError::MissingUnifab`] without a release binary; otherwise the
@@ -290,26 +290,12 @@ impl UnifabBuilder {
                 ),
             ));
         }
-        let mut last_err = None;
-        for _ in 0..PORT_ATTEMPTS {
-            match self.try_start(&bin)? {
-                Ok(instance) => return Ok(instance),
-                Err(port_taken) => last_err = Some(port_taken),
-            }
-        }
-        Err(last_err
-            .unwrap_or_else(|| PeerError::io("unifab", std::io::ErrorKind::AddrInUse.into())))
-    }
-
-    /// `Ok(Err(_))`: the port was taken, try another.
-    fn try_start(&self, bin: &Path) -> Result<Result<Unifab, PeerError>, PeerError> {
         let dir = tempfile::Builder::new()
             .prefix("unifab-")
             .tempdir()
             .map_err(|e| PeerError::io("creating unifab's temporary directory", e))?;
-        let port = free_tcp_port()?;
         let config_path = dir.path().join("unifab.toml");
-        std::fs::write(&config_path, self.config_toml(port))
+        std::fs::write(&config_path, self.config_toml(&dir.path().join("state")))
             .map_err(|e| PeerError::io(format!("writing {}", config_path.display()), e))?;
         let log_path = dir.path().join("unifab.log");
         let log = File::create(&log_path)
@@ -317,7 +303,7 @@ impl UnifabBuilder {
         let log_err = log
             .try_clone()
             .map_err(|e| PeerError::io("duplicating the log file handle", e))?;
-        let mut command = Command::new(bin);
+        let mut command = Command::new(&bin);
         command
             .arg("run")
             .arg("--config")
@@ -336,44 +322,68 @@ impl UnifabBuilder {
         })?;
         let mut instance = Unifab {
             child: KillOnDrop(child),
-            port,
+            port: 0,
             iqn: self.iqn.clone(),
             log_path,
             config_path,
             dir,
         };
-        let addr = instance.addr();
         let deadline = Instant::now() + self.ready_timeout;
         loop {
             if let Some(status) = instance.child.exited() {
-                let log = instance.log();
-                if log.contains("in use") || log.contains("AddrInUse") {
-                    return Ok(Err(PeerError::Exited {
-                        program: "unifab".to_owned(),
-                        status,
-                        log,
-                    }));
-                }
                 return Err(PeerError::Exited {
                     program: "unifab".to_owned(),
                     status,
-                    log,
+                    log: instance.log(),
                 });
             }
-            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(Ok(instance));
+            if instance.port == 0 {
+                let text = std::fs::read_to_string(&instance.log_path).unwrap_or_default();
+                if let Some(addr) = portal_line(&text, &self.iqn) {
+                    instance.port = addr.port();
+                }
+            }
+            if instance.port != 0
+                && std::net::TcpStream::connect_timeout(
+                    &instance.addr(),
+                    Duration::from_millis(200),
+                )
+                .is_ok()
+            {
+                return Ok(instance);
             }
             if Instant::now() >= deadline {
+                let reason = if instance.port == 0 {
+                    format!(
+                        "it did not name its portal (\"iSCSI target {} on …\")",
+                        self.iqn
+                    )
+                } else {
+                    format!("nothing accepted connections on {}", instance.addr())
+                };
                 return Err(PeerError::NotReady {
                     program: "unifab".to_owned(),
                     waited: self.ready_timeout,
-                    reason: format!("nothing accepted connections on {addr}"),
+                    reason,
                     log: instance.log(),
                 });
             }
             thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The portal a gateway's output names for target `iqn` (its line
+/// `iSCSI target IQN on ADDR`, printed once the portal listens).
+fn portal_line(output: &str, iqn: &str) -> Option<SocketAddr> {
+    output.lines().find_map(|l| {
+        let (name, addr) = l.strip_prefix("iSCSI target ")?.split_once(" on ")?;
+        if name == iqn {
+            addr.trim().parse().ok()
+        } else {
+            None
+        }
+    })
 }
 
 /// A running `unifab run --config …`; killed when dropped.
@@ -518,7 +528,7 @@ mod tests {
             .memory_lu(64 << 20)
             .removable()
             .physical_block_size(4096);
-        let text = builder.config_toml(13260);
+        let text = builder.config_toml(Path::new("/tmp/x/state"));
         let value: toml::Table = text.parse().expect("valid TOML");
         let lus = value["lu"].as_array().expect("lu array");
         assert_eq!(lus.len(), 2);
@@ -539,7 +549,12 @@ mod tests {
         let iscsi = value["iscsi"].as_table().expect("iscsi table");
         assert_eq!(
             iscsi["listen"].as_array().expect("listen")[0].as_str(),
-            Some("127.0.0.1:13260")
+            Some("127.0.0.1:0")
+        );
+        assert_eq!(
+            value["admin"]["data_dir"].as_str(),
+            Some("/tmp/x/state"),
+            "{text}"
         );
         let target = &iscsi["target"].as_array().expect("targets")[0];
         assert_eq!(target["iqn"].as_str(), Some(UNIFAB_DEFAULT_IQN));
@@ -550,6 +565,20 @@ mod tests {
             .filter_map(|v| v.as_str())
             .collect();
         assert_eq!(luns, ["lu0", "lu1"]);
+    }
+
+    #[test]
+    fn the_portal_is_the_one_the_gateway_names_for_its_target() {
+        let out = "2026-11-28T14:00:00Z  INFO unifab: starting\n\
+                   iSCSI target iqn.2026-11.io.unifab:other on 127.0.0.1:4000\n\
+                   iSCSI target iqn.2026-11.io.unifab:default on 127.0.0.1:41234\n\
+                   \x20 iscsi://127.0.0.1:41234/iqn.2026-11.io.unifab:default/0\n";
+        assert_eq!(
+            portal_line(out, UNIFAB_DEFAULT_IQN),
+            Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 41234)))
+        );
+        assert_eq!(portal_line(out, "iqn.2026-11.io.unifab:none"), None);
+        assert_eq!(portal_line("iSCSI target iqn.x on \n", "iqn.x"), None);
     }
 
     #[test]

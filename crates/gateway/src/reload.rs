@@ -785,7 +785,7 @@ impl Live {
                 action: Action::Reopen,
                 what: format!("lu {name:?}"),
                 detail: format!(
-                    "{} was fenced off by the storage: opened again as a new client",
+                    "{}: fenced off by the storage, opens again as a new client",
                     b.describe()
                 ),
                 live: true,

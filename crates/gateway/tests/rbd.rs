@@ -394,7 +394,10 @@ fn a_blocklisted_gateway_fences_the_lu() {
     let out = reload(&gw.config, false);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "reload: {out:?}");
-    assert!(text.contains("opened again as a new client"), "{text}");
+    assert!(
+        text.contains("fenced off by the storage, opens again as a new client"),
+        "{text}"
+    );
     let luns = show_luns(dir.path());
     assert_eq!(luns[0]["state"], "ready", "{luns:?}");
     let r = s.read16(0, 8, BS).unwrap();

@@ -16,8 +16,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::Gateway;
 use common::stable::{BS, apply, survive_sigkill};
+use common::{Gateway, reload, show_json};
 use rand::{Rng, RngExt, SeedableRng};
 use unifab_scsi_core::sense::asc;
 use unifab_scsi_core::{Sense, SenseKey};
@@ -371,7 +371,7 @@ fn a_blocklisted_gateway_fences_the_lu() {
         ),
         "a fenced LU served a read"
     );
-    let luns = show_luns(dir.path());
+    let luns = show_json(dir.path(), "luns");
     assert_eq!(
         (&luns[0]["fenced"], &luns[0]["state"]),
         (&serde_json::json!(true), &serde_json::json!("fenced")),
@@ -387,7 +387,7 @@ fn a_blocklisted_gateway_fences_the_lu() {
     assert!(dry.status.success(), "{dry:?}");
     assert!(text.contains("* lu \"disk\" [live]"), "{text}");
     assert_eq!(
-        show_luns(dir.path())[0]["fenced"],
+        show_json(dir.path(), "luns")[0]["fenced"],
         true,
         "a dry run reopened"
     );
@@ -398,7 +398,7 @@ fn a_blocklisted_gateway_fences_the_lu() {
         text.contains("fenced off by the storage, opens again as a new client"),
         "{text}"
     );
-    let luns = show_luns(dir.path());
+    let luns = show_json(dir.path(), "luns");
     assert_eq!(luns[0]["state"], "ready", "{luns:?}");
     let r = s.read16(0, 8, BS).unwrap();
     assert_eq!(r.status, 0, "read after the reopen: {r:?}");
@@ -421,29 +421,6 @@ fn a_blocklisted_gateway_fences_the_lu() {
         again.status.success() && text.contains("nothing to change"),
         "{again:?}"
     );
-}
-
-/// `unifab reload` (or `--dry-run`) on the gateway started from `cfg`.
-fn reload(cfg: &Path, dry_run: bool) -> std::process::Output {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_unifab"));
-    c.arg("reload").arg("--config").arg(cfg);
-    if dry_run {
-        c.arg("--dry-run");
-    }
-    c.output().unwrap()
-}
-
-/// `GET /show/luns` on the admin socket under `dir/state`.
-fn show_luns(dir: &Path) -> Vec<serde_json::Value> {
-    use std::io::{Read, Write};
-    let mut c = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
-    c.write_all(b"GET /show/luns HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    c.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    serde_json::from_str(body).unwrap()
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::Gateway;
+use common::{Gateway, reload, show_json};
 use unifab_iscsi::wire::pdu::{AsyncEvent, Pdu};
 use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
 
@@ -65,15 +65,6 @@ luns = ["a"]
     s
 }
 
-fn reload(cfg: &Path, dry_run: bool) -> std::process::Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_unifab"));
-    c.arg("reload").arg("--config").arg(cfg);
-    if dry_run {
-        c.arg("--dry-run");
-    }
-    c.output().unwrap()
-}
-
 fn host(name: &str) -> RawOptions {
     RawOptions {
         initiator: name.into(),
@@ -102,34 +93,9 @@ fn logout_requested(s: &mut RawSession) -> bool {
     false
 }
 
-/// `GET /show/WHAT` on the admin socket under `dir/state`, parsed.
-fn show_json(dir: &Path, what: &str) -> Vec<serde_json::Value> {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
-    write!(
-        s,
-        "GET /show/{what} HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    serde_json::from_str(body).unwrap()
-}
-
 fn show_luns(dir: &Path) -> Vec<String> {
-    use std::io::{Read, Write};
-    // The admin socket answers GET like the TCP endpoint.
-    let mut s = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
-    s.write_all(b"GET /show/luns HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let v: Vec<serde_json::Value> = serde_json::from_str(body).unwrap();
-    v.iter()
+    show_json(dir, "luns")
+        .iter()
         .map(|l| l["name"].as_str().unwrap().to_string())
         .collect()
 }

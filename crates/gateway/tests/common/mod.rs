@@ -76,6 +76,34 @@ impl Gateway {
     }
 }
 
+/// `unifab reload --config CFG` (`--dry-run` with `dry_run`), finding the
+/// running gateway's admin socket from the file.
+pub fn reload(cfg: &Path, dry_run: bool) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_unifab"));
+    c.arg("reload").arg("--config").arg(cfg);
+    if dry_run {
+        c.arg("--dry-run");
+    }
+    c.output().unwrap()
+}
+
+/// `GET /show/WHAT` on the admin socket under `dir/state` (which answers
+/// GET like the TCP endpoint), parsed.
+pub fn show_json(dir: &Path, what: &str) -> Vec<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
+    write!(
+        s,
+        "GET /show/{what} HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    serde_json::from_str(body).unwrap()
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -8,7 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use unifab_iscsi::chap::{ChapConfig, ChapCredentials};
@@ -217,6 +217,31 @@ impl RawSession {
         self.send_raw(&b)
     }
 
+    /// When a reply sent from now must have arrived: one read timeout
+    /// away. The target's NOP-In pings reset the read timeout, so a
+    /// command the target never answers would otherwise wait for ever.
+    fn reply_deadline(&self) -> Instant {
+        let t = self
+            .stream
+            .read_timeout()
+            .ok()
+            .flatten()
+            .unwrap_or(Duration::from_secs(60));
+        Instant::now() + t
+    }
+
+    /// [`recv`](Self::recv), failing with `TimedOut` once `deadline` has
+    /// passed (however many pings arrived meanwhile).
+    fn recv_before(&mut self, deadline: Instant) -> io::Result<PduFrame> {
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no reply within the read timeout (the target only pinged)",
+            ));
+        }
+        self.recv()
+    }
+
     /// Receives one PDU (Err on timeout, close, or digest failure).
     pub fn recv(&mut self) -> io::Result<PduFrame> {
         loop {
@@ -316,8 +341,9 @@ impl RawSession {
         self.cmd_sn = self.cmd_sn.wrapping_add(1);
         self.send(&pdu, &data_out[..imm])?;
         let mut data = vec![0u8; read_len as usize];
+        let deadline = self.reply_deadline();
         loop {
-            let f = self.recv()?;
+            let f = self.recv_before(deadline)?;
             match f.parse().map_err(other)? {
                 Pdu::DataIn(d) if d.itt == itt => {
                     let off = d.buffer_offset as usize;
@@ -427,8 +453,9 @@ impl RawSession {
             exp_data_sn: 0,
         });
         self.send(&pdu, &[])?;
+        let deadline = self.reply_deadline();
         loop {
-            let f = self.recv()?;
+            let f = self.recv_before(deadline)?;
             match f.parse().map_err(other)? {
                 Pdu::TaskMgmtResponse(r) if r.itt == itt => {
                     self.exp_stat_sn = r.stat_sn.wrapping_add(1);
@@ -508,8 +535,9 @@ impl RawSession {
             exp_stat_sn: self.exp_stat_sn,
         });
         self.send(&p, &[])?;
+        let deadline = self.reply_deadline();
         loop {
-            let f = self.recv()?;
+            let f = self.recv_before(deadline)?;
             if let Ok(Pdu::LogoutResponse(_)) = f.parse() {
                 return Ok(());
             }

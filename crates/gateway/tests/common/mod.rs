@@ -43,21 +43,41 @@ impl Gateway {
             .spawn()
             .expect("spawn unifab");
         let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Lines come through a thread, so a gateway that hangs before
+        // printing its portal fails the test at the deadline instead of
+        // blocking it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            assert!(Instant::now() < deadline, "unifab did not print its portal");
-            let line = lines
-                .next()
-                .expect("unifab exited before printing its portal")
-                .unwrap();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match rx.recv_timeout(left) {
+                Ok(line) => line,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    panic!("unifab did not print its portal in 60 s");
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "unifab exited before printing its portal: {:?}",
+                        child.wait()
+                    )
+                }
+            };
             // "iSCSI target IQN on ADDR"
             if let Some(rest) = line.strip_prefix("iSCSI target ") {
                 let mut parts = rest.split(" on ");
                 let iqn = parts.next().unwrap().to_string();
                 let addr: SocketAddr = parts.next().unwrap().trim().parse().unwrap();
-                // Drain the rest of stdout in the background.
-                std::thread::spawn(move || for _ in lines {});
+                // The thread drains the rest of stdout.
+                std::thread::spawn(move || for _ in rx {});
                 return Gateway {
                     child,
                     addr,

@@ -329,6 +329,43 @@ fn a_blocklisted_gateway_fences_the_lu() {
         .and_then(|w| w.split_whitespace().next())
         .unwrap_or_else(|| panic!("no watcher in `rbd status`: {status}"))
         .to_owned();
+    // Writers keep commands in flight while the blocklist lands: librbd
+    // parks a write that meets its exclusive lock being torn down and
+    // never completes it, so the gateway has to notice the lock is gone.
+    // Each writer's every command gets an answer (the session's 60 s read
+    // timeout fails it otherwise), ending with NOT READY.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0u8..8)
+        .map(|i| {
+            let opts = RawOptions {
+                timeout: Duration::from_secs(60),
+                isid: [0x80, 0, 0, 0, 0x10, i],
+                ..RawOptions::default()
+            };
+            let mut w = RawSession::login(gw.addr, &gw.iqn, &opts).unwrap();
+            w.clear_unit_attentions().unwrap();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let lba = 1024 * (u64::from(i) + 1);
+                let block = vec![i; 8 * BS as usize];
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = w
+                        .write16(lba, &block, BS, false)
+                        .unwrap_or_else(|e| panic!("writer {i}, write {n}: no answer: {e}"));
+                    n += 1;
+                    if r.status == CHECK_CONDITION {
+                        let sn = Sense::parse(&r.sense).expect("sense");
+                        if sn.key == SenseKey::NOT_READY {
+                            return Ok(n);
+                        }
+                    }
+                }
+                Err(n)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
     ceph.ceph(&["osd", "blocklist", "add", &addr])
         .expect("ceph osd blocklist add");
 
@@ -358,6 +395,25 @@ fn a_blocklisted_gateway_fences_the_lu() {
             "writes still succeed 60 s after the blocklist"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+    // The writers end too, each on NOT READY (60 s at most after the
+    // first did: then `stop` ends one still writing successfully, and the
+    // assertion names it).
+    let writers_deadline = Instant::now() + Duration::from_secs(60);
+    while !writers.iter().all(std::thread::JoinHandle::is_finished)
+        && Instant::now() < writers_deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for (i, w) in writers.into_iter().enumerate() {
+        match w.join().unwrap_or_else(|_| panic!("writer {i} failed")) {
+            Ok(n) => assert!(
+                n > 1,
+                "writer {i} wrote {n} times: not in flight at the blocklist"
+            ),
+            Err(n) => panic!("writer {i}: {n} writes, still succeeding 60 s after the fence"),
+        }
     }
     ceph.ceph(&["osd", "blocklist", "rm", &addr])
         .expect("ceph osd blocklist rm");

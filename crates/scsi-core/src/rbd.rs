@@ -545,8 +545,14 @@ impl BlockBackend for RbdBackend {
                 new.watch(Box::new(move || f()))?;
             }
             let size = new.get_size()?;
-            // Fails at once where the cluster blocklisted the old client.
-            let _ = old.flush();
+            // A live old client pushes out what it still holds. A fenced
+            // one is not asked: librbd may hold writes it parked when the
+            // blocklist landed, which a flush would wait for for ever, and
+            // none of them can land (the new client's lock blocklisted it
+            // again).
+            if !old.is_fenced() {
+                let _ = old.flush();
+            }
             self.size.store(size, Ordering::Release);
             *self.img.write().unwrap_or_else(|p| p.into_inner()) = new;
             tracing::info!(image = %self.describe(), fenced_before = old.is_fenced(),

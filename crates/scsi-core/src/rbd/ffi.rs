@@ -117,6 +117,7 @@ unsafe extern "C" {
     ) -> c_int;
     pub fn rbd_update_unwatch(image: RbdImageT, handle: u64) -> c_int;
     pub fn rbd_lock_acquire(image: RbdImageT, lock_mode: c_int) -> c_int;
+    pub fn rbd_is_exclusive_lock_owner(image: RbdImageT, is_owner: *mut c_int) -> c_int;
 
     pub fn rbd_aio_create_completion(
         cb_arg: *mut c_void,

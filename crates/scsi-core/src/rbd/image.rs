@@ -10,7 +10,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
@@ -23,6 +23,10 @@ use crate::backend::{AllocationRun, BackendError, BackendIoStats, IoFuture};
 const EBLOCKLISTED: i32 = libc::ESHUTDOWN;
 /// Most iovecs one `rbd_aio_writev` takes (`IOV_MAX`).
 const IOV_MAX: usize = 1024;
+/// How long an operation on an image this client holds exclusively may
+/// wait in librbd before the image asks whether it still holds the lock
+/// (and again after each such period).
+const STALL_CHECK: Duration = Duration::from_secs(5);
 
 /// The handles of one open image, closed in reverse order on drop.
 pub(super) struct Image {
@@ -38,6 +42,12 @@ pub(super) struct Image {
     /// The client's `rbd cache` is on: completed writes may sit in this
     /// process until a flush.
     pub(super) cache: bool,
+    /// This client took the image's exclusive lock (`rbd_lock_acquire`):
+    /// losing it is being fenced.
+    exclusive: bool,
+    /// An operation is asking librbd whether the lock is still held
+    /// (one question at a time, however many operations wait).
+    checking: AtomicBool,
 }
 
 /// What operators see of the image's operations. The completions hold
@@ -87,6 +97,8 @@ impl Image {
             watch: Mutex::new(None),
             counters: Arc::default(),
             cache: true,
+            exclusive: false,
+            checking: AtomicBool::new(false),
         };
         let fail = |what: &str, r: c_int| {
             BackendError::Io(io::Error::new(
@@ -194,6 +206,7 @@ impl Image {
         }
         if opts.exclusive && !opts.read_only {
             img.lock(opts)?;
+            img.exclusive = true;
         }
         Ok(img)
     }
@@ -240,12 +253,7 @@ impl Image {
         let e = os_error(r);
         match i32::try_from(-r).unwrap_or(libc::EIO) {
             EBLOCKLISTED => {
-                if !self.fenced.swap(true, Ordering::AcqRel) {
-                    tracing::error!(
-                        image = %self.name,
-                        "the cluster blocklisted this client: the LU stops serving until it is opened again"
-                    );
-                }
+                self.fence("the cluster blocklisted this client");
                 BackendError::Fenced(format!("rbd {}: {e}", self.name))
             }
             libc::ETIMEDOUT
@@ -253,6 +261,16 @@ impl Image {
             | libc::ECONNREFUSED
             | libc::ECONNRESET
             | libc::EHOSTUNREACH => BackendError::Unreachable(e),
+            // With the exclusive lock taken, librbd refuses a write with
+            // EROFS while it does not hold it (between losing the lock and
+            // noticing why): not a read-only medium, and a retry may pass.
+            libc::EROFS if self.exclusive => BackendError::Unreachable(io::Error::new(
+                e.kind(),
+                format!(
+                    "rbd {}: the image's exclusive lock is not held: {e}",
+                    self.name
+                ),
+            )),
             libc::EROFS => BackendError::ReadOnly,
             _ => BackendError::Io(e),
         }
@@ -321,6 +339,91 @@ impl Image {
 
     fn ok(&self, r: isize) -> Result<(), BackendError> {
         if r < 0 { Err(self.error(r)) } else { Ok(()) }
+    }
+
+    /// Waits for an operation's completion. On an image this client holds
+    /// exclusively, an operation that waits [`STALL_CHECK`] makes the
+    /// image ask whether it still holds the lock: librbd 16 queues a write
+    /// that meets the lock being torn down after a blocklist and never
+    /// completes it, so without asking, the command would hang for ever
+    /// and the LU would never learn it is fenced. Fenced, the operation
+    /// resolves to `EBLOCKLISTED` at once; librbd keeps its buffers
+    /// (they stay with the operation until its callback runs, if ever)
+    /// and the LU stops serving until it is opened again, as a new client
+    /// whose lock acquisition blocklists this one again, so the queued
+    /// write can never land under the new owner. An operation that is only
+    /// slow (an OSD down: librados fails it after `op_timeout`) is left to
+    /// finish. An operation librbd refused for want of the lock (EROFS)
+    /// asks the same question. Polled on a tokio runtime (the LU's), like
+    /// every future of this backend.
+    async fn settle(self: Arc<Self>, mut wait: Wait) -> (isize, Keep) {
+        if !self.exclusive {
+            return wait.await;
+        }
+        loop {
+            if let Ok(done) = tokio::time::timeout(STALL_CHECK, &mut wait).await {
+                // Refused for want of the lock: fenced if it is gone for
+                // good, else a retryable error (`Image::error`).
+                if done.0 == -(libc::EROFS as isize) && self.lock_lost().await {
+                    return (-(EBLOCKLISTED as isize), done.1);
+                }
+                return done;
+            }
+            if self.lock_lost().await {
+                return (-(EBLOCKLISTED as isize), Keep::None);
+            }
+        }
+    }
+
+    /// Asks librbd (on a thread that may block: it asserts the lock at the
+    /// OSD, bounded by `op_timeout`) whether this client still holds the
+    /// image's exclusive lock; marks the image fenced when it does not.
+    /// False when it does, when the answer is an error other than a
+    /// blocklist (the cluster unreachable), and while another operation's
+    /// question is out.
+    async fn lock_lost(self: &Arc<Self>) -> bool {
+        if self.is_fenced() {
+            return true;
+        }
+        if self.checking.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        tracing::warn!(
+            image = %self.name,
+            "an operation waited {} s in librbd, or was refused for want of the exclusive lock: asking whether this client still holds it",
+            STALL_CHECK.as_secs()
+        );
+        let me = self.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut owner: c_int = 0;
+            // SAFETY: an open image (the Arc keeps it open); out-pointer
+            // to a local.
+            let r = unsafe { rbd_is_exclusive_lock_owner(me.image, &mut owner) };
+            me.checking.store(false, Ordering::Release);
+            (r, owner)
+        })
+        .await;
+        match answer {
+            Ok((r, _)) if r == -EBLOCKLISTED => {
+                let _ = self.error(r as isize);
+                true
+            }
+            Ok((0, 0)) => {
+                self.fence("this client no longer holds the image's exclusive lock");
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks the image fenced (logged once).
+    fn fence(&self, why: &str) {
+        if !self.fenced.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                image = %self.name,
+                "{why}: the LU stops serving until it is opened again"
+            );
+        }
     }
 
     pub(super) fn get_size(&self) -> Result<u64, BackendError> {
@@ -555,7 +658,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, keep) = wait?.await;
+            let (r, keep) = me.clone().settle(wait?).await;
             me.ok(r)?;
             let Keep::Read(mut buf) = keep else {
                 return Err(BackendError::ForeignBuffer);
@@ -607,7 +710,7 @@ impl Image {
         });
         Box::pin(async move {
             // A write's completion value is 0 (or its length) on success.
-            let (r, _keep) = wait?.await;
+            let (r, _keep) = me.clone().settle(wait?).await;
             me.ok(r)?;
             if fua {
                 me.aio_flush().await?;
@@ -639,7 +742,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, keep) = wait?.await;
+            let (r, keep) = me.clone().settle(wait?).await;
             if r == -(libc::EILSEQ as isize) {
                 let Keep::Compare(_, _, at) = keep else {
                     return Err(BackendError::ForeignBuffer);
@@ -679,7 +782,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, _) = wait?.await;
+            let (r, _) = me.clone().settle(wait?).await;
             me.ok(r)
         })
     }
@@ -692,7 +795,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, _) = wait?.await;
+            let (r, _) = me.clone().settle(wait?).await;
             me.ok(r)
         })
     }
@@ -703,7 +806,7 @@ impl Image {
         let wait = self.submit(Keep::None, |c| unsafe { rbd_aio_flush(image, c) });
         let me = self.clone();
         Box::pin(async move {
-            let (r, _) = wait?.await;
+            let (r, _) = me.clone().settle(wait?).await;
             me.ok(r)
         })
     }
@@ -826,8 +929,10 @@ impl Drop for Image {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         // SAFETY: each handle is closed once, in reverse order of opening,
-        // and only if it was opened; no operation is in flight (every
-        // pending operation holds an Arc of this image).
+        // and only if it was opened. An operation whose future is still
+        // waiting holds an Arc of this image; one a fenced image gave up
+        // on may still be in librbd, and rbd_close completes it (its
+        // buffers live in its `Op` until then).
         unsafe {
             if !self.image.is_null() {
                 if let Some((handle, raw)) = watch {

@@ -12,12 +12,12 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use unifab_testkit::lines::{Lines, portal};
 use unifab_testkit::medium;
 use unifab_testkit::peers::{IscsiTestCu, Outcome, SuiteResult, Unifab, suites_except, unifab_bin};
 
@@ -120,21 +120,14 @@ data_dir = "{dir}/state"
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("spawn unifab");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let addr = loop {
-        assert!(Instant::now() < deadline, "unifab did not print its portal");
-        let line = lines
-            .next()
-            .expect("unifab exited before printing its portal")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("iSCSI target ") {
-            let addr: SocketAddr = rest.split(" on ").nth(1).unwrap().trim().parse().unwrap();
-            break addr;
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let mut lines = Lines::new(child.stdout.take().unwrap());
+    let (_, addr) = lines
+        .wait_for(Duration::from_secs(30), portal)
+        .unwrap_or_else(|e| {
+            let _ = child.kill();
+            panic!("unifab did not print its portal: {e}")
+        });
+    lines.drain();
     FcGateway {
         child,
         addr,

@@ -23,13 +23,13 @@
 //! (Debian `libiscsi-bin`); a missing one fails the test with its name.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use unifab_testkit::lines::Lines;
 use unifab_testkit::peers::{
     IscsiTestCu, Outcome, PassList, SuiteResult, conformance_dir, unifab_bin,
 };
@@ -88,20 +88,14 @@ fn start(ns: &Netns, dir: &Path, name: &str, cfg: &str, wait_for: &str) -> Gw {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("spawn unifab in its namespace");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        assert!(Instant::now() < deadline, "{name} did not start");
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("{name} exited before starting"))
-            .unwrap();
-        if line.starts_with(wait_for) {
-            break;
-        }
+    let mut lines = Lines::new(child.stdout.take().unwrap());
+    if let Err(e) = lines.wait_for(Duration::from_secs(30), |l| {
+        l.starts_with(wait_for).then_some(())
+    }) {
+        let _ = child.kill();
+        panic!("{name} did not start: {e}");
     }
-    std::thread::spawn(move || for _ in lines {});
+    lines.drain();
     Gw { child, log }
 }
 

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Gateway, file_lu_config};
+use unifab_testkit::lines::{Lines, portal};
 use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
 
 const SESSIONS: usize = 1000;
@@ -153,20 +154,14 @@ fn running_out_of_descriptors_refuses_logins_and_recovers() {
             l2.lock().unwrap().push(line);
         }
     });
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (iqn, addr) = loop {
-        let line = lines
-            .next()
-            .expect("unifab exited before printing its portal")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("iSCSI target ") {
-            let mut parts = rest.split(" on ");
-            let iqn = parts.next().unwrap().to_string();
-            let addr: SocketAddr = parts.next().unwrap().trim().parse().unwrap();
-            break (iqn, addr);
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let mut lines = Lines::new(child.stdout.take().unwrap());
+    let (iqn, addr) = lines
+        .wait_for(Duration::from_secs(60), portal)
+        .unwrap_or_else(|e| {
+            let _ = child.kill();
+            panic!("unifab did not print its portal: {e}")
+        });
+    lines.drain();
     let gw = scopeguard(child);
 
     let t0 = Instant::now();

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fc;
+pub mod lines;
 pub mod medium;
 pub mod peers;
 pub mod raw_iscsi;

@@ -8,11 +8,12 @@
     clippy::zombie_processes
 )]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use unifab_testkit::lines::{Lines, portal};
 
 /// The unifab binary cargo built for these tests.
 pub fn unifab() -> &'static str {
@@ -59,29 +60,22 @@ impl Gateway {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn unifab");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            assert!(Instant::now() < deadline, "unifab did not print its portal");
-            let Some(Ok(line)) = lines.next() else {
+        let mut lines = Lines::new(child.stdout.take().unwrap());
+        let (iqn, addr) = lines
+            .wait_for(Duration::from_secs(60), portal)
+            .unwrap_or_else(|e| {
+                let _ = child.kill();
                 panic!(
-                    "unifab exited before printing its portal:\n{}",
+                    "unifab did not print its portal: {e}:\n{}",
                     std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            };
-            if let Some(rest) = line.strip_prefix("iSCSI target ") {
-                let mut parts = rest.split(" on ");
-                let iqn = parts.next().unwrap().to_string();
-                let addr: SocketAddr = parts.next().unwrap().trim().parse().unwrap();
-                std::thread::spawn(move || for _ in lines {});
-                return Gateway {
-                    child,
-                    addr,
-                    iqn,
-                    log,
-                };
-            }
+                )
+            });
+        lines.drain();
+        Gateway {
+            child,
+            addr,
+            iqn,
+            log,
         }
     }
 

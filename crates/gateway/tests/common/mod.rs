@@ -8,11 +8,12 @@
 
 pub mod stable;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use unifab_testkit::lines::{Lines, portal};
 
 /// A running `unifab run --config …`.
 pub struct Gateway {
@@ -42,49 +43,21 @@ impl Gateway {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn unifab");
-        let stdout = child.stdout.take().unwrap();
-        // Lines come through a thread, so a gateway that hangs before
-        // printing its portal fails the test at the deadline instead of
-        // blocking it.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
+        let mut lines = Lines::new(child.stdout.take().unwrap());
+        let found = lines.wait_for(Duration::from_secs(60), portal);
+        let (iqn, addr) = match found {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = child.kill();
+                panic!("unifab did not print its portal: {e}: {:?}", child.wait())
             }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = match rx.recv_timeout(left) {
-                Ok(line) => line,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = child.kill();
-                    panic!("unifab did not print its portal in 60 s");
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!(
-                        "unifab exited before printing its portal: {:?}",
-                        child.wait()
-                    )
-                }
-            };
-            // "iSCSI target IQN on ADDR"
-            if let Some(rest) = line.strip_prefix("iSCSI target ") {
-                let mut parts = rest.split(" on ");
-                let iqn = parts.next().unwrap().to_string();
-                let addr: SocketAddr = parts.next().unwrap().trim().parse().unwrap();
-                // The thread drains the rest of stdout.
-                std::thread::spawn(move || for _ in rx {});
-                return Gateway {
-                    child,
-                    addr,
-                    iqn,
-                    config: path,
-                };
-            }
+        };
+        lines.drain();
+        Gateway {
+            child,
+            addr,
+            iqn,
+            config: path,
         }
     }
 

@@ -16,13 +16,13 @@
     clippy::zombie_processes
 )]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use unifab_testkit::lines::{Lines, portal};
 use unifab_testkit::peers::{free_tcp_port, unifab_bin};
 use unifab_testkit::veth::run;
 
@@ -190,28 +190,18 @@ impl Gw {
                     .unwrap()
             })
             .expect("an [admin] listen line in the config");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut lines = Lines::new(child.stdout.take().unwrap());
         let mut iscsi = None;
-        loop {
-            if Instant::now() > deadline {
-                panic!("{name} did not print {ready:?}:\n{}", tail(&log));
+        let ready_line = lines.wait_for(Duration::from_secs(30), |line| {
+            if let Some((_, addr)) = portal(line) {
+                iscsi = Some(addr);
             }
-            let Some(Ok(line)) = lines.next() else {
-                panic!("{name} exited before printing {ready:?}:\n{}", tail(&log));
-            };
-            if let Some(rest) = line.strip_prefix("iSCSI target ") {
-                iscsi = rest
-                    .split(" on ")
-                    .nth(1)
-                    .and_then(|a| a.trim().parse().ok());
-            }
-            if line.starts_with(ready) {
-                break;
-            }
+            line.starts_with(ready).then_some(())
+        });
+        if let Err(e) = ready_line {
+            panic!("{name} did not print {ready:?}: {e}:\n{}", tail(&log));
         }
-        std::thread::spawn(move || for _ in lines {});
+        lines.drain();
         Gw {
             child,
             admin,

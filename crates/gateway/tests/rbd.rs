@@ -4,7 +4,7 @@
 //! survive SIGKILL, a killed OSD gives the host retryable errors and no
 //! corruption, an image resized underneath raises CAPACITY DATA HAS
 //! CHANGED, and a blocklisted gateway fences the LU until `unifab reload`
-//! opens it again.
+//! opens it again (not while another gateway holds the image).
 //!
 //! Needs Debian ceph-mon, ceph-osd, ceph-common and a build with librbd
 //! (`bash scripts/setup.sh`); without them each test fails and says why.
@@ -322,13 +322,7 @@ fn a_blocklisted_gateway_fences_the_lu() {
     assert_eq!(s.write16(0, &data, BS, true).unwrap().status, 0);
 
     // The gateway's librados client is the image's watcher.
-    let status = ceph.rbd(&["status", "rbd/fenced"]).expect("rbd status");
-    let addr = status
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("watcher="))
-        .and_then(|w| w.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no watcher in `rbd status`: {status}"))
-        .to_owned();
+    let addr = watcher(&ceph, "rbd/fenced").expect("the gateway watches its image");
     // Writers keep commands in flight while the blocklist lands: librbd
     // parks a write that meets its exclusive lock being torn down and
     // never completes it, so the gateway has to notice the lock is gone.
@@ -463,13 +457,8 @@ fn a_blocklisted_gateway_fences_the_lu() {
     let w = s.write16(8, &more, BS, true).unwrap();
     assert_eq!(w.status, 0, "write after the reopen: {w:?}");
     assert!(s.read16(8, 8, BS).unwrap().data == more);
-    let status = ceph.rbd(&["status", "rbd/fenced"]).expect("rbd status");
-    let watcher = status
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("watcher="))
-        .and_then(|w| w.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no watcher after the reopen: {status}"));
-    assert_ne!(watcher, addr, "the blocklisted client still watches");
+    let now = watcher(&ceph, "rbd/fenced").expect("a watcher after the reopen");
+    assert_ne!(now, addr, "the blocklisted client still watches");
     // Nothing to reopen any more: the next reload changes nothing.
     let again = reload(&gw.config, false);
     let text = String::from_utf8_lossy(&again.stdout).into_owned();
@@ -530,6 +519,103 @@ fn a_second_gateway_refuses_an_image_another_holds() {
     // The first gateway still serves, its data intact.
     assert_eq!(s.read16(0, 8, BS).unwrap().data, data);
     assert_eq!(s.write16(8, &data, BS, true).unwrap().status, 0);
+}
+
+/// The watcher address of `image` (its one librados client), from
+/// `rbd status`.
+fn watcher(ceph: &Ceph, image: &str) -> Option<String> {
+    let status = ceph.rbd(&["status", image]).expect("rbd status");
+    status
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("watcher="))
+        .and_then(|w| w.split_whitespace().next())
+        .map(str::to_owned)
+}
+
+/// A fenced gateway's reload does not take an image another live gateway
+/// opened meanwhile (it broke the fenced client's lock): it waits
+/// `ceph_lock_timeout`, fails naming the lock, and the LU stays fenced,
+/// serving nothing. Once that gateway is gone (killed: its watch expires),
+/// the next reload reopens the LU and it serves what the other wrote.
+#[test]
+fn a_fenced_lu_is_not_reopened_while_another_gateway_holds_the_image() {
+    let ceph = cluster(ObjectStore::Memstore);
+    let extra = "ceph_lock_timeout = 3";
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Gateway::start(
+        da.path(),
+        &rbd_config(da.path(), &ceph.conf(), "taken", "64MiB", extra),
+    );
+    let mut sa = session(&a);
+    sa.clear_unit_attentions().unwrap();
+    let data = vec![0x31u8; 8 * BS as usize];
+    assert_eq!(sa.write16(0, &data, BS, true).unwrap().status, 0);
+    let addr = watcher(&ceph, "rbd/taken").expect("gateway A watches its image");
+    ceph.ceph(&["osd", "blocklist", "add", &addr])
+        .expect("ceph osd blocklist add");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while show_json(da.path(), "luns")[0]["fenced"] != true {
+        // A's next command meets the blocklist.
+        let _ = sa.write16(8, &data, BS, true).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "A is not fenced 60 s after the blocklist"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Gateway B opens the image: A's client no longer watches it, so B
+    // breaks its lock and takes it.
+    let b = Gateway::start(
+        db.path(),
+        &rbd_config(db.path(), &ceph.conf(), "taken", "64MiB", extra),
+    );
+    let mut sb = session(&b);
+    sb.clear_unit_attentions().unwrap();
+    let other = vec![0x42u8; 8 * BS as usize];
+    assert_eq!(sb.write16(0, &other, BS, true).unwrap().status, 0);
+
+    let out = reload(&a.config, false);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "A reopened an image B holds: {out:?}"
+    );
+    assert!(
+        err.contains("exclusive lock") && err.contains("rbd/taken"),
+        "the refusal does not name the lock and the image: {err}"
+    );
+    let luns = show_json(da.path(), "luns");
+    assert_eq!(luns[0]["state"], "fenced", "{luns:?}");
+    let r = sa.read16(0, 8, BS).unwrap();
+    assert_eq!(
+        sense(&r).key,
+        SenseKey::NOT_READY,
+        "a fenced LU served a read"
+    );
+    // B is untouched.
+    assert!(sb.read16(0, 8, BS).unwrap().data == other);
+
+    // B goes away without releasing its lock; once its watch expires, A's
+    // reload breaks the lock and serves B's data.
+    drop(sb);
+    b.kill();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = reload(&a.config, false);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A does not reopen 60 s after B died: {out:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(show_json(da.path(), "luns")[0]["state"], "ready");
+    let r = sa.read16(0, 8, BS).unwrap();
+    assert_eq!(r.status, 0, "read after the reopen: {r:?}");
+    assert!(r.data == other, "A does not read what B wrote");
 }
 
 /// COMPARE AND WRITE(16) of `blocks` blocks at `lba`: `compare` then

@@ -3,7 +3,8 @@
 //!
 //! Requests are bounded: a 16 KiB head, 5 s to send it, a connection
 //! served for at most 10 s (60 s on the admin socket, where a reload may
-//! build LUs), 64 connections at once (16 on the socket). With `[admin]
+//! build LUs; the reload itself runs to its end regardless), 64
+//! connections at once (16 on the socket). With `[admin]
 //! token`, every request must carry it (`Authorization: Bearer …`) or is
 //! answered 401; off loopback the configuration requires one. Only the
 //! admin socket takes `POST /reload`; the TCP endpoint answers GET alone.
@@ -130,17 +131,36 @@ async fn post(path: &str, query: Option<&str>, r: &Rights) -> Response<Full<Byte
         ("/reload", Some("dry_run=1")) => true,
         _ => return text(StatusCode::NOT_FOUND, "POST /reload or /reload?dry_run=1\n"),
     };
-    let mut live = reloader.lock().await;
-    let result = if dry_run {
-        live.plan().map(|(p, _)| p)
-    } else {
-        live.reload().await
-    };
-    drop(live);
-    match result {
-        Ok(plan) => {
-            crate::reload::log_plan(&plan, !dry_run);
-            info!(peer = %r.peer, dry_run, "reload requested on the admin socket");
+    // The reload runs in a task of its own, which the connection only
+    // waits for: a reload is applied step by step (a tunnel drained, an
+    // FCF's links cleared, an image reopened), and dropping it between two
+    // steps, as the connection's time limit or a vanished client would,
+    // would leave the running configuration half changed. It logs its own
+    // outcome, which is all an operator gets should the answer not reach
+    // them.
+    let live = reloader.clone().lock_owned().await;
+    let peer = r.peer.clone();
+    let task = tokio::spawn(async move {
+        let mut live = live;
+        let result = if dry_run {
+            live.plan().map(|(p, _)| p)
+        } else {
+            live.reload().await
+        };
+        drop(live);
+        match &result {
+            Ok(plan) => {
+                crate::reload::log_plan(plan, !dry_run);
+                info!(%peer, dry_run, "reload requested on the admin socket");
+            }
+            Err(e) => {
+                warn!(%peer, error = %e, "reload refused; the running configuration is unchanged");
+            }
+        }
+        result
+    });
+    match task.await {
+        Ok(Ok(plan)) => {
             let head = if dry_run {
                 "plan (dry run, nothing changed):"
             } else {
@@ -148,13 +168,14 @@ async fn post(path: &str, query: Option<&str>, r: &Rights) -> Response<Full<Byte
             };
             text(StatusCode::OK, format!("{head}\n{plan}"))
         }
-        Err(e) => {
-            warn!(peer = %r.peer, error = %e, "reload refused; the running configuration is unchanged");
-            text(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!("nothing changed: {e}\n"),
-            )
-        }
+        Ok(Err(e)) => text(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("nothing changed: {e}\n"),
+        ),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the reload failed: {e}; see the gateway's log\n"),
+        ),
     }
 }
 
@@ -308,13 +329,14 @@ async fn request<S>(
     path: &str,
     host: &str,
     token: Option<&str>,
-) -> Result<String, String>
+) -> Result<String, RequestError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let transport = |e: hyper::Error| RequestError::Transport(e.to_string());
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(transport)?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -325,20 +347,41 @@ where
     if let Some(t) = token {
         req = req.header(AUTHORIZATION, format!("Bearer {t}"));
     }
-    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
-    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let req = req
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| RequestError::Transport(e.to_string()))?;
+    let res = sender.send_request(req).await.map_err(transport)?;
     let status = res.status();
     let body = res
         .into_body()
         .collect()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(transport)?
         .to_bytes();
     let body = String::from_utf8_lossy(&body).into_owned();
     if status != StatusCode::OK {
-        return Err(format!("HTTP/1.1 {status}: {}", body.trim()));
+        return Err(RequestError::Answered(format!(
+            "HTTP/1.1 {status}: {}",
+            body.trim()
+        )));
     }
     Ok(body)
+}
+
+/// Why a request to the admin endpoint got no 200.
+enum RequestError {
+    /// No answer: the connection failed or closed first.
+    Transport(String),
+    /// The gateway answered with another status (and says why).
+    Answered(String),
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestError::Transport(e) | RequestError::Answered(e) => f.write_str(e),
+        }
+    }
 }
 
 /// Client side for `unifab show`: fetches `path` from a running gateway.
@@ -352,6 +395,7 @@ pub async fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<
     )
     .await
     .map_err(|_| "the admin endpoint did not answer in 10 s".to_string())?
+    .map_err(|e| e.to_string())
 }
 
 /// Client side for `unifab reload`: sends `POST path` on the admin socket
@@ -368,5 +412,13 @@ pub async fn post_unix(socket: &Path, path: &str) -> Result<String, String> {
         request(s, Method::POST, path, "unifab", None),
     )
     .await
-    .map_err(|_| "the admin socket did not answer in 90 s".to_string())?
+    .map_err(|_| {
+        "the admin socket did not answer in 90 s (a reload still running goes on to its end; the gateway logs its outcome)".to_string()
+    })?
+    .map_err(|e| match e {
+        RequestError::Transport(e) => format!(
+            "no answer: {e} (the gateway answers within 60 s; a reload still running goes on to its end, and the gateway logs its outcome)"
+        ),
+        RequestError::Answered(e) => e,
+    })
 }

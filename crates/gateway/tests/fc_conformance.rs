@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use unifab_testkit::lines::{Lines, portal};
+use unifab_testkit::lines::child_portal;
 use unifab_testkit::medium;
 use unifab_testkit::peers::{IscsiTestCu, Outcome, SuiteResult, Unifab, suites_except, unifab_bin};
 
@@ -120,14 +120,8 @@ data_dir = "{dir}/state"
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("spawn unifab");
-    let mut lines = Lines::new(child.stdout.take().unwrap());
-    let (_, addr) = lines
-        .wait_for(Duration::from_secs(30), portal)
-        .unwrap_or_else(|e| {
-            let _ = child.kill();
-            panic!("unifab did not print its portal: {e}")
-        });
-    lines.drain();
+    let (_, addr) = child_portal(&mut child, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("unifab did not print its portal: {e}"));
     FcGateway {
         child,
         addr,

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Gateway, file_lu_config};
-use unifab_testkit::lines::{Lines, portal};
+use unifab_testkit::lines::child_portal;
 use unifab_testkit::raw_iscsi::{RawOptions, RawSession};
 
 const SESSIONS: usize = 1000;
@@ -154,14 +154,8 @@ fn running_out_of_descriptors_refuses_logins_and_recovers() {
             l2.lock().unwrap().push(line);
         }
     });
-    let mut lines = Lines::new(child.stdout.take().unwrap());
-    let (iqn, addr) = lines
-        .wait_for(Duration::from_secs(60), portal)
-        .unwrap_or_else(|e| {
-            let _ = child.kill();
-            panic!("unifab did not print its portal: {e}")
-        });
-    lines.drain();
+    let (iqn, addr) = child_portal(&mut child, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("unifab did not print its portal: {e}"));
     let gw = scopeguard(child);
 
     let t0 = Instant::now();

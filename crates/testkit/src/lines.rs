@@ -87,6 +87,30 @@ pub fn portal(line: &str) -> Option<(String, std::net::SocketAddr)> {
     Some((iqn.to_owned(), addr.trim().parse().ok()?))
 }
 
+/// Waits up to `limit` for a gateway's piped stdout to name its portal
+/// (`iSCSI target IQN on ADDR`), then drains the rest of it. On failure
+/// the child is killed, and the error says why and how it ended.
+pub fn child_portal(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Result<(String, std::net::SocketAddr), String> {
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or("the child's stdout is not piped, or already taken")?;
+    let mut lines = Lines::new(stdout);
+    match lines.wait_for(limit, portal) {
+        Ok(p) => {
+            lines.drain();
+            Ok(p)
+        }
+        Err(e) => {
+            let _ = child.kill();
+            Err(format!("{e} ({:?})", child.wait()))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

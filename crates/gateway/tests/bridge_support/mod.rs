@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use unifab_testkit::lines::{Lines, portal};
+use unifab_testkit::lines::child_portal;
 
 /// The unifab binary cargo built for these tests.
 pub fn unifab() -> &'static str {
@@ -60,17 +60,12 @@ impl Gateway {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn unifab");
-        let mut lines = Lines::new(child.stdout.take().unwrap());
-        let (iqn, addr) = lines
-            .wait_for(Duration::from_secs(60), portal)
-            .unwrap_or_else(|e| {
-                let _ = child.kill();
-                panic!(
-                    "unifab did not print its portal: {e}:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            });
-        lines.drain();
+        let (iqn, addr) = child_portal(&mut child, Duration::from_secs(60)).unwrap_or_else(|e| {
+            panic!(
+                "unifab did not print its portal: {e}:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
         Gateway {
             child,
             addr,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use unifab_testkit::lines::{Lines, portal};
+use unifab_testkit::lines::child_portal;
 
 /// A running `unifab run --config …`.
 pub struct Gateway {
@@ -43,16 +43,8 @@ impl Gateway {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn unifab");
-        let mut lines = Lines::new(child.stdout.take().unwrap());
-        let found = lines.wait_for(Duration::from_secs(60), portal);
-        let (iqn, addr) = match found {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = child.kill();
-                panic!("unifab did not print its portal: {e}: {:?}", child.wait())
-            }
-        };
-        lines.drain();
+        let (iqn, addr) = child_portal(&mut child, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("unifab did not print its portal: {e}"));
         Gateway {
             child,
             addr,

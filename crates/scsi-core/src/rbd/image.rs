@@ -356,7 +356,7 @@ impl Image {
     /// finish. An operation librbd refused for want of the lock (EROFS)
     /// asks the same question. Polled on a tokio runtime (the LU's), like
     /// every future of this backend.
-    async fn settle(self: Arc<Self>, mut wait: Wait) -> (isize, Keep) {
+    async fn settle(self: &Arc<Self>, mut wait: Wait) -> (isize, Keep) {
         if !self.exclusive {
             return wait.await;
         }
@@ -658,7 +658,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, keep) = me.clone().settle(wait?).await;
+            let (r, keep) = me.settle(wait?).await;
             me.ok(r)?;
             let Keep::Read(mut buf) = keep else {
                 return Err(BackendError::ForeignBuffer);
@@ -710,7 +710,7 @@ impl Image {
         });
         Box::pin(async move {
             // A write's completion value is 0 (or its length) on success.
-            let (r, _keep) = me.clone().settle(wait?).await;
+            let (r, _keep) = me.settle(wait?).await;
             me.ok(r)?;
             if fua {
                 me.aio_flush().await?;
@@ -742,7 +742,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, keep) = me.clone().settle(wait?).await;
+            let (r, keep) = me.settle(wait?).await;
             if r == -(libc::EILSEQ as isize) {
                 let Keep::Compare(_, _, at) = keep else {
                     return Err(BackendError::ForeignBuffer);
@@ -782,7 +782,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, _) = me.clone().settle(wait?).await;
+            let (r, _) = me.settle(wait?).await;
             me.ok(r)
         })
     }
@@ -795,7 +795,7 @@ impl Image {
         });
         let me = self.clone();
         Box::pin(async move {
-            let (r, _) = me.clone().settle(wait?).await;
+            let (r, _) = me.settle(wait?).await;
             me.ok(r)
         })
     }
@@ -806,7 +806,7 @@ impl Image {
         let wait = self.submit(Keep::None, |c| unsafe { rbd_aio_flush(image, c) });
         let me = self.clone();
         Box::pin(async move {
-            let (r, _) = me.clone().settle(wait?).await;
+            let (r, _) = me.settle(wait?).await;
             me.ok(r)
         })
     }

@@ -16,6 +16,9 @@
 #   UNIFAB_BIN   unifab binary (default target/release/unifab)
 #   REPEATS      runs per measurement (default 3)
 #   REQUESTS     qemu-img bench requests per run (default 100000)
+#   LU_DIR       where the LU files live (default /dev/shm, tmpfs; a
+#                directory on a disk file system measures the path a
+#                production LU takes: page cache, the I/O thread hand-off)
 #   OUT_DIR      where logs go (default target/bench-peers/cpu-<date-time>)
 #
 # Needs: tgt, qemu-utils, qemu-block-extra (scripts/setup.sh).
@@ -31,7 +34,9 @@ OUT_DIR=${OUT_DIR:-target/bench-peers/cpu-$(date +%Y%m%d-%H%M%S)}
 need qemu-img qemu-utils
 need python3 python3
 mkdir -p "$OUT_DIR"
-WORK=$(mktemp -d /dev/shm/unifab-cpu.XXXXXX)
+LU_DIR=${LU_DIR:-/dev/shm}
+[[ -d "$LU_DIR" ]] || die "LU_DIR=$LU_DIR is not a directory"
+WORK=$(mktemp -d "$LU_DIR/unifab-cpu.XXXXXX")
 TGTD_PID=""
 UNIFAB_PID=""
 cleanup() {
@@ -65,7 +70,7 @@ done
 {
     echo "## CPU per 4 KiB command at QD32 (qemu-img bench), µs"
     echo
-    echo "Medians of $REPEATS runs of $REQUESTS requests, alternating targets; LUs on tmpfs; $(nproc) cores."
+    echo "Medians of $REPEATS runs of $REQUESTS requests, alternating targets; LUs in $LU_DIR; $(nproc) cores."
     echo
     echo "| target | workload | target user | target sys | client user | client sys | IOPS |"
     echo "|---|---|---:|---:|---:|---:|---:|"

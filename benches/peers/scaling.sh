@@ -6,7 +6,7 @@
 #   bash benches/peers/scaling.sh
 #   N_LIST="1 2 4" RUN_SECONDS=1 bash benches/peers/scaling.sh   # a quick look
 #
-# Each target serves MAX_N + 1 LU files on tmpfs (/dev/shm): LUs 1…MAX_N for
+# Each target serves MAX_N + 1 LU files in LU_DIR (tmpfs): LUs 1…MAX_N for
 # the distinct runs (client i on LU i) and one more that every client of a
 # shared run uses. The two targets share the files and never run a workload
 # at the same time. Workloads (QEMU's own iSCSI driver, cache=none):
@@ -42,6 +42,9 @@
 #   TARGETS      subset of "unifab tgtd" (default both)
 #   RUN_SECONDS  aimed length of one cell (default 3)
 #   LU_MIB       size of each LU (default 256)
+#   LU_DIR       where the LU files live (default /dev/shm, tmpfs; a
+#                directory on a disk file system measures the path a
+#                production LU takes: page cache, the I/O thread hand-off)
 #   OUT_DIR      where results go (default target/bench-peers/scaling-<date-time>)
 #
 # Needs: tgt, qemu-utils, qemu-block-extra, python3 (scripts/setup.sh), or
@@ -86,7 +89,9 @@ need python3 python3
 qemu-img --help | grep -qw iscsi || die "qemu-img has no iscsi driver: install qemu-block-extra"
 
 mkdir -p "$OUT_DIR"
-WORK=$(mktemp -d /dev/shm/unifab-scaling.XXXXXX)
+LU_DIR=${LU_DIR:-/dev/shm}
+[[ -d "$LU_DIR" ]] || die "LU_DIR=$LU_DIR is not a directory"
+WORK=$(mktemp -d "$LU_DIR/unifab-scaling.XXXXXX")
 TGTD_PID="" UNIFAB_PID=""
 cleanup() {
     stop_pid "$TGTD_PID"
@@ -211,7 +216,7 @@ done
 {
     echo "## Scaling: N qemu-img bench clients, N distinct LUs against one shared LU"
     echo
-    echo "$(nproc) cores; LUs of $LU_MIB MiB on tmpfs; each cell about $RUN_SECONDS s;" \
+    echo "$(nproc) cores; LUs of $LU_MIB MiB in $LU_DIR; each cell about $RUN_SECONDS s;" \
         "IOPS = all requests / wall time; cores and µs = the target process's CPU" \
         "(client µs = the qemu-img processes' CPU per request)."
     for w in $WORKLOADS; do

@@ -30,6 +30,8 @@
 #                     in /var/cache/unifab/vm); e2fsprogs: debugfs reads the
 #                     guest's filesystem from the LU's file on the host;
 #                     gcc libc6-dev: a static helper the FCoE guest runs
+#   xfsprogs          mkfs.xfs: the file backend's no-wait writes are tested
+#                     on an XFS loop mount (crates/scsi-core/tests/xfs_nowait.rs)
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
 # Usage: bash scripts/setup.sh
@@ -45,7 +47,7 @@ APT_PACKAGES=(
     zlib1g-dev linux-libc-dev llvm iproute2 iputils-ping ethtool
     ceph-mon ceph-osd ceph-common librbd-dev librados-dev
     etcd-server protobuf-compiler libprotobuf-dev
-    qemu-system-x86 debootstrap e2fsprogs gcc libc6-dev
+    qemu-system-x86 debootstrap e2fsprogs gcc libc6-dev xfsprogs
 )
 
 say() { printf '\n== setup: %s\n' "$*"; }
@@ -172,6 +174,7 @@ check "shellcheck --version" shellcheck --version
 check "pkg-config finds libpcap" pkg-config --exists libpcap
 check "pkg-config finds libelf" pkg-config --exists libelf
 check "tmpfs at /dev/shm" test -d /dev/shm -a -w /dev/shm
+check "mkfs.xfs -V (xfsprogs)" mkfs.xfs -V
 check "qemu-img has the rbd driver" bash -c 'qemu-img --help | grep -qw rbd'
 check "librbd and librados to link" test -e /usr/lib/x86_64-linux-gnu/librbd.so -a -e /usr/lib/x86_64-linux-gnu/librados.so
 ceph_check() {

@@ -5,7 +5,7 @@
 #   UNIFAB_A=/path/to/old/unifab UNIFAB_B=target/release/unifab \
 #       bash benches/peers/ab.sh
 #
-# Both serve a 1 GiB, fully allocated LU file on tmpfs (/dev/shm) on
+# Both serve a 1 GiB, fully allocated LU file in LU_DIR (tmpfs) on
 # 127.0.0.1, side by side for the whole run. qemu-img bench (QEMU's own
 # iSCSI driver) runs each workload against A, then B, ROUNDS times, and the
 # script prints every round and the medians, in requests per second, each
@@ -21,6 +21,9 @@
 #                       the noise)
 #   ROUNDS              rounds (default 4)
 #   REQUESTS            requests per run (default 150000)
+#   LU_DIR              where the LU files live (default /dev/shm, tmpfs;
+#                       a disk file system measures the page cache and the
+#                       I/O thread hand-off)
 #
 # Needs: qemu-utils, qemu-block-extra (scripts/setup.sh). Takes about
 # ROUNDS × 4 × (REQUESTS / 150,000) s on two cores.
@@ -40,7 +43,9 @@ need qemu-img qemu-utils
 qemu-img --help | grep -qw iscsi || die "qemu-img has no iscsi driver: install qemu-block-extra"
 
 SIZE=$((1 << 30))
-WORK=$(mktemp -d /dev/shm/unifab-ab.XXXXXX)
+LU_DIR=${LU_DIR:-/dev/shm}
+[[ -d "$LU_DIR" ]] || die "LU_DIR=$LU_DIR is not a directory"
+WORK=$(mktemp -d "$LU_DIR/unifab-ab.XXXXXX")
 A_PID="" B_PID=""
 cleanup() {
     stop_pid "$A_PID"

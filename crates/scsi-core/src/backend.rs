@@ -252,6 +252,19 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
         Ok(&mut [])
     }
 
+    /// Writes as much of `data` at `offset` as can be written without
+    /// waiting for anything (`pwritev2(RWF_NOWAIT)` on a file system that
+    /// takes buffered writes that way: XFS and btrfs, not ext4), and
+    /// returns how many bytes it wrote, from the start of `data`. Never
+    /// durable on its own (a FUA write does not come here). The caller
+    /// writes the rest with [`BlockBackend::write_at`] on a thread that may
+    /// block, which also reports any error properly; `Err` only for a range
+    /// outside the medium. The default writes nothing.
+    fn write_at_nowait(&self, offset: u64, data: &[Bytes]) -> Result<usize, BackendError> {
+        let _ = (offset, data);
+        Ok(0)
+    }
+
     /// The bytes at `offset..offset + len` as a shared buffer without
     /// copying them (a slice of a mapping of the medium), when the backend
     /// can do that without waiting for a device. `None`: use
@@ -892,6 +905,9 @@ pub struct FileBackend {
     in_ram: bool,
     /// `preadv2(RWF_NOWAIT)` works on this file system.
     nowait_reads: std::sync::atomic::AtomicBool,
+    /// `pwritev2(RWF_NOWAIT)` works on this file system (XFS, btrfs;
+    /// ext4 answers `EOPNOTSUPP` for buffered writes).
+    nowait_writes: std::sync::atomic::AtomicBool,
     /// For files in RAM: a shared mapping reads are served from, so a
     /// 1 MiB read costs no copy in user space (the only copy is into the
     /// socket).
@@ -986,6 +1002,7 @@ impl FileBackend {
             syncs: AtomicU64::new(0),
             in_ram,
             nowait_reads: std::sync::atomic::AtomicBool::new(!in_ram),
+            nowait_writes: std::sync::atomic::AtomicBool::new(!in_ram),
         })
     }
 
@@ -1020,7 +1037,7 @@ impl FileBackend {
         data: &[Bytes],
         first: usize,
         skip: usize,
-        dsync: bool,
+        flags: libc::c_int,
     ) -> io::Result<usize> {
         let empty = libc::iovec {
             iov_base: std::ptr::null_mut(),
@@ -1046,8 +1063,8 @@ impl FileBackend {
         // SAFETY: the iovecs point into `data`, which outlives the call;
         // the kernel only reads them.
         let rc = unsafe {
-            if dsync {
-                libc::pwritev2(fd, iov.as_ptr(), n as libc::c_int, off, libc::RWF_DSYNC)
+            if flags != 0 {
+                libc::pwritev2(fd, iov.as_ptr(), n as libc::c_int, off, flags)
             } else {
                 libc::pwritev(fd, iov.as_ptr(), n as libc::c_int, off)
             }
@@ -1076,6 +1093,17 @@ impl FileBackend {
         data: &[Bytes],
         dsync: bool,
     ) -> Result<(), (u64, io::Error)> {
+        self.write_io(offset, data, if dsync { libc::RWF_DSYNC } else { 0 })
+    }
+
+    /// Writes every slice with `pwritev2(flags)` until done or an error,
+    /// which comes with the position of the first byte not written.
+    fn write_io(
+        &self,
+        offset: u64,
+        data: &[Bytes],
+        flags: libc::c_int,
+    ) -> Result<(), (u64, io::Error)> {
         let mut first = 0usize;
         let mut skip = 0usize;
         let mut pos = offset;
@@ -1086,7 +1114,7 @@ impl FileBackend {
                 skip = 0;
                 continue;
             }
-            let mut written = match self.write_batch(pos, data, first, skip, dsync) {
+            let mut written = match self.write_batch(pos, data, first, skip, flags) {
                 Ok(0) => return Err((pos, io::Error::from(io::ErrorKind::WriteZero))),
                 Ok(w) => w,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -1278,6 +1306,36 @@ impl BlockBackend for FileBackend {
         // EAGAIN (not cached), EOF or another error: the blocking path
         // finishes (and reports errors properly).
         Ok(head)
+    }
+
+    fn write_at_nowait(&self, offset: u64, data: &[Bytes]) -> Result<usize, BackendError> {
+        let len = total_len(data);
+        check_range(offset, len, self.len())?;
+        if self.read_only || len == 0 || !self.nowait_writes.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let done = match self.write_io(offset, data, libc::RWF_NOWAIT) {
+            Ok(()) => len,
+            Err((at, e)) => {
+                if at == offset
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS)
+                    )
+                {
+                    // Not on this file system: stop trying.
+                    self.nowait_writes.store(false, Ordering::Relaxed);
+                }
+                // EAGAIN (it would have waited: a page to allocate, a lock,
+                // writeback throttling), or an error the blocking path
+                // meets again and reports (ENOSPC, EIO) with its LBA.
+                at - offset
+            }
+        };
+        if let Some(map) = &self.map {
+            map.learn(offset, done);
+        }
+        Ok(done as usize)
     }
 
     fn read_at_uninit<'a>(

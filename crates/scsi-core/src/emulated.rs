@@ -514,6 +514,27 @@ fn first_bytes(data: Vec<Bytes>, n: usize) -> Vec<Bytes> {
     out
 }
 
+/// `data` without its first `n` bytes (no slice left when `n` covers
+/// them all).
+fn skip_bytes(data: Vec<Bytes>, n: usize) -> Vec<Bytes> {
+    if n == 0 {
+        return data;
+    }
+    let mut left = n;
+    data.into_iter()
+        .filter_map(|s| {
+            if left >= s.len() {
+                left -= s.len();
+                None
+            } else {
+                let rest = s.slice(left..);
+                left = 0;
+                Some(rest)
+            }
+        })
+        .collect()
+}
+
 /// Whether `cmd` needs the medium: on a removable LU with the medium
 /// ejected it gets NOT READY, MEDIUM NOT PRESENT. Commands about the
 /// device server itself (INQUIRY, REPORT LUNS, sense, mode and

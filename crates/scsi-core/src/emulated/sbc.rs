@@ -174,6 +174,26 @@ impl Inner {
             };
             Some(done.await.map(|()| None))
         } else {
+            // What the backend takes without waiting (`RWF_NOWAIT` on XFS
+            // or btrfs) is written here, as a page-cache read is read here:
+            // no hand-off to a thread and back. The rest goes to the thread.
+            let (off, data) = if !fua
+                && !verify
+                && !exclusive
+                && self.cfg.io_mode == IoMode::Adaptive
+                && !self.backend.never_blocks()
+            {
+                match self.write_nowait(&fence, off, data) {
+                    Ok(rest) => rest,
+                    Err(e) => return backend_failed(&e, true, self.shift),
+                }
+            } else {
+                (off, data)
+            };
+            if data.is_empty() {
+                self.check_threshold(&task.nexus, n);
+                return result;
+            }
             self.io(move |me| {
                 let _shared =
                     (!exclusive).then(|| me.write_lock.read().unwrap_or_else(|p| p.into_inner()));
@@ -217,6 +237,24 @@ impl Inner {
             }
             None => check(SenseKey::HARDWARE_ERROR, asc::INTERNAL_TARGET_FAILURE),
         }
+    }
+
+    /// Hands a plain write to the backend's no-wait path under the shared
+    /// write lock (not waited for: an exclusive writer holding it sends
+    /// the whole write to the thread) and returns what is left of it: its
+    /// offset and slices, none when the backend took it all.
+    fn write_nowait(
+        &self,
+        fence: &Fence,
+        off: u64,
+        data: Vec<Bytes>,
+    ) -> Result<(u64, Vec<Bytes>), BackendError> {
+        let Ok(_shared) = self.write_lock.try_read() else {
+            return Ok((off, data));
+        };
+        self.fence(fence)?;
+        let n = self.backend.write_at_nowait(off, &data)?;
+        Ok((off + n as u64, skip_bytes(data, n)))
     }
 
     pub(super) async fn verify(self: &Arc<Self>, io: BlockIo, task: &Task) -> TaskResult {

@@ -1866,3 +1866,140 @@ async fn a_read_backend_handing_back_another_buffer_fails_the_read() {
         );
     }
 }
+
+/// A backend whose no-wait write takes only the first `take` bytes of
+/// each write (as `pwritev2(RWF_NOWAIT)` stops short where it would have
+/// to wait), recording what each path was handed.
+#[derive(Debug)]
+struct PartialNowait {
+    inner: MemoryBackend,
+    take: usize,
+    /// (offset, bytes) of each no-wait write, and of each blocking one.
+    nowait: std::sync::Mutex<Vec<(u64, usize)>>,
+    blocking: std::sync::Mutex<Vec<(u64, usize)>>,
+}
+
+impl crate::backend::BlockBackend for PartialNowait {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at_nowait(&self, offset: u64, data: &[Bytes]) -> Result<usize, BackendError> {
+        let all: Vec<u8> = data.iter().flat_map(|b| b.iter().copied()).collect();
+        let n = self.take.min(all.len());
+        self.nowait.lock().unwrap().push((offset, all.len()));
+        if n > 0 {
+            self.inner
+                .write_at(offset, &[Bytes::copy_from_slice(&all[..n])], false)?;
+        }
+        Ok(n)
+    }
+    fn write_at(&self, offset: u64, data: &[Bytes], fua: bool) -> Result<(), BackendError> {
+        let len = data.iter().map(Bytes::len).sum();
+        self.blocking.lock().unwrap().push((offset, len));
+        self.inner.write_at(offset, data, fua)
+    }
+    fn flush(&self) -> Result<(), BackendError> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.inner.discard(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<crate::backend::AllocationRun, BackendError> {
+        self.inner.allocation(offset, len)
+    }
+    fn caps(&self) -> crate::backend::BackendCaps {
+        self.inner.caps()
+    }
+    fn describe(&self) -> String {
+        "partial-nowait".into()
+    }
+}
+
+/// A plain write goes to the backend's no-wait path first; what that path
+/// did not take is written by the blocking path from the first byte it
+/// left, and the medium ends up holding the whole write. A FUA write never
+/// takes the no-wait path (it must reach stable storage before good
+/// status), nor does a LU in `Blocking` mode.
+#[tokio::test]
+async fn a_write_is_split_where_the_no_wait_path_stopped() {
+    for (mode, take, fua) in [
+        (IoMode::Adaptive, 0, false),
+        (IoMode::Adaptive, 1536, false),
+        (IoMode::Adaptive, 4096, false),
+        (IoMode::Adaptive, 1536, true),
+        (IoMode::Blocking, 1536, false),
+    ] {
+        let backend = Arc::new(PartialNowait {
+            inner: MemoryBackend::new(BLOCKS * 512),
+            take,
+            nowait: Default::default(),
+            blocking: Default::default(),
+        });
+        let lu = EmulatedLu::new(
+            EmulatedLuConfig {
+                io_mode: mode,
+                ..Default::default()
+            },
+            backend.clone(),
+        )
+        .unwrap();
+        let n = ready_nexus(&lu, "a").await;
+        let payload: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        let flags = if fua { 0x08 } else { 0 };
+        assert_good(&run(&lu, &n, &rw10(0x2a, flags, 16, 8), &payload).await);
+        let nowait = backend.nowait.lock().unwrap().clone();
+        let blocking = backend.blocking.lock().unwrap().clone();
+        let case =
+            format!("{mode:?} take {take} fua {fua}: nowait {nowait:?} blocking {blocking:?}");
+        if fua || mode == IoMode::Blocking {
+            assert!(nowait.is_empty(), "{case}");
+            assert_eq!(blocking, vec![(16 * 512, 4096)], "{case}");
+        } else {
+            assert_eq!(nowait, vec![(16 * 512, 4096)], "{case}");
+            if take >= 4096 {
+                assert!(blocking.is_empty(), "{case}");
+            } else {
+                assert_eq!(
+                    blocking,
+                    vec![(16 * 512 + take as u64, 4096 - take)],
+                    "{case}"
+                );
+            }
+        }
+        let back = data(&run(&lu, &n, &rw10(0x28, 0, 16, 8), &[]).await);
+        assert_eq!(back, payload, "{case}");
+    }
+}
+
+#[test]
+fn skipping_bytes_cuts_across_slices() {
+    let d = vec![
+        Bytes::from_static(b"abc"),
+        Bytes::new(),
+        Bytes::from_static(b"defg"),
+        Bytes::from_static(b"h"),
+    ];
+    let flat = |v: Vec<Bytes>| v.iter().flat_map(|b| b.to_vec()).collect::<Vec<u8>>();
+    for n in 0..=9 {
+        let rest = skip_bytes(d.clone(), n);
+        assert_eq!(
+            flat(rest.clone()),
+            b"abcdefgh"[n.min(8)..].to_vec(),
+            "n {n}"
+        );
+        assert!(
+            rest.iter().all(|b| !b.is_empty()) || n == 0,
+            "n {n}: {rest:?}"
+        );
+    }
+}

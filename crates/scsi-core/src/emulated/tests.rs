@@ -1779,6 +1779,36 @@ fn a_commands_future_fits_the_allocators_per_thread_cache() {
     assert!(size <= 1024, "execute's future is {size} bytes");
 }
 
+/// The `BlockBackend` methods a test backend hands to its `inner`
+/// [`MemoryBackend`] unchanged: size, flush, discard, write_zeroes,
+/// allocation and caps.
+macro_rules! delegate_to_inner {
+    () => {
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn flush(&self) -> Result<(), BackendError> {
+            self.inner.flush()
+        }
+        fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+            self.inner.discard(offset, len)
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+            self.inner.write_zeroes(offset, len)
+        }
+        fn allocation(
+            &self,
+            offset: u64,
+            len: u64,
+        ) -> Result<crate::backend::AllocationRun, BackendError> {
+            self.inner.allocation(offset, len)
+        }
+        fn caps(&self) -> crate::backend::BackendCaps {
+            self.inner.caps()
+        }
+    };
+}
+
 /// A backend that hands back, from a read into uninitialised memory, a
 /// buffer other than the one it was given (in its no-wait read or in
 /// its blocking one).
@@ -1789,9 +1819,6 @@ struct ForeignReads {
 }
 
 impl crate::backend::BlockBackend for ForeignReads {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         self.inner.read_at(offset, buf)
     }
@@ -1816,25 +1843,7 @@ impl crate::backend::BlockBackend for ForeignReads {
     fn write_at(&self, offset: u64, data: &[Bytes], fua: bool) -> Result<(), BackendError> {
         self.inner.write_at(offset, data, fua)
     }
-    fn flush(&self) -> Result<(), BackendError> {
-        self.inner.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        self.inner.discard(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn allocation(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> Result<crate::backend::AllocationRun, BackendError> {
-        self.inner.allocation(offset, len)
-    }
-    fn caps(&self) -> crate::backend::BackendCaps {
-        self.inner.caps()
-    }
+    delegate_to_inner!();
     fn describe(&self) -> String {
         "foreign-reads".into()
     }
@@ -1880,9 +1889,6 @@ struct PartialNowait {
 }
 
 impl crate::backend::BlockBackend for PartialNowait {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         self.inner.read_at(offset, buf)
     }
@@ -1901,25 +1907,7 @@ impl crate::backend::BlockBackend for PartialNowait {
         self.blocking.lock().unwrap().push((offset, len));
         self.inner.write_at(offset, data, fua)
     }
-    fn flush(&self) -> Result<(), BackendError> {
-        self.inner.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        self.inner.discard(offset, len)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        self.inner.write_zeroes(offset, len)
-    }
-    fn allocation(
-        &self,
-        offset: u64,
-        len: u64,
-    ) -> Result<crate::backend::AllocationRun, BackendError> {
-        self.inner.allocation(offset, len)
-    }
-    fn caps(&self) -> crate::backend::BackendCaps {
-        self.inner.caps()
-    }
+    delegate_to_inner!();
     fn describe(&self) -> String {
         "partial-nowait".into()
     }

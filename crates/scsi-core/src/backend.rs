@@ -254,7 +254,7 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
 
     /// Writes as much of `data` at `offset` as can be written without
     /// waiting for anything (`pwritev2(RWF_NOWAIT)` on a file system that
-    /// takes buffered writes that way: XFS and btrfs, not ext4), and
+    /// takes buffered writes that way: XFS, not ext4), and
     /// returns how many bytes it wrote, from the start of `data`. Never
     /// durable on its own (a FUA write does not come here). The caller
     /// writes the rest with [`BlockBackend::write_at`] on a thread that may
@@ -905,9 +905,11 @@ pub struct FileBackend {
     in_ram: bool,
     /// `preadv2(RWF_NOWAIT)` works on this file system.
     nowait_reads: std::sync::atomic::AtomicBool,
-    /// `pwritev2(RWF_NOWAIT)` works on this file system (XFS, btrfs;
-    /// ext4 answers `EOPNOTSUPP` for buffered writes).
+    /// `pwritev2(RWF_NOWAIT)` works on this file system (XFS; ext4
+    /// answers `EOPNOTSUPP` for buffered writes).
     nowait_writes: std::sync::atomic::AtomicBool,
+    /// How often it has lately written nothing ([`NowaitMisses`]).
+    nowait_misses: NowaitMisses,
     /// For files in RAM: a shared mapping reads are served from, so a
     /// 1 MiB read costs no copy in user space (the only copy is into the
     /// socket).
@@ -921,6 +923,36 @@ impl fmt::Debug for FileBackend {
             .field("size", &self.len())
             .field("read_only", &self.read_only)
             .finish()
+    }
+}
+
+/// When to try a no-wait write. A file system can take `RWF_NOWAIT` and
+/// still write nothing that way, every time: btrfs answers `EAGAIN` for a
+/// copy-on-write file, whose every write needs new extents. After
+/// [`NowaitMisses::GIVE_UP`] attempts in a row that wrote nothing, only
+/// one write in [`NowaitMisses::RETRY_EVERY`] tries, so such a file costs
+/// a failed system call per 64 writes, and a file system that only
+/// throttled for a while (XFS under writeback pressure) gets the fast path
+/// back at its first success.
+#[derive(Debug, Default)]
+struct NowaitMisses(std::sync::atomic::AtomicU32);
+
+impl NowaitMisses {
+    const GIVE_UP: u32 = 16;
+    const RETRY_EVERY: u32 = 64;
+
+    /// Whether this write should try (counted as a miss until
+    /// [`NowaitMisses::record`] says otherwise).
+    fn attempt(&self) -> bool {
+        let m = self.0.fetch_add(1, Ordering::Relaxed);
+        m < Self::GIVE_UP || m.is_multiple_of(Self::RETRY_EVERY)
+    }
+
+    /// What a write that tried did: wrote something, or nothing.
+    fn record(&self, wrote: bool) {
+        if wrote {
+            self.0.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -1003,6 +1035,7 @@ impl FileBackend {
             in_ram,
             nowait_reads: std::sync::atomic::AtomicBool::new(!in_ram),
             nowait_writes: std::sync::atomic::AtomicBool::new(!in_ram),
+            nowait_misses: NowaitMisses::default(),
         })
     }
 
@@ -1311,7 +1344,11 @@ impl BlockBackend for FileBackend {
     fn write_at_nowait(&self, offset: u64, data: &[Bytes]) -> Result<usize, BackendError> {
         let len = total_len(data);
         check_range(offset, len, self.len())?;
-        if self.read_only || len == 0 || !self.nowait_writes.load(Ordering::Relaxed) {
+        if self.read_only
+            || len == 0
+            || !self.nowait_writes.load(Ordering::Relaxed)
+            || !self.nowait_misses.attempt()
+        {
             return Ok(0);
         }
         let done = match self.write_io(offset, data, libc::RWF_NOWAIT) {
@@ -1332,6 +1369,7 @@ impl BlockBackend for FileBackend {
                 at - offset
             }
         };
+        self.nowait_misses.record(done > 0);
         if let Some(map) = &self.map {
             map.learn(offset, done);
         }
@@ -1527,6 +1565,33 @@ fn file_in_ram(file: &File) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// Sixteen writes in a row that wrote nothing no-wait, and only one in
+    /// 64 tries after that; the first that writes something brings every
+    /// write back.
+    #[test]
+    fn no_wait_writes_back_off_while_they_write_nothing() {
+        let m = NowaitMisses::default();
+        for i in 0..NowaitMisses::GIVE_UP {
+            assert!(m.attempt(), "attempt {i} of the first run");
+            m.record(false);
+        }
+        let tried = (0..256)
+            .filter(|_| {
+                let t = m.attempt();
+                if t {
+                    m.record(false);
+                }
+                t
+            })
+            .count();
+        assert_eq!(tried, 4, "one in 64 of 256 writes tries");
+        // Tries until one comes, which succeeds.
+        while !m.attempt() {}
+        m.record(true);
+        for i in 0..NowaitMisses::GIVE_UP {
+            assert!(m.attempt(), "attempt {i} after a success");
+        }
+    }
     use super::*;
 
     fn b(v: &[u8]) -> Bytes {

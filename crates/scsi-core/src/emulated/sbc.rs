@@ -174,8 +174,8 @@ impl Inner {
             };
             Some(done.await.map(|()| None))
         } else {
-            // What the backend takes without waiting (`RWF_NOWAIT` on XFS
-            // or btrfs) is written here, as a page-cache read is read here:
+            // What the backend takes without waiting (`RWF_NOWAIT` on XFS)
+            // is written here, as a page-cache read is read here:
             // no hand-off to a thread and back. The rest goes to the thread.
             let (off, data) = if !fua
                 && !verify

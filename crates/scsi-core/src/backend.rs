@@ -941,17 +941,28 @@ impl NowaitMisses {
     const GIVE_UP: u32 = 16;
     const RETRY_EVERY: u32 = 64;
 
-    /// Whether this write should try (counted as a miss until
-    /// [`NowaitMisses::record`] says otherwise).
+    /// Whether this write should try. While no-wait writes succeed this
+    /// only reads the count: no atomic write per write on a LU that many
+    /// cores share.
     fn attempt(&self) -> bool {
-        let m = self.0.fetch_add(1, Ordering::Relaxed);
-        m < Self::GIVE_UP || m.is_multiple_of(Self::RETRY_EVERY)
+        if self.0.load(Ordering::Relaxed) < Self::GIVE_UP {
+            return true;
+        }
+        // Given up: every write counts, and one in RETRY_EVERY tries.
+        self.0
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(Self::RETRY_EVERY)
     }
 
     /// What a write that tried did: wrote something, or nothing.
     fn record(&self, wrote: bool) {
+        let m = self.0.load(Ordering::Relaxed);
         if wrote {
-            self.0.store(0, Ordering::Relaxed);
+            if m != 0 {
+                self.0.store(0, Ordering::Relaxed);
+            }
+        } else if m < Self::GIVE_UP {
+            self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -1112,21 +1123,12 @@ impl FileBackend {
     /// not written ([`BackendError::At`]). Pages written become known
     /// resident in the mapping.
     fn write_all(&self, offset: u64, data: &[Bytes], dsync: bool) -> Result<(), BackendError> {
-        self.write_all_io(offset, data, dsync)
+        self.write_io(offset, data, if dsync { libc::RWF_DSYNC } else { 0 })
             .map_err(|(at, source)| BackendError::At { offset: at, source })?;
         if let Some(map) = &self.map {
             map.learn(offset, total_len(data));
         }
         Ok(())
-    }
-
-    fn write_all_io(
-        &self,
-        offset: u64,
-        data: &[Bytes],
-        dsync: bool,
-    ) -> Result<(), (u64, io::Error)> {
-        self.write_io(offset, data, if dsync { libc::RWF_DSYNC } else { 0 })
     }
 
     /// Writes every slice with `pwritev2(flags)` until done or an error,

@@ -28,10 +28,12 @@
 #   qemu-system-x86 debootstrap     the Linux guest of the kernel-peer tests
 #                     (scripts/vm-image.sh builds its image once, ~90 s, cached
 #                     in /var/cache/unifab/vm); e2fsprogs: debugfs reads the
-#                     guest's filesystem from the LU's file on the host;
+#                     guest's filesystem from the LU's file on the host,
+#                     and mkfs.ext4 an ext4 loop mount for the file backend;
 #                     gcc libc6-dev: a static helper the FCoE guest runs
 #   xfsprogs          mkfs.xfs: the file backend's no-wait writes are tested
-#                     on an XFS loop mount (crates/scsi-core/tests/xfs_nowait.rs)
+#                     on XFS and ext4 loop mounts
+#                     (crates/scsi-core/tests/loop_fs_nowait.rs)
 # Installs (crates.io): cargo-deny (`cargo install --locked cargo-deny`).
 #
 # Usage: bash scripts/setup.sh
@@ -175,6 +177,7 @@ check "pkg-config finds libpcap" pkg-config --exists libpcap
 check "pkg-config finds libelf" pkg-config --exists libelf
 check "tmpfs at /dev/shm" test -d /dev/shm -a -w /dev/shm
 check "mkfs.xfs -V (xfsprogs)" mkfs.xfs -V
+check "mkfs.ext4 -V (e2fsprogs)" mkfs.ext4 -V
 check "qemu-img has the rbd driver" bash -c 'qemu-img --help | grep -qw rbd'
 check "librbd and librados to link" test -e /usr/lib/x86_64-linux-gnu/librbd.so -a -e /usr/lib/x86_64-linux-gnu/librados.so
 ceph_check() {

@@ -185,6 +185,29 @@ pub fn lu_backend_families(
     ]
 }
 
+/// Where each LU's plain writes run (`unifab_lu_write_path`, labels `lu`
+/// and `path`): 1 on the LU's current path, 0 on the others, so that an
+/// alert can ask for the LUs whose writes all take the I/O threads (a file
+/// LU on ext4) or whose file system stopped taking no-wait writes.
+pub fn lu_write_path_families(
+    lus: &[(String, unifab_scsi_core::backend::WritePath)],
+) -> Vec<(Family, MetricType)> {
+    use unifab_scsi_core::backend::WritePath;
+    let mut path = Family::new(
+        "unifab_lu_write_path",
+        "Where the LU's plain writes run: inline, no-wait, no-wait backing off, io threads or async (1 on the current one).",
+    );
+    for (lu, now) in lus {
+        for p in WritePath::ALL {
+            path = path.with(
+                vec![("lu", lu.clone()), ("path", p.name().to_string())],
+                Value::Gauge(i64::from(p == *now)),
+            );
+        }
+    }
+    vec![metrics::gauge(path)]
+}
+
 /// The interface families (`show interface`'s counters, all counters):
 /// fabric ports (`unifab_fabric_port_*`, label `port`), FCoE ports
 /// (`unifab_fcoe_port_*`, labels `interface` and `mode`) and FCIP circuits

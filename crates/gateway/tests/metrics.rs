@@ -280,3 +280,117 @@ fn an_fcip_failover_moves_exactly_its_counters() {
     assert_eq!(at(&end, &tunnel_m("dropped_frames_total")), 0.0);
     drop(b);
 }
+
+/// `GET /metrics` on the admin socket under `dir/state`.
+fn metrics_at(dir: &std::path::Path) -> HashMap<String, f64> {
+    let mut s = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (name, v) = l.rsplit_once(' ').unwrap();
+            (name.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `show luns` and `unifab_lu_write_path` say where each LU's writes run,
+/// and agree: a memory LU inline; a file LU as its file system allows
+/// (inline in RAM; on a disk file system offered to the no-wait path
+/// until the file system refuses it, then the I/O threads), before and
+/// after a write through iSCSI; exactly one path is 1 for each LU.
+#[test]
+fn where_writes_run_is_shown_and_counted_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[[lu]]
+name = "mem"
+backend = "memory"
+size = "8MiB"
+
+[[lu]]
+name = "disk"
+backend = "file:{dir}/disk.img"
+size = "8MiB"
+
+[iscsi]
+listen = ["127.0.0.1:0"]
+nop_in_interval = 0
+
+[[iscsi.target]]
+iqn = "iqn.2026-11.io.unifab:paths"
+luns = ["disk", "mem"]
+
+[admin]
+listen = "127.0.0.1:0"
+data_dir = "{dir}/state"
+"#,
+        dir = dir.path().display()
+    );
+    let gw = Gateway::start(dir.path(), &config);
+    let on_ram = {
+        let c = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a zeroed statfs for statfs(2) to fill; `c` is a C string.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);
+        st.f_type == libc::TMPFS_MAGIC
+    };
+    let paths = || {
+        let luns = common::show_json(dir.path(), "luns");
+        let m = metrics_at(dir.path());
+        let mut shown = HashMap::new();
+        for lu in ["mem", "disk"] {
+            let row = luns.iter().find(|r| r["name"] == lu).unwrap();
+            let path = row["write_path"].as_str().unwrap().to_string();
+            let ones: Vec<&String> = m
+                .iter()
+                .filter(|(k, v)| {
+                    k.starts_with("unifab_lu_write_path{")
+                        && k.contains(&format!("lu=\"{lu}\""))
+                        && **v == 1.0
+                })
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(ones.len(), 1, "{lu}: {ones:?}");
+            assert!(
+                ones[0].contains(&format!("path=\"{path}\"")),
+                "{lu}: shown {path}, metric {ones:?}"
+            );
+            shown.insert(lu, path);
+        }
+        shown
+    };
+    let before = paths();
+    assert_eq!(before["mem"], "inline");
+    let disk_first = if on_ram { "inline" } else { "no-wait" };
+    assert_eq!(before["disk"], disk_first, "before any write");
+    let mut s = RawSession::login(
+        gw.addr,
+        &gw.iqn,
+        &RawOptions {
+            initiator: "iqn.2026-11.io.unifab:paths-host".into(),
+            ..RawOptions::default()
+        },
+    )
+    .unwrap();
+    let r = s.write16(0, &[0x5a; 4096], 512, false).unwrap();
+    assert_eq!(r.status, 0, "{r:?}");
+    let after = paths();
+    assert_eq!(after["mem"], "inline");
+    let allowed: &[&str] = if on_ram {
+        &["inline"]
+    } else {
+        &["no-wait", "io threads"]
+    };
+    assert!(
+        allowed.contains(&after["disk"].as_str()),
+        "after a write: {}",
+        after["disk"]
+    );
+}

@@ -292,6 +292,7 @@ fn an_image_resized_underneath_raises_capacity_data_has_changed() {
     assert!(row["backend_operations"].as_u64().unwrap() >= 3, "{row}");
     assert_eq!(row["backend_in_flight"].as_u64(), Some(0), "{row}");
     assert!(row["backend_latency_us"].as_u64().unwrap() > 0, "{row}");
+    assert_eq!(row["write_path"], "async", "librbd's aio: {row}");
     let mut c = std::net::TcpStream::connect(&admin).unwrap();
     std::io::Write::write_all(
         &mut c,
@@ -308,6 +309,7 @@ fn an_image_resized_underneath_raises_capacity_data_has_changed() {
     assert!(value("unifab_lu_backend_operations_total{lu=\"disk\"}") >= 3.0);
     assert_eq!(value("unifab_lu_backend_in_flight{lu=\"disk\"}"), 0.0);
     assert!(value("unifab_lu_backend_latency_microseconds_total{lu=\"disk\"}") > 0.0);
+    assert_eq!(value("unifab_lu_write_path{lu=\"disk\",path=\"async\"}"), 1.0);
 }
 
 #[test]

@@ -158,6 +158,54 @@ pub struct BackendIoStats {
     pub latency_us_total: u64,
 }
 
+/// Where a LU's plain writes (not FUA, not WRITE AND VERIFY) run, for
+/// operators (`unifab show luns`, the `unifab_lu_write_path` metric): on
+/// a disk file system it decides what a write costs, and it can change
+/// while the LU runs (a file system that stops taking no-wait writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WritePath {
+    /// On the connection's own task: the medium cannot wait for a device
+    /// (memory, tmpfs), or the LU was configured `io_mode = "inline"`.
+    Inline,
+    /// On the connection's task with `pwritev2(RWF_NOWAIT)`; what would
+    /// wait (a page to allocate, a lock, writeback throttling) goes to the
+    /// I/O threads (XFS).
+    NoWait,
+    /// The file system takes `RWF_NOWAIT` but has lately written nothing
+    /// that way (btrfs: every write to a copy-on-write file needs new
+    /// extents): writes go to the I/O threads, one in 64 tries again.
+    NoWaitBackingOff,
+    /// Every write on the I/O threads (tokio's blocking pool), two thread
+    /// hand-offs each: the file system refuses `RWF_NOWAIT` for buffered
+    /// writes (ext4), or `io_mode = "blocking"`.
+    IoThreads,
+    /// Submitted to remote storage asynchronously (RBD's aio).
+    Async,
+}
+
+impl WritePath {
+    /// The name `show luns` and the metric's `path` label carry.
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePath::Inline => "inline",
+            WritePath::NoWait => "no-wait",
+            WritePath::NoWaitBackingOff => "no-wait backing off",
+            WritePath::IoThreads => "io threads",
+            WritePath::Async => "async",
+        }
+    }
+
+    /// Every path, in the order the metric lists them.
+    pub const ALL: [WritePath; 5] = [
+        WritePath::Inline,
+        WritePath::NoWait,
+        WritePath::NoWaitBackingOff,
+        WritePath::IoThreads,
+        WritePath::Async,
+    ];
+}
+
 /// A run of equal allocation state starting at the queried offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AllocationRun {
@@ -208,6 +256,21 @@ pub trait BlockBackend: Send + Sync + fmt::Debug {
     /// callers may then run I/O inline on an async worker thread.
     fn never_blocks(&self) -> bool {
         false
+    }
+
+    /// Where plain writes run when the LU leaves it to the backend
+    /// (`io_mode = "adaptive"`, the default), as it stands now
+    /// ([`WritePath`]). The default follows [`BlockBackend::never_blocks`]
+    /// and [`BlockBackend::aio`]; a backend that takes no-wait writes says
+    /// how that is going.
+    fn write_path(&self) -> WritePath {
+        if self.aio().is_some() {
+            WritePath::Async
+        } else if self.never_blocks() {
+            WritePath::Inline
+        } else {
+            WritePath::IoThreads
+        }
     }
 
     /// True when the backend completes commands one at a time, each after
@@ -954,6 +1017,11 @@ impl NowaitMisses {
             .is_multiple_of(Self::RETRY_EVERY)
     }
 
+    /// Whether the attempts have been given up for now.
+    fn backing_off(&self) -> bool {
+        self.0.load(Ordering::Relaxed) >= Self::GIVE_UP
+    }
+
     /// What a write that tried did: wrote something, or nothing.
     fn record(&self, wrote: bool) {
         let m = self.0.load(Ordering::Relaxed);
@@ -1296,6 +1364,18 @@ impl BlockBackend for FileBackend {
         self.in_ram
     }
 
+    fn write_path(&self) -> WritePath {
+        if self.in_ram {
+            WritePath::Inline
+        } else if self.read_only || !self.nowait_writes.load(Ordering::Relaxed) {
+            WritePath::IoThreads
+        } else if self.nowait_misses.backing_off() {
+            WritePath::NoWaitBackingOff
+        } else {
+            WritePath::NoWait
+        }
+    }
+
     fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, BackendError>> {
         let map = self.map.as_ref()?;
         if let Err(e) = check_range(offset, len as u64, self.len()) {
@@ -1574,9 +1654,15 @@ mod tests {
     fn no_wait_writes_back_off_while_they_write_nothing() {
         let m = NowaitMisses::default();
         for i in 0..NowaitMisses::GIVE_UP {
+            assert!(!m.backing_off(), "miss {i} of {}", NowaitMisses::GIVE_UP);
             assert!(m.attempt(), "attempt {i} of the first run");
             m.record(false);
         }
+        assert!(
+            m.backing_off(),
+            "given up after {} misses",
+            NowaitMisses::GIVE_UP
+        );
         let tried = (0..256)
             .filter(|_| {
                 let t = m.attempt();
@@ -1590,11 +1676,29 @@ mod tests {
         // Tries until one comes, which succeeds.
         while !m.attempt() {}
         m.record(true);
+        assert!(!m.backing_off(), "a success ends the backing off");
         for i in 0..NowaitMisses::GIVE_UP {
             assert!(m.attempt(), "attempt {i} after a success");
         }
     }
     use super::*;
+
+    /// Where writes run, as a backend tells it: memory and a file in
+    /// RAM are written inline, a backend that can wait on the I/O threads
+    /// (the defaults). Disk file systems: `tests/loop_fs_nowait.rs`.
+    #[test]
+    fn backends_say_where_their_writes_run() {
+        assert_eq!(MemoryBackend::new(1 << 20).write_path(), WritePath::Inline);
+        let (faulty, _) =
+            crate::FaultyBackend::new(std::sync::Arc::new(MemoryBackend::new(1 << 20)));
+        assert!(!faulty.never_blocks());
+        assert_eq!(faulty.write_path(), WritePath::IoThreads, "it may wait");
+        let shm = tempfile::tempdir_in("/dev/shm").expect("a directory in /dev/shm");
+        let ram = FileBackend::open(shm.path().join("lu"), Some(1 << 20), FileOptions::default())
+            .expect("file LU in RAM");
+        assert!(ram.never_blocks(), "/dev/shm is tmpfs");
+        assert_eq!(ram.write_path(), WritePath::Inline);
+    }
 
     fn b(v: &[u8]) -> Bytes {
         Bytes::copy_from_slice(v)

@@ -71,7 +71,7 @@ use crossbeam_utils::sync::{ShardedLock, ShardedLockWriteGuard};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::backend::{BackendError, BlockBackend};
+use crate::backend::{BackendError, BlockBackend, WritePath};
 use crate::cdb::{BlockIo, CdbSize, Command, opcode};
 use crate::lu::{BoxFuture, LogicalUnit, LuDescription, TmfFunction, TmfRequest, TmfResponse};
 use crate::pr::{Access, PortKey, PrRefusal, PrState, UaTarget};
@@ -899,6 +899,20 @@ impl Inner {
         self.blocks.load(Ordering::Acquire)
     }
 
+    /// Where plain writes run: the backend's aio, else as `io_mode` and
+    /// (when adaptive) the backend decide, as [`Inner::io`] and the
+    /// no-wait write in `sbc.rs` do.
+    fn write_path(&self) -> WritePath {
+        if self.backend.aio().is_some() {
+            return WritePath::Async;
+        }
+        match self.cfg.io_mode {
+            IoMode::Inline => WritePath::Inline,
+            IoMode::Blocking => WritePath::IoThreads,
+            IoMode::Adaptive => self.backend.write_path(),
+        }
+    }
+
     async fn io<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&Inner) -> T + Send + 'static,
@@ -1086,6 +1100,7 @@ impl LogicalUnit for EmulatedLu {
             blocks: self.inner.blocks(),
             write_protected: self.inner.write_protected.load(Ordering::Acquire),
             backend_io: self.inner.backend.io_stats(),
+            write_path: Some(self.inner.write_path()),
             fenced: self.inner.backend.fenced(),
         }
     }

@@ -114,6 +114,8 @@ pub struct LuDescription {
     /// The backend's operations in flight and done, where it counts them
     /// (an RBD image).
     pub backend_io: Option<crate::backend::BackendIoStats>,
+    /// Where its plain writes run now, for a LU with a block backend.
+    pub write_path: Option<crate::backend::WritePath>,
     /// The storage has fenced this gateway off (an RBD client the cluster
     /// blocklisted): the LU serves nothing until it is reopened.
     pub fenced: bool,

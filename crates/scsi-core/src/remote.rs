@@ -914,6 +914,7 @@ impl LogicalUnit for RemoteLu {
             blocks: self.inner.blocks.load(Ordering::Relaxed),
             write_protected: self.inner.cfg.read_only,
             backend_io: None,
+            write_path: None,
             fenced: false,
         }
     }

@@ -1545,6 +1545,7 @@ impl LogicalUnit for TapeLu {
             blocks: st.medium.len() as u64,
             write_protected: self.inner.cfg.read_only,
             backend_io: None,
+            write_path: None,
             fenced: false,
         }
     }

@@ -299,6 +299,7 @@ impl AdminView for View {
                             "backend_in_flight": io.map(|s| s.in_flight),
                             "backend_operations": io.map(|s| s.completed),
                             "backend_latency_us": io.and_then(|s| s.latency_us_total.checked_div(s.completed)),
+                            "write_path": d.write_path.map(|p| p.name()),
                         })
                     })
                     .collect();
@@ -359,14 +360,19 @@ impl AdminView for View {
             .filter_map(|(name, lu)| lu.lu().stats().map(|s| (name.clone(), s.snapshot())))
             .collect();
         families.extend(super::lu_families(&lus));
-        let backends: Vec<(String, unifab_scsi_core::backend::BackendIoStats)> = self
-            .luns
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(|(name, lu)| lu.lu().describe().backend_io.map(|s| (name.clone(), s)))
-            .collect();
+        let mut backends = Vec::new();
+        let mut paths = Vec::new();
+        for (name, lu) in self.luns.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            let d = lu.lu().describe();
+            if let Some(s) = d.backend_io {
+                backends.push((name.clone(), s));
+            }
+            if let Some(p) = d.write_path {
+                paths.push((name.clone(), p));
+            }
+        }
         families.extend(super::lu_backend_families(&backends));
+        families.extend(super::lu_write_path_families(&paths));
         families.extend(super::interface_families(&self.interfaces()));
         families.extend(self.session_and_remote_families());
         if let Some(fc) = &self.fc {

@@ -59,6 +59,7 @@ pub async fn show(
             "bytes",
             "naa",
             "state",
+            "write path",
             "in flight",
             "latency us",
         ],

@@ -1991,3 +1991,29 @@ fn skipping_bytes_cuts_across_slices() {
         );
     }
 }
+
+/// `show luns` says where a LU's plain writes run: as `io_mode` sets it,
+/// and in the default adaptive mode as the backend says (memory inline, a
+/// backend that may wait on the I/O threads).
+#[test]
+fn a_lu_says_where_its_writes_run() {
+    use crate::backend::WritePath;
+    let on = |io_mode: IoMode, backend: Arc<dyn BlockBackend>| {
+        EmulatedLu::new(
+            EmulatedLuConfig {
+                io_mode,
+                ..Default::default()
+            },
+            backend,
+        )
+        .unwrap()
+        .describe()
+        .write_path
+    };
+    let memory = || Arc::new(MemoryBackend::new(BLOCKS * 512)) as Arc<dyn BlockBackend>;
+    let may_wait = || Arc::new(crate::FaultyBackend::new(memory()).0) as Arc<dyn BlockBackend>;
+    assert_eq!(on(IoMode::Adaptive, memory()), Some(WritePath::Inline));
+    assert_eq!(on(IoMode::Adaptive, may_wait()), Some(WritePath::IoThreads));
+    assert_eq!(on(IoMode::Blocking, memory()), Some(WritePath::IoThreads));
+    assert_eq!(on(IoMode::Inline, may_wait()), Some(WritePath::Inline));
+}

@@ -58,6 +58,11 @@ enum Command {
         /// The gateway's configuration file, to find its admin socket.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Seconds to wait for the gateway's answer: a reload is answered
+        /// when it ends, and opening an RBD image may wait
+        /// `ceph_lock_timeout` (45 s) for a lock, per LU.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
     },
     /// Show the state of a running gateway.
     Show {
@@ -181,6 +186,7 @@ fn main() -> ExitCode {
                 dry_run,
                 socket,
                 config,
+                timeout,
             } => {
                 let socket = match (socket, config) {
                     (Some(s), _) => s,
@@ -197,7 +203,8 @@ fn main() -> ExitCode {
                 } else {
                     "/reload"
                 };
-                let body = unifab::admin::post_unix(&socket, path)
+                let wait = std::time::Duration::from_secs(timeout.max(1));
+                let body = unifab::admin::post_unix(&socket, path, wait)
                     .await
                     .map_err(anyhow::Error::msg)?;
                 unifab::out!("{body}");

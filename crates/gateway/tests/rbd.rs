@@ -309,7 +309,10 @@ fn an_image_resized_underneath_raises_capacity_data_has_changed() {
     assert!(value("unifab_lu_backend_operations_total{lu=\"disk\"}") >= 3.0);
     assert_eq!(value("unifab_lu_backend_in_flight{lu=\"disk\"}"), 0.0);
     assert!(value("unifab_lu_backend_latency_microseconds_total{lu=\"disk\"}") > 0.0);
-    assert_eq!(value("unifab_lu_write_path{lu=\"disk\",path=\"async\"}"), 1.0);
+    assert_eq!(
+        value("unifab_lu_write_path{lu=\"disk\",path=\"async\"}"),
+        1.0
+    );
 }
 
 #[test]

@@ -2,9 +2,11 @@
 //! on the admin socket, and the CLI's client.
 //!
 //! Requests are bounded: a 16 KiB head, 5 s to send it, a connection
-//! served for at most 10 s (60 s on the admin socket, where a reload may
-//! build LUs; the reload itself runs to its end regardless), 64
-//! connections at once (16 on the socket). With `[admin]
+//! served for at most 10 s (60 s on the admin socket), 64 connections at
+//! once (16 on the socket). The limit cuts a client that idles or
+//! dawdles, never one waiting for its answer: a reload that builds LUs
+//! (an RBD image waits up to `ceph_lock_timeout` for a lock, per LU) is
+//! answered when it ends, however long it takes. With `[admin]
 //! token`, every request must carry it (`Authorization: Bearer …`) or is
 //! answered 401; off loopback the configuration requires one. Only the
 //! admin socket takes `POST /reload`; the TCP endpoint answers GET alone.
@@ -13,6 +15,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -185,19 +188,71 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let peer = rights.peer.clone();
+    let busy = Arc::new(AtomicUsize::new(0));
+    let answering = busy.clone();
     let svc = hyper::service::service_fn(move |req| {
         let rights = rights.clone();
-        async move { Ok::<_, Infallible>(route(req, rights).await) }
+        let _answering = Answering::new(answering.clone());
+        async move {
+            let _answering = _answering;
+            Ok::<_, Infallible>(route(req, rights).await)
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(5))
         .max_buf_size(16 * 1024)
         .serve_connection(TokioIo::new(io), svc);
-    match tokio::time::timeout(limit, conn).await {
-        Ok(Err(e)) => debug!(%peer, error = %e, "admin connection ended with an error"),
-        Err(_) => debug!(%peer, "admin connection timed out"),
-        Ok(Ok(())) => {}
+    match cut_when_idle(conn, &busy, limit, ANSWER_GRACE).await {
+        Some(Err(e)) => debug!(%peer, error = %e, "admin connection ended with an error"),
+        None => debug!(%peer, "admin connection timed out"),
+        Some(Ok(())) => {}
+    }
+}
+
+/// Counts a request being answered on a connection while it lives.
+struct Answering(Arc<AtomicUsize>);
+
+impl Answering {
+    fn new(busy: Arc<AtomicUsize>) -> Answering {
+        busy.fetch_add(1, Ordering::AcqRel);
+        Answering(busy)
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long a connection whose request was answered after its limit has
+/// to send the answer before it is cut.
+const ANSWER_GRACE: Duration = Duration::from_secs(5);
+
+/// Drives `conn` to its end (`Some`), or cuts it (`None`) once `limit` has
+/// passed with no request being answered (`busy` counts those). A request
+/// still being answered at the limit keeps the connection: it is checked
+/// again every `grace` ([`ANSWER_GRACE`]), so the answer has that long to
+/// go out.
+async fn cut_when_idle<F: std::future::Future>(
+    conn: F,
+    busy: &AtomicUsize,
+    limit: Duration,
+    grace: Duration,
+) -> Option<F::Output> {
+    tokio::pin!(conn);
+    let mut deadline = tokio::time::Instant::now() + limit;
+    loop {
+        tokio::select! {
+            r = &mut conn => return Some(r),
+            () = tokio::time::sleep_until(deadline) => {
+                if busy.load(Ordering::Acquire) == 0 {
+                    return None;
+                }
+                deadline = tokio::time::Instant::now() + grace;
+            }
+        }
     }
 }
 
@@ -399,26 +454,80 @@ pub async fn fetch(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<
 }
 
 /// Client side for `unifab reload`: sends `POST path` on the admin socket
-/// and returns the body, or the error the gateway gave.
-pub async fn post_unix(socket: &Path, path: &str) -> Result<String, String> {
+/// and returns the body, or the error the gateway gave, waiting up to
+/// `wait` for it (a reload is answered when it ends).
+pub async fn post_unix(socket: &Path, path: &str, wait: Duration) -> Result<String, String> {
     let s = UnixStream::connect(socket).await.map_err(|e| {
         format!(
             "cannot reach the gateway's admin socket {}: {e} (is `unifab run` running with this data_dir? see --socket)",
             socket.display()
         )
     })?;
-    tokio::time::timeout(
-        Duration::from_secs(90),
-        request(s, Method::POST, path, "unifab", None),
-    )
-    .await
-    .map_err(|_| {
-        "the admin socket did not answer in 90 s (a reload still running goes on to its end; the gateway logs its outcome)".to_string()
-    })?
-    .map_err(|e| match e {
-        RequestError::Transport(e) => format!(
-            "no answer: {e} (the gateway answers within 60 s; a reload still running goes on to its end, and the gateway logs its outcome)"
-        ),
-        RequestError::Answered(e) => e,
-    })
+    tokio::time::timeout(wait, request(s, Method::POST, path, "unifab", None))
+        .await
+        .map_err(|_| {
+            format!(
+                "the admin socket did not answer in {} s (--timeout; a reload still running goes on to its end, and the gateway logs its outcome)",
+                wait.as_secs()
+            )
+        })?
+        .map_err(|e| match e {
+            RequestError::Transport(e) => format!(
+                "no answer: {e} (a reload still running goes on to its end, and the gateway logs its outcome)"
+            ),
+            RequestError::Answered(e) => e,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_millis(50);
+    const GRACE: Duration = Duration::from_millis(50);
+
+    /// A connection that idles past its limit is cut; one answering a
+    /// request (a long reload) is not, and ends when its answer is done.
+    #[tokio::test]
+    async fn a_connection_is_cut_when_idle_never_while_it_answers() {
+        let busy = AtomicUsize::new(0);
+        let idle = cut_when_idle(std::future::pending::<()>(), &busy, LIMIT, GRACE).await;
+        assert_eq!(idle, None, "an idle connection is cut");
+
+        let busy = Arc::new(AtomicUsize::new(0));
+        let answering = Answering::new(busy.clone());
+        let reload = async move {
+            // Six limits long, answering all the while.
+            tokio::time::sleep(LIMIT * 6).await;
+            drop(answering);
+            "answered"
+        };
+        let r = cut_when_idle(reload, &busy, LIMIT, GRACE).await;
+        assert_eq!(r, Some("answered"), "cut while it answered");
+        assert_eq!(busy.load(Ordering::Acquire), 0);
+    }
+
+    /// After a long answer the connection is cut once it idles again,
+    /// never before the answer ended.
+    #[tokio::test]
+    async fn after_a_long_answer_an_idle_connection_is_cut() {
+        let busy = Arc::new(AtomicUsize::new(0));
+        let answering = Answering::new(busy.clone());
+        let ended = Arc::new(std::sync::Mutex::new(None));
+        let at = ended.clone();
+        let conn = async move {
+            tokio::time::sleep(LIMIT * 4).await;
+            *at.lock().unwrap() = Some(tokio::time::Instant::now());
+            drop(answering);
+            // Keep-alive: the client sends nothing more.
+            std::future::pending::<()>().await;
+        };
+        let r = cut_when_idle(conn, &busy, LIMIT, GRACE).await;
+        assert_eq!(r, None, "an idle keep-alive connection is cut in the end");
+        assert!(
+            ended.lock().unwrap().is_some(),
+            "cut before the answer ended"
+        );
+    }
 }

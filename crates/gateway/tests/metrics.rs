@@ -47,8 +47,6 @@ fn opts(i: u8, secret: &str) -> RawOptions {
 #[test]
 fn counters_move_by_exactly_what_happened() {
     let dir = tempfile::tempdir().unwrap();
-    let admin_port = unifab_testkit::peers::free_tcp_port().unwrap();
-    let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
     let config = format!(
         r#"
 [[lu]]
@@ -66,13 +64,13 @@ luns = ["disk"]
 chap = {{ user = "{USER}", secret = "{SECRET}" }}
 
 [admin]
-listen = "{admin}"
+listen = "127.0.0.1:0"
 data_dir = "{dir}/state"
 "#,
         dir = dir.path().display()
     );
     let gw = Gateway::start(dir.path(), &config);
-    let before = metrics(admin);
+    let before = metrics_at(dir.path());
     let at = |m: &HashMap<String, f64>, k: &str| {
         *m.get(k)
             .unwrap_or_else(|| panic!("no {k} at /metrics: {m:?}"))
@@ -107,7 +105,7 @@ data_dir = "{dir}/state"
             }
         }
     }
-    let after = metrics(admin);
+    let after = metrics_at(dir.path());
     let moved = |k: &str| at(&after, k) - at(&before, k);
     assert_eq!(moved("unifab_iscsi_connections_total"), 4.0);
     assert_eq!(moved("unifab_iscsi_logins_total"), 3.0);
@@ -139,7 +137,7 @@ data_dir = "{dir}/state"
     sessions.pop().unwrap().logout().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let ended = loop {
-        let m = metrics(admin);
+        let m = metrics_at(dir.path());
         if at(&m, "unifab_iscsi_sessions") == 2.0 || std::time::Instant::now() > deadline {
             break m;
         }

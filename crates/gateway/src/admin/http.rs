@@ -192,9 +192,11 @@ where
     let answering = busy.clone();
     let svc = hyper::service::service_fn(move |req| {
         let rights = rights.clone();
-        let _answering = Answering::new(answering.clone());
+        // Counted from the moment hyper takes the request, before its
+        // future first runs, until that future is dropped.
+        let counted = Answering::new(answering.clone());
         async move {
-            let _answering = _answering;
+            let _counted = counted;
             Ok::<_, Infallible>(route(req, rights).await)
         }
     });

@@ -7,12 +7,26 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::PeerError;
-use super::net::free_tcp_port;
 use super::process::{KillOnDrop, find_program, log_tail};
 
 /// How long etcd may take to answer `/health` (it is healthy in about
 /// 0.3 s here).
 const READY_WITHIN: Duration = Duration::from_secs(15);
+
+/// Starts of etcd tried when its ports were taken before it bound them.
+const START_ATTEMPTS: u32 = 5;
+
+/// Two distinct free loopback ports (both probes open at once).
+fn two_free_ports() -> Result<(SocketAddr, SocketAddr), PeerError> {
+    let bind = || {
+        std::net::TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|l| l.local_addr().map(|a| (l, a)))
+            .map_err(|e| PeerError::io("binding 127.0.0.1:0 to find a free port", e))
+    };
+    let (_a, client) = bind()?;
+    let (_b, peer) = bind()?;
+    Ok((client, peer))
+}
 
 /// A running etcd, killed and its data removed on drop.
 #[derive(Debug)]
@@ -25,11 +39,31 @@ pub struct Etcd {
 
 impl Etcd {
     /// Starts etcd on free loopback ports and waits until it is healthy.
+    ///
+    /// The two ports are picked with both probe sockets open, so they
+    /// differ (two picks in a row can return the same port, and etcd then
+    /// collides with itself). Another process can still take a port
+    /// between the pick and etcd's bind: a start that fails with
+    /// "address already in use" is tried again on new ports, at most
+    /// [`START_ATTEMPTS`] times.
     pub fn start() -> Result<Etcd, PeerError> {
+        let mut attempt = 1;
+        loop {
+            match Etcd::start_once() {
+                Err(PeerError::Exited { log, .. })
+                    if attempt < START_ATTEMPTS && log.contains("address already in use") =>
+                {
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once() -> Result<Etcd, PeerError> {
         let etcd = find_program("etcd", "etcd-server")?;
         let dir = tempfile::tempdir().map_err(|e| PeerError::io("etcd temp dir", e))?;
-        let client: SocketAddr = ([127, 0, 0, 1], free_tcp_port()?).into();
-        let peer: SocketAddr = ([127, 0, 0, 1], free_tcp_port()?).into();
+        let (client, peer) = two_free_ports()?;
         let log = dir.path().join("etcd.log");
         let child = Command::new(&etcd)
             .arg("--name=t")
@@ -134,5 +168,15 @@ mod tests {
         let addr = e.addr();
         drop(e);
         assert!(!health(addr), "killed with its handle");
+    }
+
+    /// The client and the peer port never coincide (they did when each
+    /// was picked with its probe already closed).
+    #[test]
+    fn the_two_ports_differ() {
+        for _ in 0..200 {
+            let (c, p) = two_free_ports().expect("two free ports");
+            assert_ne!(c.port(), p.port());
+        }
     }
 }

@@ -44,8 +44,8 @@ impl Etcd {
     /// differ (two picks in a row can return the same port, and etcd then
     /// collides with itself). Another process can still take a port
     /// between the pick and etcd's bind: a start that fails with
-    /// "address already in use" is tried again on new ports, at most
-    /// [`START_ATTEMPTS`] times.
+    /// "address already in use" is tried again on new ports, five times
+    /// at most.
     pub fn start() -> Result<Etcd, PeerError> {
         let mut attempt = 1;
         loop {

@@ -138,6 +138,20 @@ impl SuiteResult {
         self.tests.iter().filter(|t| t.outcome == outcome).count()
     }
 
+    /// Every FAILED test with what it logged and CUnit's failure lines
+    /// (`file.c:NN - assertion`), one block per test; empty when none
+    /// failed. [`Self::to_table`] names the tests only; this says why.
+    pub fn failures(&self) -> String {
+        let mut out = String::new();
+        for t in self.tests.iter().filter(|t| t.outcome == Outcome::Failed) {
+            out.push_str(&format!("FAILED {}\n", t.name));
+            for line in t.detail.lines().filter(|l| !l.trim().is_empty()) {
+                out.push_str(&format!("    {}\n", line.trim()));
+            }
+        }
+        out
+    }
+
     /// Whether the run reached CUnit's summary (it did not crash or stop).
     pub fn is_complete(&self) -> bool {
         self.summary.is_some()
@@ -738,6 +752,52 @@ Tests completed with return value: 0
             "{}",
             datasn.detail
         );
+    }
+
+    #[test]
+    fn failures_say_why_each_failed_test_failed() {
+        use std::os::unix::process::ExitStatusExt;
+        let parsed = parse_console("ALL", SMALL).expect("parses");
+        let run = SuiteResult {
+            tests: parsed.tests,
+            summary: parsed.summary,
+            command: "iscsi-test-cu".to_owned(),
+            status: ExitStatus::from_raw(0),
+            stderr_tail: String::new(),
+            stdout: SMALL.to_owned(),
+        };
+        let report = run.failures();
+        let blocks: Vec<&str> = report
+            .lines()
+            .filter(|l| l.starts_with("FAILED "))
+            .collect();
+        assert_eq!(
+            blocks,
+            [
+                "FAILED ALL.GetLBAStatus.BeyondEol",
+                "FAILED ALL.iSCSIdatasn.iSCSIDataSnInvalid"
+            ]
+        );
+        assert!(
+            report.contains("    [FAILED] GET_LBA_STATUS successful"),
+            "{report}"
+        );
+        assert!(
+            report.contains("test_iscsi_datasn_invalid.c:116"),
+            "{report}"
+        );
+        // A test CUnit passed is not reported, whatever it logged.
+        assert!(!report.contains("WRITESAME10"), "{report}");
+
+        let clean = SuiteResult {
+            tests: run
+                .tests
+                .into_iter()
+                .filter(|t| t.outcome != Outcome::Failed)
+                .collect(),
+            ..run
+        };
+        assert_eq!(clean.failures(), "");
     }
 
     #[test]

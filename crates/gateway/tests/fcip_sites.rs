@@ -327,8 +327,9 @@ fn check(label: &str, via: &SuiteResult, s: &Sites) {
 /// out of the target port, one tunnel crossing after site A saw the
 /// close. A SANITIZE that crosses first meets RESERVATION CONFLICT, as
 /// SPC-4 requires of any target; it never starts, and the test fails
-/// (CI met it once in many runs: that suite run took 71 s instead of
-/// 134, the 60 s wait for the SANITIZE never came). The test tool's
+/// (CI met a Sanitize.Reset failure once in many runs, and that suite
+/// run took 71 s instead of 134: the 60 s wait for a running SANITIZE
+/// never came, as when the SANITIZE never started). The test tool's
 /// order, not the gateway, makes the race; so when it is the only test
 /// that failed, it runs once more on its own, with no reservation left
 /// before it, and that outcome counts. Both outcomes are printed.

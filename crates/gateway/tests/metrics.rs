@@ -17,11 +17,16 @@ const SECRET: &str = "host-secret-123";
 /// The counters and gauges at `/metrics`, by name (labelled series keep
 /// their labels in the name).
 fn metrics(admin: SocketAddr) -> HashMap<String, f64> {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    samples(TcpStream::connect(admin).unwrap())
+}
+
+/// `GET /metrics` on `stream`, its samples by name with labels.
+fn samples(mut stream: impl Read + Write) -> HashMap<String, f64> {
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
+    stream.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     body.lines()
@@ -281,20 +286,7 @@ fn an_fcip_failover_moves_exactly_its_counters() {
 
 /// `GET /metrics` on the admin socket under `dir/state`.
 fn metrics_at(dir: &std::path::Path) -> HashMap<String, f64> {
-    let mut s = std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: unifab\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (name, v) = l.rsplit_once(' ').unwrap();
-            (name.to_string(), v.parse().unwrap())
-        })
-        .collect()
+    samples(std::os::unix::net::UnixStream::connect(dir.join("state/admin.sock")).unwrap())
 }
 
 /// `show luns` and `unifab_lu_write_path` say where each LU's writes run,

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Gateway;
-use unifab_testkit::peers::{Etcd, free_tcp_port};
+use unifab_testkit::peers::{Etcd, free_tcp_port, free_tcp_ports};
 use unifab_testkit::raw_iscsi::{CommandResult, RawOptions, RawSession};
 
 const READ10: [u8; 10] = [0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0];
@@ -564,8 +564,9 @@ fn failover_under_load_keeps_every_acknowledged_write_and_the_reservation() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let etcd = Etcd::start().unwrap_or_else(|e| panic!("{e}"));
     let (_top, da, db) = dirs();
-    let admin_a: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
-    let admin_b: SocketAddr = ([127, 0, 0, 1], free_tcp_port().unwrap()).into();
+    let [admin_a, admin_b] = free_tcp_ports::<2>()
+        .unwrap()
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
     let b = Gateway::start(&db, &config(&db, "gw-b", &etcd.url(), 2, admin_b));
     let h1 = RawOptions {
         initiator: "iqn.2026-11.io.unifab:h1".into(),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use common::fcip_tunnel;
 use fcoe_support::{Gw, tail};
 use kernel::{GUEST, assert_steps, expect_passed, image, text};
-use unifab_testkit::peers::{Guest, GuestRun, free_tcp_port};
+use unifab_testkit::peers::{Guest, GuestRun, free_tcp_ports};
 
 const IQN: &str = "iqn.2026-11.io.unifab:kernel";
 const CHAP: &str = r#"chap = { user = "kernel-host", secret = "host-secret-0123", mutual_user = "unifab-target", mutual_secret = "target-secret-456" }"#;
@@ -94,8 +94,7 @@ fn check(run: &GuestRun) {
 fn linux_st_drives_unifab_tape_over_iscsi() {
     let _one = GUEST.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let port = free_tcp_port().unwrap();
-    let admin = free_tcp_port().unwrap();
+    let [port, admin] = free_tcp_ports::<2>().unwrap();
     let config = format!(
         "[admin]\nlisten = \"127.0.0.1:{admin}\"\ndata_dir = \"{d}/state\"\n\n{lu}\n\
          [iscsi]\nlisten = [\"127.0.0.1:{port}\"]\n\n\
@@ -115,8 +114,7 @@ fn linux_st_drives_a_far_tape_across_fcip_with_pipelining() {
     let _one = GUEST.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
-    let fcip_port = free_tcp_port().unwrap();
-    let far_admin = free_tcp_port().unwrap();
+    let [fcip_port, far_admin] = free_tcp_ports::<2>().unwrap();
     let accel = "fastwrite = true\ntape_pipelining = true\n";
     let far = format!(
         "[admin]\nlisten = \"127.0.0.1:{far_admin}\"\ndata_dir = \"{d}/state-far\"\n\n{lu}\n\
@@ -131,8 +129,7 @@ fn linux_st_drives_a_far_tape_across_fcip_with_pipelining() {
         ),
     );
     let far_gw = Gw::start(dir.path(), "far", &far, None, "FCIP listening");
-    let port = free_tcp_port().unwrap();
-    let near_admin = free_tcp_port().unwrap();
+    let [port, near_admin] = free_tcp_ports::<2>().unwrap();
     let near =
         format!(
             "[admin]\nlisten = \"127.0.0.1:{near_admin}\"\ndata_dir = \"{d}/state-near\"\n\n\

@@ -1,12 +1,13 @@
 //! A one-member etcd (Debian `etcd-server`, 3.4) in a temporary
 //! directory on loopback, for the gateway's cluster tests.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::PeerError;
+use super::net::free_tcp_ports;
 use super::process::{KillOnDrop, find_program, log_tail};
 
 /// How long etcd may take to answer `/health` (it is healthy in about
@@ -15,18 +16,6 @@ const READY_WITHIN: Duration = Duration::from_secs(15);
 
 /// Starts of etcd tried when its ports were taken before it bound them.
 const START_ATTEMPTS: u32 = 5;
-
-/// Two distinct free loopback ports (both probes open at once).
-fn two_free_ports() -> Result<(SocketAddr, SocketAddr), PeerError> {
-    let bind = || {
-        std::net::TcpListener::bind(("127.0.0.1", 0))
-            .and_then(|l| l.local_addr().map(|a| (l, a)))
-            .map_err(|e| PeerError::io("binding 127.0.0.1:0 to find a free port", e))
-    };
-    let (_a, client) = bind()?;
-    let (_b, peer) = bind()?;
-    Ok((client, peer))
-}
 
 /// A running etcd, killed and its data removed on drop.
 #[derive(Debug)]
@@ -63,7 +52,8 @@ impl Etcd {
     fn start_once() -> Result<Etcd, PeerError> {
         let etcd = find_program("etcd", "etcd-server")?;
         let dir = tempfile::tempdir().map_err(|e| PeerError::io("etcd temp dir", e))?;
-        let (client, peer) = two_free_ports()?;
+        let [client, peer] =
+            free_tcp_ports::<2>()?.map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p)));
         let log = dir.path().join("etcd.log");
         let child = Command::new(&etcd)
             .arg("--name=t")
@@ -168,15 +158,5 @@ mod tests {
         let addr = e.addr();
         drop(e);
         assert!(!health(addr), "killed with its handle");
-    }
-
-    /// The client and the peer port never coincide (they did when each
-    /// was picked with its probe already closed).
-    #[test]
-    fn the_two_ports_differ() {
-        for _ in 0..200 {
-            let (c, p) = two_free_ports().expect("two free ports");
-            assert_ne!(c.port(), p.port());
-        }
     }
 }

@@ -52,7 +52,7 @@ pub use iscsi_test_cu::{
     IscsiTestCu, Outcome, ParsedConsole, RunSummary, SuiteResult, TestResult, list_tests,
     parse_console, suites_except,
 };
-pub use net::{free_tcp_port, wait_for_port};
+pub use net::{free_tcp_port, free_tcp_ports, wait_for_port};
 pub use process::find_program;
 pub use ratchet::{Broken, PassList, RatchetFailure, RatchetReport, assert_run_passes};
 pub use tgtd::{Chap, Digest, Tgtd, TgtdBuilder};

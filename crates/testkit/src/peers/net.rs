@@ -24,6 +24,31 @@ pub fn free_tcp_port() -> Result<u16, PeerError> {
     Ok(port)
 }
 
+/// `N` distinct TCP ports on 127.0.0.1 that were free a moment ago.
+///
+/// All `N` probe sockets stay open until every port is picked, so the
+/// ports differ: [`free_tcp_port`] twice in a row can return the same
+/// port, and a daemon given both then collides with itself. As with
+/// [`free_tcp_port`], another process may take a port before the caller
+/// binds it.
+///
+/// # Errors
+/// [`PeerError::Io`] if the sockets cannot be bound.
+pub fn free_tcp_ports<const N: usize>() -> Result<[u16; N], PeerError> {
+    let mut open = Vec::with_capacity(N);
+    let mut ports = [0u16; N];
+    for port in &mut ports {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| PeerError::io("binding 127.0.0.1:0 to find a free port", e))?;
+        *port = listener
+            .local_addr()
+            .map_err(|e| PeerError::io("reading the bound port", e))?
+            .port();
+        open.push(listener);
+    }
+    Ok(ports)
+}
+
 /// Waits until something accepts TCP connections on `addr`, polling every
 /// 20 ms, for at most `timeout`. The probe connection is closed at once.
 ///
@@ -49,6 +74,18 @@ pub fn wait_for_port(addr: SocketAddr, timeout: Duration) -> Result<(), PeerErro
 mod tests {
     #![allow(clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn ports_picked_together_differ() {
+        for _ in 0..200 {
+            let ports = free_tcp_ports::<4>().expect("four free ports");
+            let mut sorted = ports.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), 4, "{ports:?}");
+            assert!(ports.iter().all(|p| *p != 0), "{ports:?}");
+        }
+    }
 
     #[test]
     fn free_port_can_be_bound() {

@@ -182,6 +182,10 @@ pub enum WritePath {
     IoThreads,
     /// Submitted to remote storage asynchronously (RBD's aio).
     Async,
+    /// None: the LU is write-protected (`read_only`, switched so live, or
+    /// the control mode page's SWP), and every write fails with DATA
+    /// PROTECT.
+    ReadOnly,
 }
 
 impl WritePath {
@@ -193,16 +197,18 @@ impl WritePath {
             WritePath::NoWaitBackingOff => "no-wait backing off",
             WritePath::IoThreads => "io threads",
             WritePath::Async => "async",
+            WritePath::ReadOnly => "read-only",
         }
     }
 
     /// Every path, in the order the metric lists them.
-    pub const ALL: [WritePath; 5] = [
+    pub const ALL: [WritePath; 6] = [
         WritePath::Inline,
         WritePath::NoWait,
         WritePath::NoWaitBackingOff,
         WritePath::IoThreads,
         WritePath::Async,
+        WritePath::ReadOnly,
     ];
 }
 

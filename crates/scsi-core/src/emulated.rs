@@ -899,10 +899,13 @@ impl Inner {
         self.blocks.load(Ordering::Acquire)
     }
 
-    /// Where plain writes run: the backend's aio, else as `io_mode` and
-    /// (when adaptive) the backend decide, as [`Inner::io`] and the
-    /// no-wait write in `sbc.rs` do.
+    /// Where plain writes run: nowhere while write-protected; else the
+    /// backend's aio, else as `io_mode` and (when adaptive) the backend
+    /// decide, as [`Inner::io`] and the no-wait write in `sbc.rs` do.
     fn write_path(&self) -> WritePath {
+        if self.write_protected.load(Ordering::Acquire) {
+            return WritePath::ReadOnly;
+        }
         if self.backend.aio().is_some() {
             return WritePath::Async;
         }

@@ -128,7 +128,7 @@ fn xfs_takes_buffered_writes_without_waiting() {
     .expect("read-only open");
     assert_eq!(ro.write_at_nowait(0, &slices).expect("in range"), 0);
     assert_eq!(read_back(&ro, 0, 4096), vec![0u8; 4096]);
-    assert_eq!(ro.write_path(), WritePath::IoThreads, "read-only");
+    assert_eq!(ro.write_path(), WritePath::ReadOnly, "read-only");
 }
 
 /// ext4 refuses `RWF_NOWAIT` for buffered writes (`EOPNOTSUPP`, kernel

@@ -433,9 +433,11 @@ impl BlockBackend for FileBackend {
     }
 
     fn write_path(&self) -> WritePath {
-        if self.in_ram {
+        if self.read_only {
+            WritePath::ReadOnly
+        } else if self.in_ram {
             WritePath::Inline
-        } else if self.read_only || !self.nowait_writes.load(Ordering::Relaxed) {
+        } else if !self.nowait_writes.load(Ordering::Relaxed) {
             WritePath::IoThreads
         } else if self.nowait_misses.backing_off() {
             WritePath::NoWaitBackingOff

@@ -3,7 +3,8 @@ use super::*;
 
 /// Where writes run, as a backend tells it: memory and a file in
 /// RAM are written inline, a backend that can wait on the I/O threads
-/// (the defaults). Disk file systems: `tests/loop_fs_nowait.rs`.
+/// (the defaults), a read-only file nowhere. Disk file systems:
+/// `tests/loop_fs_nowait.rs`.
 #[test]
 fn backends_say_where_their_writes_run() {
     assert_eq!(MemoryBackend::new(1 << 20).write_path(), WritePath::Inline);
@@ -15,6 +16,13 @@ fn backends_say_where_their_writes_run() {
         .expect("file LU in RAM");
     assert!(ram.never_blocks(), "/dev/shm is tmpfs");
     assert_eq!(ram.write_path(), WritePath::Inline);
+    drop(ram);
+    let read_only = FileOptions {
+        read_only: true,
+        ..FileOptions::default()
+    };
+    let ro = FileBackend::open(shm.path().join("lu"), None, read_only).expect("read-only");
+    assert_eq!(ro.write_path(), WritePath::ReadOnly, "a read-only file");
 }
 
 fn b(v: &[u8]) -> Bytes {

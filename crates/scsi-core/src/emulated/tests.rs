@@ -1994,7 +1994,8 @@ fn skipping_bytes_cuts_across_slices() {
 
 /// `show luns` says where a LU's plain writes run: as `io_mode` sets it,
 /// and in the default adaptive mode as the backend says (memory inline, a
-/// backend that may wait on the I/O threads).
+/// backend that may wait on the I/O threads); nowhere while the LU is
+/// write-protected.
 #[test]
 fn a_lu_says_where_its_writes_run() {
     use crate::backend::WritePath;
@@ -2016,4 +2017,19 @@ fn a_lu_says_where_its_writes_run() {
     assert_eq!(on(IoMode::Adaptive, may_wait()), Some(WritePath::IoThreads));
     assert_eq!(on(IoMode::Blocking, memory()), Some(WritePath::IoThreads));
     assert_eq!(on(IoMode::Inline, may_wait()), Some(WritePath::Inline));
+
+    // Write-protected, a LU writes nowhere, until the protection goes.
+    let lu = EmulatedLu::new(
+        EmulatedLuConfig {
+            read_only: true,
+            ..Default::default()
+        },
+        memory(),
+    )
+    .unwrap();
+    assert_eq!(lu.describe().write_path, Some(WritePath::ReadOnly));
+    lu.set_read_only(false).unwrap();
+    assert_eq!(lu.describe().write_path, Some(WritePath::Inline));
+    lu.set_read_only(true).unwrap();
+    assert_eq!(lu.describe().write_path, Some(WritePath::ReadOnly));
 }

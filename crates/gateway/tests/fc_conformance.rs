@@ -167,7 +167,8 @@ fn compare(name: &str, via_fc: &SuiteResult, direct: &SuiteResult) {
     assert!(
         failed.is_empty() && lost.is_empty() && gained.is_empty(),
         "{name}: through FC FAILED {failed:?}; passed directly but not through FC {lost:?}; \
-         passed through FC only {gained:?}\n{}",
+         passed through FC only {gained:?}\n{}\n{}",
+        via_fc.failures(),
         via_fc.to_table()
     );
 }

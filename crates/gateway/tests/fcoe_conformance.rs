@@ -80,8 +80,9 @@ fn compare(name: &str, hop: &SuiteResult, direct: &SuiteResult) {
     assert!(
         failed.is_empty() && lost.is_empty() && gained.is_empty(),
         "{name}: FAILED {failed:?}; passed directly only {lost:?}; through FCoE only {gained:?}\n\
-         {uninitialized:?}\nstderr (tail):\n{}\n{}",
+         {uninitialized:?}\nstderr (tail):\n{}\n{}\n{}",
         hop.stderr_tail,
+        hop.failures(),
         hop.to_table()
     );
 }

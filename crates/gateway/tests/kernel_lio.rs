@@ -213,7 +213,8 @@ fn libiscsi_through_unifab_to_lio_over_fcoe() {
         result.is_complete()
             && result.count(Outcome::Failed) == 0
             && result.count(Outcome::Passed) > 0,
-        "libiscsi through unifab to LIO:\n{}\n{}",
+        "libiscsi through unifab to LIO:\n{}\n{}\n{}",
+        result.failures(),
         result.to_table(),
         result.stderr_tail
     );

@@ -289,12 +289,7 @@ fn check(label: &str, via: &SuiteResult, s: &Sites) {
         s.a.log_tail(),
         s.b.log_tail()
     );
-    let failed: Vec<&str> = via
-        .tests
-        .iter()
-        .filter(|t| t.outcome == Outcome::Failed)
-        .map(|t| t.name.as_str())
-        .collect();
+    let failed = failed_names(via);
     println!(
         "{label}: through FCIP {} passed, {} skipped, {} FAILED",
         via.count(Outcome::Passed),
@@ -318,6 +313,15 @@ fn check(label: &str, via: &SuiteResult, s: &Sites) {
     }
 }
 
+/// The names of the tests that FAILED in `via`, in run order.
+fn failed_names(via: &SuiteResult) -> Vec<&str> {
+    via.tests
+        .iter()
+        .filter(|t| t.outcome == Outcome::Failed)
+        .map(|t| t.name.as_str())
+        .collect()
+}
+
 /// The one test whose start races the end of the test before it.
 ///
 /// libiscsi's Sanitize.Reservations ends by closing a second connection
@@ -338,12 +342,7 @@ const RACES_THE_CLOSE_BEFORE_IT: &str = "ALL.Sanitize.Reset";
 /// Runs [`RACES_THE_CLOSE_BEFORE_IT`] alone when it is the only failure
 /// of `via`, and takes that run's outcome.
 fn rerun_the_racing_test(label: &str, via: &mut SuiteResult, s: &Sites) {
-    let failed: Vec<&str> = via
-        .tests
-        .iter()
-        .filter(|t| t.outcome == Outcome::Failed)
-        .map(|t| t.name.as_str())
-        .collect();
+    let failed = failed_names(via);
     if failed != [RACES_THE_CLOSE_BEFORE_IT] {
         return;
     }

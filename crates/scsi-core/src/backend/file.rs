@@ -341,6 +341,32 @@ impl FileBackend {
         Ok(Some(rc as u64))
     }
 
+    /// `fallocate(mode)` over `[offset, offset + len)` (checked against
+    /// the size; read-only refused), writing zeroes instead where the file
+    /// system refuses the mode with one of the errors in `fallback`.
+    fn zero_range(
+        &self,
+        mode: libc::c_int,
+        offset: u64,
+        len: u64,
+        fallback: &[libc::c_int],
+    ) -> Result<(), BackendError> {
+        if self.read_only {
+            return Err(BackendError::ReadOnly);
+        }
+        check_range(offset, len, self.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        match self.fallocate(mode, offset, len) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error().is_some_and(|c| fallback.contains(&c)) => {
+                self.zero_by_writing(offset, len)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn zero_by_writing(&self, offset: u64, len: u64) -> Result<(), BackendError> {
         const Z: usize = 256 * 1024;
         let zeros = Bytes::from(vec![0u8; Z.min(len as usize).max(1)]);
@@ -593,50 +619,21 @@ impl BlockBackend for FileBackend {
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        if self.read_only {
-            return Err(BackendError::ReadOnly);
-        }
-        check_range(offset, len, self.len())?;
-        if len == 0 {
-            return Ok(());
-        }
-        match self.fallocate(
+        self.zero_range(
             libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
             offset,
             len,
-        ) {
-            Ok(()) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                self.zero_by_writing(offset, len)
-            }
-            Err(e) => Err(e.into()),
-        }
+            &[libc::EOPNOTSUPP],
+        )
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        if self.read_only {
-            return Err(BackendError::ReadOnly);
-        }
-        check_range(offset, len, self.len())?;
-        if len == 0 {
-            return Ok(());
-        }
-        match self.fallocate(
+        self.zero_range(
             libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
             offset,
             len,
-        ) {
-            Ok(()) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-                ) =>
-            {
-                self.zero_by_writing(offset, len)
-            }
-            Err(e) => Err(e.into()),
-        }
+            &[libc::EOPNOTSUPP, libc::EINVAL],
+        )
     }
 
     fn allocation(&self, offset: u64, len: u64) -> Result<AllocationRun, BackendError> {

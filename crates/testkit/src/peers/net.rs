@@ -15,12 +15,7 @@ use super::PeerError;
 /// # Errors
 /// [`PeerError::Io`] if no socket can be bound at all.
 pub fn free_tcp_port() -> Result<u16, PeerError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| PeerError::io("binding 127.0.0.1:0 to find a free port", e))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| PeerError::io("reading the bound port", e))?
-        .port();
+    let [port] = free_tcp_ports::<1>()?;
     Ok(port)
 }
 
